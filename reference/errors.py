@@ -1,0 +1,98 @@
+"""The exceptions raised on malformed input.
+
+Every public entry of specproof validates its arguments before computing anything. A
+malformed argument raises a subclass of :class:`SpecproofInputError` (itself a
+``ValueError``) whose message starts with the argument's name, e.g.
+``target_probs[2]: sums to 0.5, not 1 (tolerance 1e-06)``. The ``argument`` attribute holds
+that name, so tests and adapters can match on it without parsing the message.
+
+The classes, one per problem:
+
+==============================  ==========================================================
+``ShapeError``                  wrong length, rank or missing entries
+``DTypeError``                  an entry that is not a real number (or a bool, a complex)
+``NonFiniteError``              NaN or infinity in a law
+``NegativeMassError``           a negative probability
+``NotNormalizedError``          a law whose mass differs from 1 beyond the tolerance
+``TokenOutOfRangeError``        a token id outside ``[0, V)``
+``ZeroDraftProbabilityError``   a drafted token to which its draft law gives probability 0
+``NotATreeError``               parents that do not describe a draft tree (subclasses below)
+``NotAChainError``              a chain-only rule given a tree with branching
+``BadParameterError``           a rule parameter out of its documented range
+==============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+
+class SpecproofInputError(ValueError):
+    """A malformed argument. ``argument`` names it; the message says what is wrong."""
+
+    def __init__(self, argument: str, problem: str) -> None:
+        self.argument = argument
+        self.problem = problem
+        super().__init__(f"{argument}: {problem}")
+
+
+class ShapeError(SpecproofInputError):
+    """Wrong length, rank, or a missing entry."""
+
+
+class DTypeError(SpecproofInputError):
+    """An entry that is not a real number."""
+
+
+class NonFiniteError(SpecproofInputError):
+    """NaN or infinity where a probability was expected."""
+
+
+class NegativeMassError(SpecproofInputError):
+    """A negative probability."""
+
+
+class NotNormalizedError(SpecproofInputError):
+    """Total mass differs from 1 by more than the stated tolerance."""
+
+
+class TokenOutOfRangeError(SpecproofInputError):
+    """A token id outside ``[0, V)``."""
+
+
+class ZeroDraftProbabilityError(SpecproofInputError):
+    """A drafted token has probability 0 under the law it was claimed to be drawn from."""
+
+
+class BadParameterError(SpecproofInputError):
+    """A rule parameter outside its documented range."""
+
+
+class NotAChainError(SpecproofInputError):
+    """A chain-only rule was given a tree in which some node has two or more children."""
+
+
+class NotATreeError(SpecproofInputError):
+    """``parents`` does not describe a draft tree (``parents[0] == -1``, ``parents[i] < i``)."""
+
+
+class EmptyTreeError(NotATreeError):
+    """No nodes at all: a tree has at least its root (the last committed token)."""
+
+
+class RootError(NotATreeError):
+    """``parents[0]`` is not -1."""
+
+
+class MultipleRootsError(NotATreeError):
+    """A node other than node 0 has parent -1."""
+
+
+class ParentOutOfRangeError(NotATreeError):
+    """A parent index below -1 or at least the number of nodes."""
+
+
+class CycleError(NotATreeError):
+    """Following parents from some node returns to it."""
+
+
+class ForwardParentError(NotATreeError):
+    """A node whose parent comes after it (``parents[i] > i``) without forming a cycle."""
