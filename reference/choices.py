@@ -172,6 +172,13 @@ def random_tape(rng: np.random.Generator, sizes: Mapping[str, int]) -> dict[str,
     return {name: rng.random(n) for name, n in sizes.items()}
 
 
+def _ratio(w: Num, total: Num) -> Num:
+    """``w / total``, exact when both are integers or Fractions."""
+    if isinstance(w, (int, Fraction)) and isinstance(total, (int, Fraction)):
+        return Fraction(w) / total
+    return w / total
+
+
 class _Fork(Exception):
     def __init__(self, outcomes: list[tuple[Any, Num]]) -> None:
         self.outcomes = outcomes
@@ -198,7 +205,7 @@ class _Replay:
     def categorical(self, weights: Sequence[Num], site: Site) -> int:
         total = _check_weights(weights, site)
         return int(
-            self._next(lambda: [(i, w / total) for i, w in enumerate(weights) if w > 0])
+            self._next(lambda: [(i, _ratio(w, total)) for i, w in enumerate(weights) if w > 0])
         )
 
 

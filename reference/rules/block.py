@@ -51,7 +51,8 @@ def block(ch: Choices, step: Step) -> Outcome:
             return pw[K]
         Z = sum(residual_weights(i))
         den = Z + 1 - pw[i]
-        return Z / den if den > 0 else den * 0 + 1
+        r = Z / den if den > 0 else den * 0 + 1
+        return r if r < 1 else r * 0 + 1  # <= 1 exactly; the clamp only absorbs float rounding
 
     tau = 0
     for i in range(K, 0, -1):

@@ -61,5 +61,6 @@ def traversal(ch: Choices, step: Step) -> Outcome:
         if Z > 0:
             P[v] = normalize(w)
         den = Z + 1 - a[v]
-        a[v] = Z / den if den > 0 else one
+        r = Z / den if den > 0 else one
+        a[v] = r if r < 1 else one  # <= 1 exactly; the clamp only absorbs float rounding
         reweigh(v)
