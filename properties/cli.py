@@ -15,7 +15,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
@@ -23,7 +23,7 @@ from specproof.reference.rules import RULES
 from .matrix import LOSSY, exactness_matrix, markdown
 
 
-def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
+def _progress_printer(enabled: bool) -> Callable[[int, int, str], None]:
     def show(done: int, total: int, what: str) -> None:
         if enabled:
             sys.stderr.write(f"\r[{done}/{total}] {what[:70]:<70}")
@@ -85,10 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--instances", type=int, default=16, help="seeded instances per process (default 16)")
     m.add_argument("--seed", type=int, default=0, help="seed of the instance draw (default 0)")
     m.add_argument("--rule", action="append", choices=list(RULES), help="only this rule (repeatable)")
-    m.add_argument("--process", action="append", choices=list(PROCESSES), help="only this process (repeatable)")
+    m.add_argument(
+        "--process", action="append", choices=list(PROCESSES), help="only this process (repeatable)"
+    )
     m.add_argument("--witnesses", action="store_true", help="print the witness of every lossy cell")
     m.add_argument(
-        "--progress", choices=("auto", "on", "off"), default="auto", help="progress on stderr (auto: on a terminal)"
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress on stderr (auto: on a terminal)",
     )
     m.set_defaults(func=_cmd_matrix)
     return parser

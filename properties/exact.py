@@ -104,13 +104,14 @@ class OracleResult:
 
     def explain(self) -> str:
         """A message a person can act on: verdict, TV, the instance and the worst cells."""
-        head = (
-            f"rule {self.rule!r} with process {self.process!r}: "
-            + ("lossless (TV = 0 exactly)" if self.lossless else f"LOSSY, TV = {self.tv} (~{float(self.tv):.4g})")
+        head = f"rule {self.rule!r} with process {self.process!r}: " + (
+            "lossless (TV = 0 exactly)" if self.lossless else f"LOSSY, TV = {self.tv} (~{float(self.tv):.4g})"
         )
         lines = [head, f"  on {self.instance.describe()}, horizon M = {self.horizon}"]
         for seq, got, want in self.witness():
-            lines.append(f"  P(next {self.horizon} tokens = {seq}) = {got} with the rule, {want} for the target")
+            lines.append(
+                f"  P(next {self.horizon} tokens = {seq}) = {got} with the rule, {want} for the target"
+            )
         return "\n".join(lines)
 
 

@@ -68,7 +68,9 @@ def _random_shape(rng: np.random.Generator, chain: bool, vocab: int, max_cells: 
             return tuple(parents)
 
 
-def random_instance(rng: np.random.Generator, process: str, max_vocab: int = 4, max_cells: int = 400) -> Instance:
+def random_instance(
+    rng: np.random.Generator, process: str, max_vocab: int = 4, max_cells: int = 400
+) -> Instance:
     """A seeded oracle instance for ``process`` (same distribution as the hypothesis strategy)."""
     vocab = int(rng.integers(2, max_vocab + 1))
     shape = _random_shape(rng, PROCESSES[process].chain, vocab, max_cells)
@@ -77,7 +79,9 @@ def random_instance(rng: np.random.Generator, process: str, max_vocab: int = 4, 
         k = int(rng.integers(1, 4))
         return tuple(str(s) for s in rng.choice(STYLES, size=k, replace=False))
 
-    overlap = [Fraction(0), Fraction(1, 2), Fraction(1), Fraction(int(rng.integers(1, 7)), 7)][int(rng.integers(4))]
+    overlap = [Fraction(0), Fraction(1, 2), Fraction(1), Fraction(int(rng.integers(1, 7)), 7)][
+        int(rng.integers(4))
+    ]
     return Instance(
         vocab=vocab,
         shape=shape,

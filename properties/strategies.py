@@ -213,4 +213,6 @@ def rule_configs(draw: Any) -> Rule:
         )
     eps = draw(st.sampled_from((0.09, 0.05, 0.3)))
     delta = draw(st.sampled_from((0.3, 0.1, 0.6)))
-    return Rule(f"typical[eps={eps},delta={delta}]", typical, frozenset(), params={"eps": eps, "delta": delta})
+    return Rule(
+        f"typical[eps={eps},delta={delta}]", typical, frozenset(), params={"eps": eps, "delta": delta}
+    )

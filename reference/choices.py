@@ -204,9 +204,7 @@ class _Replay:
 
     def categorical(self, weights: Sequence[Num], site: Site) -> int:
         total = _check_weights(weights, site)
-        return int(
-            self._next(lambda: [(i, _ratio(w, total)) for i, w in enumerate(weights) if w > 0])
-        )
+        return int(self._next(lambda: [(i, _ratio(w, total)) for i, w in enumerate(weights) if w > 0]))
 
 
 def enumerate_law(program: Callable[..., T], *args: Any, **kwargs: Any) -> dict[T, Num]:

@@ -141,9 +141,7 @@ class DraftTree:
     def leaf_paths(self) -> tuple[tuple[int, ...], ...]:
         """Retrieve indices: one root path per leaf, in leaf order, padded with -1 to max depth + 1."""
         width = self.max_depth + 1
-        return tuple(
-            self.ancestors(leaf) + (-1,) * (width - self.depth[leaf] - 1) for leaf in self.leaves()
-        )
+        return tuple(self.ancestors(leaf) + (-1,) * (width - self.depth[leaf] - 1) for leaf in self.leaves())
 
     def is_root_path(self, nodes: Sequence[int]) -> bool:
         """True iff ``nodes`` is ``(0, c1, c2, ...)`` with each node a child of the one before."""
@@ -154,7 +152,9 @@ class DraftTree:
                 return False
         return True
 
-    def kv_commit_plan(self, accepted: Sequence[int], prefix_len: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    def kv_commit_plan(
+        self, accepted: Sequence[int], prefix_len: int
+    ) -> tuple[tuple[tuple[int, int], ...], int]:
         """Cache moves that keep only the accepted path's KV, compacted behind the prefix.
 
         During verification node ``i`` occupies cache slot ``prefix_len + i``. After accepting
@@ -167,7 +167,5 @@ class DraftTree:
             raise ValueError(f"accepted: {tuple(accepted)} is not a root path of this tree")
         if prefix_len < 0:
             raise ValueError(f"prefix_len: must be >= 0, got {prefix_len}")
-        moves = tuple(
-            (prefix_len + a, prefix_len + j) for j, a in enumerate(accepted) if a != j
-        )
+        moves = tuple((prefix_len + a, prefix_len + j) for j, a in enumerate(accepted) if a != j)
         return moves, prefix_len + len(accepted)

@@ -43,7 +43,10 @@ def test_categorical_tape_semantics_is_inverse_cdf_skipping_zero_weights():
     assert categorical_from_uniform(0.49, [1.0, 1.0, 2.0]) == 1
 
 
-@given(st.lists(st.integers(0, 5), min_size=1, max_size=6).filter(lambda w: sum(w) > 0), st.floats(0, 1, exclude_max=True))
+@given(
+    st.lists(st.integers(0, 5), min_size=1, max_size=6).filter(lambda w: sum(w) > 0),
+    st.floats(0, 1, exclude_max=True),
+)
 def test_categorical_never_returns_a_zero_weight(w, u):
     i = categorical_from_uniform(u, w)
     assert w[i] > 0
@@ -129,8 +132,14 @@ def _tape_counts(rule: str, reader_cls, n: int, seed: int):
     from specproof.reference.processes import PROCESSES
 
     proc = "iid_chain" if rule in ("token", "block") else "iid_siblings"
-    inst = Instance(vocab=3, shape=(-1, 0, 1) if proc == "iid_chain" else (-1, 0, 0, 1), overlap=Fraction(1, 3),
-                    target_styles=("random", "sparse"), draft_styles=("peaked", "random"), prefix=(2,))
+    inst = Instance(
+        vocab=3,
+        shape=(-1, 0, 1) if proc == "iid_chain" else (-1, 0, 0, 1),
+        overlap=Fraction(1, 3),
+        target_styles=("random", "sparse"),
+        draft_styles=("peaked", "random"),
+        prefix=(2,),
+    )
     rng = np.random.default_rng(seed)
     prop = PROCESSES[proc].propose(Sampler(rng), inst.tree, inst.prefix, inst.draft)
     step = step_inputs(PROCESSES[proc], inst, prop)
@@ -159,8 +168,11 @@ def test_the_frequency_check_rejects_a_wrong_tape_semantics(rule):
     assert (not set(counts) <= set(exact)) or _pearson_p(counts, exact, 20_000) < 1e-6
 
 
-@given(sps.steps(kind="random"), st.sampled_from(["token", "mss", "rrs", "strict", "traversal", "target_only"]),
-       st.integers(0, 2**32 - 1))
+@given(
+    sps.steps(kind="random"),
+    st.sampled_from(["token", "mss", "rrs", "strict", "traversal", "target_only"]),
+    st.integers(0, 2**32 - 1),
+)
 def test_every_sampled_outcome_has_positive_enumerated_probability(step, rule, seed):
     r = RULES[rule]
     if not r.applies_to(step.tree.is_chain):

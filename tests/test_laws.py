@@ -93,8 +93,16 @@ P = [[0.5, 0.5]] * 3
         (dict(tokens=[0, 1.0, 1]), E.DTypeError, "tokens[1]"),
         (dict(target_probs=[[0.5, 0.5]] * 2), E.ShapeError, "target_probs"),
         (dict(target_probs=[[0.5, 0.5], [0.5, 0.5, 0.0], [0.5, 0.5]]), E.ShapeError, "target_probs[1]"),
-        (dict(target_probs=[[0.5, 0.5], [float("nan"), 1.0], [0.5, 0.5]]), E.NonFiniteError, "target_probs[1][0]"),
-        (dict(draft_probs=[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]]), E.ZeroDraftProbabilityError, "draft_probs[0][1]"),
+        (
+            dict(target_probs=[[0.5, 0.5], [float("nan"), 1.0], [0.5, 0.5]]),
+            E.NonFiniteError,
+            "target_probs[1][0]",
+        ),
+        (
+            dict(draft_probs=[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]]),
+            E.ZeroDraftProbabilityError,
+            "draft_probs[0][1]",
+        ),
         (dict(draft_probs=[[0.5, 0.5]] * 2), E.ShapeError, "draft_probs"),
         (dict(draft_probs=[[0.5, 0.5], [0.7, 0.7], None]), E.NotNormalizedError, "draft_probs[1]"),
         (dict(parents=[-1, 0, 0, 1]), E.ShapeError, "target_probs"),

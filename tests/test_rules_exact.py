@@ -30,8 +30,16 @@ def test_declared_exact_rules_are_exact(rule, process):
     run()
 
 
-@pytest.mark.parametrize("rule, process", [("token", "iid_chain"), ("mss", "iid_siblings"), ("traversal", "iid_siblings"),
-                                           ("block", "iid_chain"), ("greedy", "topk_siblings")])
+@pytest.mark.parametrize(
+    "rule, process",
+    [
+        ("token", "iid_chain"),
+        ("mss", "iid_siblings"),
+        ("traversal", "iid_siblings"),
+        ("block", "iid_chain"),
+        ("greedy", "topk_siblings"),
+    ],
+)
 def test_declared_exact_rules_are_exact_in_float64(rule, process):
     @settings(max_examples=8)
     @given(sps.instances(process, exact=False))
@@ -64,12 +72,19 @@ def test_known_lossy_configurations_are_flagged_with_a_shrunk_witness(rule, proc
         witness = find(
             sps.instances(process),
             lambda inst: check(rule, process, inst).tv > 0,
-            settings=settings(max_examples=300, derandomize=True, database=None, deadline=None,
-                              suppress_health_check=list(HealthCheck)),
+            settings=settings(
+                max_examples=300,
+                derandomize=True,
+                database=None,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+            ),
         )
     except NoSuchExample:
-        pytest.fail(f"{rule} under {process}: no lossy instance found in 300 draws; "
-                    "the rule was expected to be non-preserving")
+        pytest.fail(
+            f"{rule} under {process}: no lossy instance found in 300 draws; "
+            "the rule was expected to be non-preserving"
+        )
     res = check(rule, process, witness)
     print("\nshrunk witness:\n" + res.explain())
     assert res.tv > 0
@@ -96,8 +111,11 @@ def test_traversal_on_a_chain_is_block_verification(step):
     assert step_emitted_law("traversal", step) == step_emitted_law("block", step)
 
 
-@given(sps.steps(kind="random", deterministic=True).filter(
-    lambda s: all(len({s.tokens[c] for c in kids}) == len(kids) for kids in s.tree.children)))
+@given(
+    sps.steps(kind="random", deterministic=True).filter(
+        lambda s: all(len({s.tokens[c] for c in kids}) == len(kids) for kids in s.tree.children)
+    )
+)
 def test_mss_rrs_and_target_only_agree_in_law_on_distinct_deterministic_siblings(step):
     law = step_emitted_law("target_only", step)
     assert step_emitted_law("mss", step) == law
@@ -119,7 +137,9 @@ def test_strict_and_token_give_the_same_law_with_different_acceptance():
     same_law()
     inst = find(
         sps.instances("iid_chain"),
-        lambda i: check("strict", "iid_chain", i).expected_emitted < check("token", "iid_chain", i).expected_emitted,
+        lambda i: (
+            check("strict", "iid_chain", i).expected_emitted < check("token", "iid_chain", i).expected_emitted
+        ),
         settings=settings(max_examples=100, derandomize=True, database=None, deadline=None),
     )
     print("\nstrict accepts less on", inst.describe())

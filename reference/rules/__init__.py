@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from ..choices import Choices
@@ -72,14 +73,14 @@ def _rules() -> dict[str, Rule]:
             "target_only[threshold_single=0.3]",
             target_only,
             frozenset(),
-            params={"threshold_single": 0.3},
+            params={"threshold_single": Fraction(3, 10)},
             note="proofs_notes/target_only.md",
         ),
         Rule(
             "target_only[threshold_acc=0.5]",
             target_only,
             frozenset(),
-            params={"threshold_acc": 0.5},
+            params={"threshold_acc": Fraction(1, 2)},
             note="proofs_notes/target_only.md",
         ),
         Rule(
@@ -88,7 +89,13 @@ def _rules() -> dict[str, Rule]:
             CHAINS | {"iid_siblings", "onehot_siblings"},
             note="proofs_notes/traversal.md",
         ),
-        Rule("typical", typical, frozenset(), params={"eps": 0.09, "delta": 0.3}, note="proofs_notes/typical.md"),
+        Rule(
+            "typical",
+            typical,
+            frozenset(),
+            params={"eps": 0.09, "delta": 0.3},
+            note="proofs_notes/typical.md",
+        ),
     ]
     return {r.name: r for r in rules}
 
