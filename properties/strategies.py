@@ -168,6 +168,13 @@ def instances(
 
 
 @st.composite
+def model_pairs(draw: Any, max_vocab: int = 5, exact: bool = True) -> tuple[Any, Any]:
+    """``(target, draft)`` toy models over one vocabulary: edge-case styles, any overlap."""
+    inst = draw(instances("iid_chain", max_vocab=max_vocab, exact=exact))
+    return inst.target, inst.draft
+
+
+@st.composite
 def steps(
     draw: Any, kind: str = "chain", max_vocab: int = 5, deterministic: bool | None = None, exact: bool = True
 ) -> Step:

@@ -167,3 +167,23 @@ def test_block_can_emit_fewer_tokens_than_token_level_on_fixed_drafts():
         settings=settings(max_examples=500, derandomize=True, database=None, deadline=None),
     )
     print("\nfixed drafts where block emits fewer tokens:", step.tokens, step.draft_probs, step.target_probs)
+
+
+@given(sps.rule_configs(), sps.instances("onehot_siblings", max_vocab=3))
+@settings(max_examples=25)
+def test_drawn_rule_configurations_keep_their_declarations(rule, instance):
+    """Configured rules drawn with random knobs: a configuration declared exact has TV == 0."""
+    if not rule.applies_to(instance.tree.is_chain):
+        return
+    res = check(rule, "onehot_siblings", instance)
+    if "onehot_siblings" in rule.exact_for:
+        assert res.tv == 0, res.explain()
+    assert sum(res.law.values()) == 1
+
+
+@given(sps.model_pairs(max_vocab=3))
+@settings(max_examples=10)
+def test_model_pairs_give_valid_context_dependent_laws(pair):
+    target, draft = pair
+    for ctx in [(0,), (1, 0), (0, 1, 0)]:
+        assert sum(target.law(ctx)) == 1 and sum(draft.law(ctx)) == 1
