@@ -103,7 +103,22 @@ def categorical_from_uniform(u: float, weights: Sequence[Num]) -> int:
     return last
 
 
-class Sampler:
+class _UniformChoices:
+    """A choice interpreter that turns one uniform per site into an outcome (tape semantics)."""
+
+    def _uniform(self, site: Site) -> float:
+        raise NotImplementedError
+
+    def bernoulli(self, p: Num, site: Site) -> bool:
+        _check_probability(p, site)
+        return bernoulli_from_uniform(self._uniform(site), p)
+
+    def categorical(self, weights: Sequence[Num], site: Site) -> int:
+        _check_weights(weights, site)
+        return categorical_from_uniform(self._uniform(site), weights)
+
+
+class Sampler(_UniformChoices):
     """Runs a program with fresh uniforms from ``rng`` and records them in ``tape``."""
 
     def __init__(self, rng: np.random.Generator) -> None:
@@ -121,20 +136,12 @@ class Sampler:
         slot[index] = u
         return u
 
-    def bernoulli(self, p: Num, site: Site) -> bool:
-        _check_probability(p, site)
-        return bernoulli_from_uniform(self._uniform(site), p)
-
-    def categorical(self, weights: Sequence[Num], site: Site) -> int:
-        _check_weights(weights, site)
-        return categorical_from_uniform(self._uniform(site), weights)
-
 
 class TapeExhaustedError(LookupError):
     """A program asked for a site that the tape does not hold."""
 
 
-class TapeReader:
+class TapeReader(_UniformChoices):
     """Runs a program on given uniforms: ``tape[name][index]`` is the uniform of that site.
 
     ``tape`` maps a site name to a sequence (indexed by the site index) or to a mapping
@@ -157,14 +164,6 @@ class TapeReader:
             raise ValueError(f"site {site} drawn twice in one run")
         self.used.append(site)
         return u
-
-    def bernoulli(self, p: Num, site: Site) -> bool:
-        _check_probability(p, site)
-        return bernoulli_from_uniform(self._uniform(site), p)
-
-    def categorical(self, weights: Sequence[Num], site: Site) -> int:
-        _check_weights(weights, site)
-        return categorical_from_uniform(self._uniform(site), weights)
 
 
 def random_tape(rng: np.random.Generator, sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
