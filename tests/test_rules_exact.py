@@ -70,7 +70,7 @@ def test_known_lossy_configurations_are_flagged_with_a_shrunk_witness(rule, proc
     """hypothesis.find searches (derandomized) for an instance with TV > 0 and shrinks it."""
     try:
         witness = find(
-            sps.instances(process),
+            sps.instances(process, max_vocab=3, max_nodes=5),
             lambda inst: check(rule, process, inst).tv > 0,
             settings=settings(
                 max_examples=300,
