@@ -115,6 +115,15 @@ class OracleResult:
         return "\n".join(lines)
 
 
+def max_drafts(vocab: int, max_cells: int) -> int:
+    """The most draft nodes a tree may have so that ``vocab ** (drafts + 1) <= max_cells``: a
+    bound on both the proposals and the horizon-M cells the oracle enumerates."""
+    drafts = 0
+    while vocab ** (drafts + 1) <= max_cells:
+        drafts += 1
+    return drafts
+
+
 def step_inputs(process: Process, instance: Instance, proposal: Any) -> Step:
     """The verifier's validated inputs for one proposal of ``process`` on ``instance``."""
     contexts = node_contexts(instance.prefix, proposal)

@@ -27,7 +27,7 @@ from specproof.reference.models import STYLES
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
 
-from .exact import Instance, check
+from .exact import Instance, check, max_drafts
 
 EXACT, LOSSY, NOT_APPLICABLE = "exact", "lossy", "not applicable"
 
@@ -50,9 +50,7 @@ class Cell:
 
 
 def _random_shape(rng: np.random.Generator, chain: bool, vocab: int, max_cells: int) -> tuple[int, ...]:
-    drafts = 0
-    while vocab ** (drafts + 1) <= max_cells:
-        drafts += 1
+    drafts = max_drafts(vocab, max_cells)
     if chain:
         k = int(rng.integers(1, min(3, drafts) + 1))
         return (-1,) + tuple(range(k))

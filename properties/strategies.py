@@ -29,7 +29,7 @@ from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES, Rule, target_only, typical
 from specproof.reference.step import Step, make_step
 
-from .exact import Instance
+from .exact import Instance, max_drafts
 
 TREE_KINDS = ("chain", "wide", "deep", "branching", "random")
 
@@ -143,10 +143,7 @@ def instances(
         raise ValueError(f"process: unknown {process!r}; known: {', '.join(PROCESSES)}")
     vocab = draw(st.integers(2, max_vocab))
     kind = "chain" if PROCESSES[process].chain else "branching"
-    drafts = 0
-    while vocab ** (drafts + 1) <= max_cells:
-        drafts += 1
-    nodes = max(3, min(max_nodes, drafts + 1))
+    nodes = max(3, min(max_nodes, max_drafts(vocab, max_cells) + 1))
     shape = draw(trees(kind, nodes, max_depth).filter(lambda s: _fits(vocab, s, max_cells)))
     styles = st.lists(st.sampled_from(STYLES), min_size=1, max_size=3, unique=True).map(tuple)
     overlap = draw(

@@ -42,16 +42,12 @@ class Proposal:
     shape_nodes: tuple[int, ...]  # the shape node each concrete node came from
 
 
-def _contexts(prefix: tuple[int, ...], proposal: Proposal) -> list[tuple[int, ...]]:
+def node_contexts(prefix: tuple[int, ...], proposal: Proposal) -> list[tuple[int, ...]]:
+    """The context after the root path to each node (the prefix ends with ``tokens[0]``)."""
     ctx: list[tuple[int, ...]] = []
     for i, parent in enumerate(proposal.parents):
         ctx.append(prefix if parent == -1 else ctx[parent] + (proposal.tokens[i],))
     return ctx
-
-
-def node_contexts(prefix: tuple[int, ...], proposal: Proposal) -> list[tuple[int, ...]]:
-    """The context after the root path to each node (the prefix ends with ``tokens[0]``)."""
-    return _contexts(prefix, proposal)
 
 
 Chooser = Callable[[Choices, Law, tuple[int, ...]], list[int]]
