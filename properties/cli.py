@@ -1,5 +1,12 @@
 """The ``specproof`` command.
 
+``specproof audit chain|tree TARGET`` audits a black-box verifier statistically; ``specproof
+audit`` alone audits every built-in backend (the reference rules, the correct alternatives and
+the mutant corpus) and checks each verdict against what the backend declares. ``specproof
+backends`` lists the registered names. Audit exit status: 0 no deviation detected at the stated
+power, 1 lossy, 2 contract violation or usage error (the default audit: 0 when every verdict is
+the declared one, 1 otherwise).
+
 ``specproof matrix`` prints the exactness matrix (proposal process x rule), each cell checked
 exactly with Fraction arithmetic on seeded instances, and writes it as JSON (a list of objects
 with keys ``process``, ``rule``, ``verdict``, ``tv`` and more) and Markdown on request.
@@ -16,6 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
@@ -76,6 +84,121 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _show_progress(mode: str) -> bool:
+    return mode == "on" or (mode == "auto" and sys.stderr.isatty() and not os.environ.get("CI"))
+
+
+def _bar(enabled: bool, label: str) -> Callable[[str, float], None]:
+    def show(what: str, frac: float) -> None:
+        if enabled:
+            done = int(30 * max(0.0, min(1.0, frac)))
+            sys.stderr.write(f"\r{label[:28]:<28} [{'#' * done}{'.' * (30 - done)}] {what[:30]:<30}")
+            sys.stderr.flush()
+
+    return show
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from .audit import AuditConfig
+
+    config = AuditConfig(
+        alpha=args.alpha,
+        tv=args.tv,
+        power=args.power,
+        seed=args.seed,
+        budget_seconds=args.budget_seconds,
+        samples=args.samples,
+        max_cells=args.cells,
+    )
+    config.validate()
+    return config
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import EXIT, audit
+    from .backends import TargetError, all_backends, resolve
+    from .report import write_report
+
+    show = _show_progress(args.progress)
+    try:
+        if args.kind is None:
+            if args.target or args.process:
+                raise ValueError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
+            if args.budget_seconds is None:
+                args.budget_seconds = 8.0
+            config = _config(args)
+            config.stop_early = True
+            results = []
+            backends = [b for b in all_backends() if args.group is None or b.group in args.group]
+            for i, b in enumerate(backends):
+                r = audit(b, config, _bar(show, f"[{i + 1}/{len(backends)}] {b.name}"))
+                r.expected = b.expect
+                results.append(r)
+                if show:
+                    sys.stderr.write("\n")
+                mark = "ok " if r.verdict == b.expect else "BAD"
+                print(
+                    f"{mark} {b.kind:5s} {b.name:45s} expected {b.expect:18s} "
+                    f"got {r.verdict:18s} {r.seconds:5.1f} s",
+                    flush=True,
+                )
+            report = args.report or "audit-report.md"
+            write_report(report, results, "specproof audit: every built-in backend")
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(
+                        {
+                            "verdict": "agrees"
+                            if all(r.verdict == r.expected for r in results)
+                            else "disagrees",
+                            "backends": [r.to_json() for r in results],
+                        },
+                        f,
+                        indent=2,
+                    )
+                    f.write("\n")
+            bad = [r for r in results if r.verdict != r.expected]
+            print(
+                f"\n{len(results) - len(bad)}/{len(results)} backends got their declared verdict; "
+                f"report: {report}"
+            )
+            return 1 if bad else 0
+        if not args.target:
+            raise ValueError(f"TARGET: missing; usage: specproof audit {args.kind} TARGET")
+        if args.budget_seconds is None:
+            args.budget_seconds = 60.0
+        config = _config(args)
+        backend = resolve(args.target, args.kind, tuple(args.process) if args.process else None)
+    except (TargetError, ValueError) as e:
+        print(f"specproof audit: {e}", file=sys.stderr)
+        return 2
+    result = audit(backend, config, _bar(show, backend.name))
+    if show:
+        sys.stderr.write("\n")
+    print(result.summary())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result.to_json(), f, indent=2)
+            f.write("\n")
+    if args.report:
+        write_report(args.report, [result], f"specproof audit: {backend.name}")
+    return EXIT[result.verdict]
+
+
+def _cmd_backends(args: argparse.Namespace) -> int:
+    from .backends import all_backends
+
+    backends = all_backends()
+    if args.json:
+        print(json.dumps([b.to_json() for b in backends], indent=2))
+        return 0
+    for b in backends:
+        print(f"{b.kind:5s} {b.name:45s} {b.group:11s} expect {b.expect:18s} {', '.join(b.processes)}")
+        if b.doc:
+            print(f"{'':52s}{b.doc}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specproof", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,12 +219,56 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress on stderr (auto: on a terminal)",
     )
     m.set_defaults(func=_cmd_matrix)
+
+    a = sub.add_parser("audit", help="statistical audit of a black-box verifier (or of every built-in one)")
+    a.add_argument("kind", nargs="?", choices=("chain", "tree"), help="the verifier's contract")
+    a.add_argument("target", nargs="?", help="registered name, module:function or path/to/file.py:function")
+    a.add_argument(
+        "--process",
+        action="append",
+        choices=list(PROCESSES),
+        help="proposal process the verifier claims (repeatable; required for tree)",
+    )
+    a.add_argument("--alpha", type=float, default=1e-6, help="family-wise false-alarm rate (default 1e-6)")
+    a.add_argument("--tv", type=float, default=0.01, help="smallest TV deviation to detect (default 0.01)")
+    a.add_argument("--power", type=float, default=0.99, help="power wanted at that TV (default 0.99)")
+    a.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    a.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=None,
+        help="time budget per backend (default 60; 8 for the audit of every built-in backend)",
+    )
+    a.add_argument("--samples", type=int, default=None, help="fixed steps per case instead of the planner's")
+    a.add_argument("--cells", type=int, default=128, help="most cells per case's test (default 128)")
+    a.add_argument(
+        "--group",
+        action="append",
+        choices=("builtin", "alternative", "mutant"),
+        help="with no TARGET: only these backend groups",
+    )
+    a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
+    a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
+    a.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress bar on stderr (auto: on a terminal, not under CI)",
+    )
+    a.set_defaults(func=_cmd_audit)
+
+    b = sub.add_parser("backends", help="list the registered backends")
+    b.add_argument("--json", action="store_true", help="as JSON")
+    b.set_defaults(func=_cmd_backends)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help
+        return int(e.code or 0)
     return int(args.func(args))
 
 

@@ -1,6 +1,11 @@
 """Hypothesis runs derandomized (a fixed seed per test), so the suite cannot flake."""
 
+import os
+
+import torch
 from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["pytester"]
 
 settings.register_profile(
     "specproof",
@@ -11,3 +16,8 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile("specproof")
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one intra-op thread per xdist worker: the workers already use every core
+    torch.set_num_threads(1)

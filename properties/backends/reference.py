@@ -1,0 +1,117 @@
+"""The reference rules behind the black-box contracts, one row at a time.
+
+``reference.<rule>`` runs :mod:`specproof.reference.rules` on each row: it validates the row
+with :func:`specproof.reference.make_step` and draws through a :class:`Sampler` seeded from the
+``generator``. It is slow (pure Python) and exists as the specification made callable: the
+audit of a reference backend is budget-limited and says which power it reached.
+
+Rows are first restricted to the ids that carry mass in some law of the row (plus the drafted
+ids), in increasing order. Every rule is equivariant under an order-preserving relabelling of
+the vocabulary and ignores ids without mass, so this changes nothing but the speed on large
+vocabularies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from specproof.reference.choices import Sampler
+from specproof.reference.rules import Rule
+from specproof.reference.step import make_step
+from specproof.reference.tree import DraftTree
+
+from .torch_chain import check_chain_inputs
+
+
+def _seed(generator: torch.Generator) -> int:
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
+def _row(
+    rule: Rule,
+    rng: np.random.Generator,
+    parents: list[int],
+    tokens: np.ndarray,
+    draft: np.ndarray | None,
+    target: np.ndarray,
+) -> tuple[tuple[int, ...], int]:
+    used = target.any(axis=0)
+    if draft is not None:
+        used |= draft.any(axis=0)
+    used[tokens[1:]] = True
+    ids = np.flatnonzero(used)
+    local = np.full(target.shape[1], -1)
+    local[ids] = np.arange(len(ids))
+    step = make_step(
+        parents,
+        [0] + [int(local[t]) for t in tokens[1:]],
+        None if draft is None else [list(r) for r in draft[:, ids]],
+        [list(r) for r in target[:, ids]],
+    )
+    outcome = rule(Sampler(rng), step)
+    return outcome.accepted, int(ids[outcome.next_token])
+
+
+def chain_backend(rule: Rule) -> Callable[..., torch.Tensor]:
+    def verify(
+        draft_token_ids: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        B, K, V = check_chain_inputs(draft_token_ids, draft_probs, target_probs)
+        rng = np.random.default_rng(_seed(generator))
+        x = draft_token_ids.long().numpy()
+        tp = target_probs.double().numpy()
+        dp = None if draft_probs is None else draft_probs.double().numpy()
+        parents = list(range(-1, K))
+        out = np.full((B, K + 1), -1, dtype=np.int64)
+        for b in range(B):
+            tokens = np.concatenate([[0], x[b]])
+            draft = None if dp is None else np.concatenate([dp[b], np.zeros((1, V))])
+            if draft is not None:
+                draft[K] = tp[b, K]  # the leaf has no children: its draft law is never read
+            accepted, y = _row(rule, rng, parents, tokens, draft, tp[b])
+            L = len(accepted) - 1
+            out[b, :L] = x[b, :L]
+            out[b, L] = y
+        return torch.from_numpy(out)
+
+    verify.__name__ = f"reference_{rule.name}_chain"
+    return verify
+
+
+def tree_backend(rule: Rule) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    def verify(
+        parents: torch.Tensor,
+        tokens: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        B, N = parents.shape
+        rng = np.random.default_rng(_seed(generator))
+        par = parents.long().numpy()
+        tok = tokens.long().numpy()
+        tp = target_probs.double().numpy()
+        dp = None if draft_probs is None else draft_probs.double().numpy()
+        acc = np.full((B, N), -1, dtype=np.int64)
+        nxt = np.zeros(B, dtype=np.int64)
+        for b in range(B):
+            tree = DraftTree(par[b].tolist())
+            draft = None
+            if dp is not None:
+                draft = dp[b].copy()
+                for i in range(N):  # a leaf's draft law is never read; give it a valid law
+                    if not tree.children[i]:
+                        draft[i] = tp[b, i]
+            accepted, y = _row(rule, rng, par[b].tolist(), tok[b], draft, tp[b])
+            acc[b, : len(accepted)] = accepted
+            nxt[b] = y
+        return torch.from_numpy(acc), torch.from_numpy(nxt)
+
+    verify.__name__ = f"reference_{rule.name}_tree"
+    return verify

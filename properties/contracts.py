@@ -1,0 +1,204 @@
+"""The black-box contracts a third-party verifier adapts to, and their output validation.
+
+Two shapes (DESIGN.md, "Conventions"):
+
+* :class:`ChainVerifier` ``(draft_token_ids [B,K], draft_probs [B,K,V] or None,
+  target_probs [B,K+1,V], generator) -> output_token_ids [B,K+1]``: each row holds the accepted
+  drafts, then one corrected or bonus token, then ``-1`` padding.
+* :class:`TreeVerifier` ``(parents [B,N], tokens [B,N], draft_probs [B,N,V] or None,
+  target_probs [B,N,V], generator) -> (accepted_nodes [B,N], next_token [B])``:
+  ``accepted_nodes`` is the accepted root path, node 0 first, ``-1`` padded.
+
+``draft_probs=None`` means deterministic (one-hot) drafts. ``generator`` is a
+``torch.Generator``: the verifier's only source of randomness.
+
+Anything a verifier returns that breaks its contract raises :class:`ContractViolation`, whose
+``kind`` is one of :data:`VIOLATIONS`. The audit reports these as contract violations (exit
+status 2), never as a statistical finding: a wrong shape is not evidence about a law.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+VIOLATIONS: dict[str, str] = {
+    "raised": "the verifier raised an exception on valid input",
+    "type": "the output is not a tensor (or not the pair of tensors a tree verifier returns)",
+    "shape": "the output has the wrong shape",
+    "dtype": "the output is not an integer tensor",
+    "padding": "-1 padding is not contiguous, a row emits nothing, or a negative id other than -1",
+    "token_range": "an emitted token id is outside [0, V)",
+    "not_draft": "an accepted position holds a token other than the draft there",
+    "not_root_path": "accepted nodes are not a root path (node 0 first, each a child of the last)",
+    "nondeterministic": "two calls with equally seeded generators gave different outputs",
+    "ignores_generator": "the output does not depend on the generator (a fixed or global seed)",
+}
+
+
+class ContractViolation(Exception):
+    """A verifier broke its contract. ``kind`` is a key of :data:`VIOLATIONS`."""
+
+    def __init__(self, kind: str, detail: str, row: int | None = None) -> None:
+        if kind not in VIOLATIONS:
+            raise ValueError(f"kind: unknown contract violation {kind!r}")
+        self.kind = kind
+        self.detail = detail
+        self.row = row
+        where = "" if row is None else f" (row {row})"
+        super().__init__(f"{kind}{where}: {detail}")
+
+
+class ChainVerifier(Protocol):
+    def __call__(
+        self,
+        draft_token_ids: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        generator: torch.Generator,
+    ) -> torch.Tensor: ...
+
+
+class TreeVerifier(Protocol):
+    def __call__(
+        self,
+        parents: torch.Tensor,
+        tokens: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def _as_int_tensor(x: Any, what: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise ContractViolation("type", f"{what} is a {type(x).__name__}, expected a torch.Tensor")
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise ContractViolation("dtype", f"{what} has dtype {x.dtype}, expected an integer dtype")
+    return x.detach().to("cpu", torch.int64)
+
+
+def _padded_lengths(rows: torch.Tensor, what: str) -> torch.Tensor:
+    """Lengths of the non-negative prefix of each row; checks that the rest is all -1."""
+    bad = (rows < -1).nonzero()
+    if len(bad):
+        b, j = bad[0].tolist()
+        raise ContractViolation("padding", f"{what}[{b}, {j}] is {int(rows[b, j])}; padding must be -1", b)
+    valid = rows >= 0
+    lengths = valid.sum(dim=1)
+    positions = torch.arange(rows.shape[1]).expand_as(rows)
+    holes = valid & (positions >= lengths[:, None])
+    if holes.any():
+        b = int(holes.any(dim=1).nonzero()[0])
+        raise ContractViolation(
+            "padding", f"{what}[{b}] = {rows[b].tolist()}: a token after -1 padding (not contiguous)", b
+        )
+    return lengths
+
+
+def check_chain_output(
+    out: Any, draft_token_ids: torch.Tensor, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a chain verifier's output; return ``(tokens [B,K+1] int64, lengths [B])``."""
+    B, K = draft_token_ids.shape
+    t = _as_int_tensor(out, "output_token_ids")
+    if tuple(t.shape) != (B, K + 1):
+        raise ContractViolation(
+            "shape", f"output_token_ids has shape {tuple(t.shape)}, expected {(B, K + 1)}"
+        )
+    lengths = _padded_lengths(t, "output_token_ids")
+    empty = (lengths == 0).nonzero()
+    if len(empty):
+        b = int(empty[0])
+        raise ContractViolation("padding", f"output_token_ids[{b}] emits no token (all -1)", b)
+    over = (t >= vocab).nonzero()
+    if len(over):
+        b, j = over[0].tolist()
+        raise ContractViolation(
+            "token_range", f"output_token_ids[{b}, {j}] is {int(t[b, j])}, outside [0, {vocab})", b
+        )
+    drafts = draft_token_ids.to("cpu", torch.int64)
+    accepted_region = torch.arange(K).expand(B, K) < (lengths - 1)[:, None]
+    differs = accepted_region & (t[:, :K] != drafts)
+    if differs.any():
+        b, j = differs.nonzero()[0].tolist()
+        raise ContractViolation(
+            "not_draft",
+            f"output_token_ids[{b}, {j}] is {int(t[b, j])} but the draft there is {int(drafts[b, j])}; "
+            "only the last emitted token may differ from the drafts",
+            b,
+        )
+    return t, lengths
+
+
+def check_tree_output(
+    out: Any, parents: torch.Tensor, tokens: torch.Tensor, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a tree verifier's output; return ``(emitted [B,N] int64 -1 padded, lengths [B])``.
+
+    The emitted tokens are the accepted drafts' tokens (root excluded), then ``next_token``.
+    """
+    B, N = parents.shape
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise ContractViolation(
+            "type", f"a tree verifier returns (accepted_nodes, next_token); got {type(out).__name__}"
+        )
+    acc = _as_int_tensor(out[0], "accepted_nodes")
+    nxt = _as_int_tensor(out[1], "next_token")
+    if tuple(acc.shape) != (B, N):
+        raise ContractViolation("shape", f"accepted_nodes has shape {tuple(acc.shape)}, expected {(B, N)}")
+    if tuple(nxt.shape) != (B,):
+        raise ContractViolation("shape", f"next_token has shape {tuple(nxt.shape)}, expected {(B,)}")
+    lengths = _padded_lengths(acc, "accepted_nodes")
+    if (acc >= N).any():
+        b, j = (acc >= N).nonzero()[0].tolist()
+        raise ContractViolation(
+            "not_root_path",
+            f"accepted_nodes[{b}, {j}] is {int(acc[b, j])}, not a node of an {N}-node tree",
+            b,
+        )
+    not_root = (lengths == 0) | (acc[:, 0] != 0)
+    if not_root.any():
+        b = int(not_root.nonzero()[0])
+        raise ContractViolation(
+            "not_root_path", f"accepted_nodes[{b}] = {acc[b].tolist()} does not start at node 0", b
+        )
+    par = parents.to("cpu", torch.int64)
+    child, prev = acc[:, 1:], acc[:, :-1]
+    live = child >= 0
+    parent_of_child = torch.gather(par, 1, child.clamp(min=0))
+    broken = live & (parent_of_child != prev)
+    if broken.any():
+        b, j = broken.nonzero()[0].tolist()
+        raise ContractViolation(
+            "not_root_path",
+            f"accepted_nodes[{b}] = {acc[b].tolist()}: node {int(child[b, j])} "
+            f"is not a child of node {int(prev[b, j])}",
+            b,
+        )
+    bad = (nxt < 0) | (nxt >= vocab)
+    if bad.any():
+        b = int(bad.nonzero()[0])
+        raise ContractViolation("token_range", f"next_token[{b}] is {int(nxt[b])}, outside [0, {vocab})", b)
+    toks = tokens.to("cpu", torch.int64)
+    emitted = torch.full((B, N), -1, dtype=torch.int64)
+    drafted = torch.gather(toks, 1, acc[:, 1:].clamp(min=0))
+    emitted[:, : N - 1] = torch.where(live, drafted, torch.full_like(drafted, -1))
+    rows = torch.arange(B)
+    emitted[rows, lengths - 1] = nxt
+    return emitted, lengths
+
+
+def call_verifier(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a verifier; any exception it raises becomes a ``raised`` contract violation."""
+    try:
+        return fn(*args)
+    except ContractViolation:
+        raise
+    except Exception as e:  # a black box may raise anything; all of it is a finding
+        raise ContractViolation("raised", f"{type(e).__name__}: {e}") from e
