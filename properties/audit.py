@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ class AuditConfig:
     max_batch_bytes: int = 96 * 2**20
     cases: list[Case] | None = None  # instead of the default battery
     stop_early: bool = False  # stop at the first case rejected at alpha / cases (Holm rejects it anyway)
+    shrink_seconds: float = 0.0  # after a lossy verdict, time to search smaller witness cases
 
     def validate(self) -> None:
         stats.check_probability(self.alpha, "alpha")
@@ -126,6 +127,7 @@ class AuditResult:
     cases: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
     expected: str | None = None
+    shrunk: CaseResult | None = None
 
     @property
     def exit_code(self) -> int:
@@ -162,9 +164,10 @@ class AuditResult:
                 )
             )
         else:
-            w = self.witness
+            w = self.shrunk or self.witness
             if w is not None:
-                lines.append(f"  witness: {w.case.describe()}")
+                what = "shrunk witness" if self.shrunk else "witness"
+                lines.append(f"  {what}: {w.case.describe()}")
                 if w.hard_failure:
                     lines.append(f"  {w.hard_failure['detail']}")
                 else:
@@ -199,6 +202,7 @@ class AuditResult:
             "seconds": self.seconds,
             "violation": self.violation,
             "witness": None if self.witness is None else self.witness.to_json(),
+            "shrunk_witness": None if self.shrunk is None else self.shrunk.to_json(),
             "cases": [r.to_json() for r in self.cases],
         }
 
@@ -426,12 +430,20 @@ def audit(
     def cost(i: int, rows: int) -> float:
         return rows * per_row[i] + math.ceil(rows / runners[i].batch_size(config)) * per_call[i]
 
+    # the probes mis-predict (warm-up, caches); learn the ratio actual / predicted as cases finish
+    spent = {"predicted": 0.0, "actual": 0.0}
+
+    def factor() -> float:
+        if spent["predicted"] <= 0:
+            return 1.0
+        return min(5.0, max(0.2, spent["actual"] / spent["predicted"]))
+
     # 3. sample, re-sharing the remaining time before each case
     try:
         for i, (runner, r) in enumerate(zip(runners, results)):
             t0 = time.perf_counter()
             remaining = config.budget_seconds * 0.92 - (t0 - start)
-            needs = [cost(j, results[j].planned) for j in range(i, len(cases))]
+            needs = [cost(j, results[j].planned) * factor() for j in range(i, len(cases))]
             allowance = math.inf if config.samples else _allocate(needs, max(0.0, remaining))[0]
             bs = runner.batch_size(config)
             seqs, subs = [], []
@@ -440,14 +452,14 @@ def audit(
             while got < r.planned and (got < 2 or time.perf_counter() - t0 < allowance):
                 k += 1
                 left = allowance - (time.perf_counter() - t0)
-                affordable = int(left / per_row[i]) if math.isfinite(left) else r.planned
+                affordable = int(left / (per_row[i] * factor())) if math.isfinite(left) else r.planned
                 b = min(bs, r.planned - got, max(2, affordable))
                 b += b % 2 if runner.case.paired else 0
                 inputs, emitted, lens = runner.run(b, _gen(config.seed, i, k, 0), _gen(config.seed, i, k, 1))
                 comp = complete(runner.models, inputs, emitted, lens, _gen(config.seed, i, k, 2))
                 lengths += np.bincount(lens.numpy(), minlength=len(lengths))[: len(lengths)]
                 got += b
-                if comp.zero_row is not None:
+                if comp.zero_row is not None and comp.zero_position is not None:
                     row, pos = comp.zero_row, comp.zero_position
                     r.hard_failure = {
                         "detail": (
@@ -478,6 +490,8 @@ def audit(
                 continue
             _test(r, runner, torch.cat(seqs), torch.cat(subs), config, alpha_case)
             r.seconds = time.perf_counter() - t0
+            spent["predicted"] += cost(i, got)
+            spent["actual"] += r.seconds
             if config.stop_early and r.pvalue <= alpha_case:
                 results = results[: i + 1]
                 break
@@ -504,5 +518,55 @@ def audit(
         except ContractViolation as e:
             result.verdict = VIOLATION
             result.violation = _violation(e, entropic.case, "generator check")
+    if result.verdict == LOSSY and config.shrink_seconds > 0 and result.witness is not None:
+        say("shrinking the witness", 1.0)
+        result.shrunk = shrink(backend, result.witness, config, alpha_case)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def smaller_cases(case: Case) -> list[Case]:
+    """One-step-smaller variants: fewer drafts (a prefix of the tree), then a single pair style."""
+    out = []
+    for n in range(2, len(case.parents)):
+        out.append(replace(case, parents=case.parents[:n], name=f"{case.name}>{n - 1}nodes"))
+    if len(case.styles) > 1:
+        for style in case.styles:
+            out.append(replace(case, styles=(style,), name=f"{case.name}>{style}"))
+    return out
+
+
+def shrink(
+    backend: Backend, witness: CaseResult, config: AuditConfig, alpha_case: float
+) -> CaseResult | None:
+    """Greedy search for a smaller case that is still rejected.
+
+    Each candidate is tested at ``alpha_case / 64`` (at most 64 candidates are tried), so a
+    reported shrunk witness is itself a finding at the audit's per-case level.
+    """
+    deadline = time.perf_counter() + config.shrink_seconds
+    current, best, tried = witness.case, None, 0
+    while time.perf_counter() < deadline and tried < 64:
+        for cand in smaller_cases(current):
+            if time.perf_counter() >= deadline or tried >= 64:
+                break
+            tried += 1
+            left = deadline - time.perf_counter()
+            sub = AuditConfig(
+                alpha=alpha_case / 64,
+                tv=config.tv,
+                power=config.power,
+                seed=config.seed,
+                budget_seconds=max(1.0, min(left, config.shrink_seconds / 4)),
+                max_cells=config.max_cells,
+                min_count=config.min_count,
+                cases=[cand],
+                stop_early=True,
+            )
+            r = audit(backend, sub)
+            if r.verdict == LOSSY and r.cases and r.cases[0].rejected:
+                current, best = cand, r.cases[0]
+                break
+        else:
+            break
+    return best

@@ -168,6 +168,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         if args.budget_seconds is None:
             args.budget_seconds = 60.0
         config = _config(args)
+        config.shrink_seconds = args.shrink_seconds
         backend = resolve(args.target, args.kind, tuple(args.process) if args.process else None)
     except (TargetError, ValueError) as e:
         print(f"specproof audit: {e}", file=sys.stderr)
@@ -196,6 +197,20 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         print(f"{b.kind:5s} {b.name:45s} {b.group:11s} expect {b.expect:18s} {', '.join(b.processes)}")
         if b.doc:
             print(f"{'':52s}{b.doc}")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibration import calibrate, markdown
+
+    show = _show_progress(args.progress)
+    report = (lambda s: print(s, file=sys.stderr)) if show else None
+    rows = calibrate(args.runs, args.samples, args.alpha, args.power_runs, report)
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
     return 0
 
 
@@ -242,6 +257,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--samples", type=int, default=None, help="fixed steps per case instead of the planner's")
     a.add_argument("--cells", type=int, default=128, help="most cells per case's test (default 128)")
     a.add_argument(
+        "--shrink-seconds",
+        type=float,
+        default=20.0,
+        help="after a lossy verdict, time to search a smaller witness (default 20; 0: off)",
+    )
+    a.add_argument(
         "--group",
         action="append",
         choices=("builtin", "alternative", "mutant"),
@@ -256,6 +277,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress bar on stderr (auto: on a terminal, not under CI)",
     )
     a.set_defaults(func=_cmd_audit)
+
+    c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audit's test")
+    c.add_argument("--runs", type=int, default=100, help="seeds per (backend, case) (default 100)")
+    c.add_argument("--samples", type=int, default=20000, help="steps per run (default 20000)")
+    c.add_argument("--alpha", type=float, default=0.01, help="level of each run (default 0.01)")
+    c.add_argument("--power-runs", type=int, default=20, help="seeds per lossy (backend, case) (default 20)")
+    c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    c.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
+    c.set_defaults(func=_cmd_calibrate)
 
     b = sub.add_parser("backends", help="list the registered backends")
     b.add_argument("--json", action="store_true", help="as JSON")

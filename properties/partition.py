@@ -171,11 +171,14 @@ def build_partition(
             torch.tensor([v for _, v in items], dtype=torch.int64),
         )
 
-    keys, vals, rkeys, rvals = [], [], [], []
+    keys: list[torch.Tensor] = []
+    vals: list[torch.Tensor] = []
+    rkeys: list[torch.Tensor] = []
+    rvals: list[torch.Tensor] = []
     for d in range(M):
-        k, v = table(kept[d])
-        keys.append(k)
-        vals.append(v)
+        kt, vt = table(kept[d])
+        keys.append(kt)
+        vals.append(vt)
         rk, rv = table(rests[d])
         if len(rk) == 0:
             rk, rv = torch.tensor([-1]), torch.tensor([-3])

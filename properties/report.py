@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,8 @@ Block = tuple[str, Any]
 class Bars:
     title: str
     labels: list[str]
-    observed: list[float]
-    expected: list[float] | None = None
+    observed: Sequence[float]
+    expected: Sequence[float] | None = None
 
 
 def _case_table(result: AuditResult) -> Block:
@@ -158,6 +159,10 @@ def blocks_for(results: list[AuditResult], title: str) -> list[Block]:
             )
             continue
         w = r.witness
+        if r.shrunk is not None:
+            out.append(("p", "Shrunk witness (a smaller case, still rejected at alpha / cases / 64):"))
+            out.extend(_witness_blocks(r.shrunk))
+            out.append(("p", "The case first rejected:"))
         if w is not None:
             out.extend(_witness_blocks(w))
         elif r.cases:

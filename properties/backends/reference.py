@@ -38,9 +38,9 @@ def _row(
     draft: np.ndarray | None,
     target: np.ndarray,
 ) -> tuple[tuple[int, ...], int]:
-    used = target.any(axis=0)
+    used = np.asarray(target.any(axis=0))
     if draft is not None:
-        used |= draft.any(axis=0)
+        used = used | np.asarray(draft.any(axis=0))
     used[tokens[1:]] = True
     ids = np.flatnonzero(used)
     local = np.full(target.shape[1], -1)
