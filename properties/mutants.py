@@ -21,6 +21,7 @@ target_off_by_one         draft i checked against the target law one position la
 shared_uniforms           one uniform per position for the whole batch (rows not independent)
 fixed_seed                generator ignored; a private generator with a fixed seed
 global_rng                generator ignored; torch's global RNG (not reproducible)
+int16_ids                 token ids kept in 16 bits (large vocabularies: ids >= 2**16 wrap)
 tree_sentinel_child       tree walk: "no child accepted" = -1, used as an index (a non-path)
 tree_shared_q             tree rule that reuses p, q for every sibling (token-level per sibling)
 ========================  ==================================================================
@@ -57,6 +58,7 @@ CHAIN_MUTANTS: dict[str, tuple[str, str]] = {
         "generator ignored: a fixed private seed, so every call reuses the same uniforms",
     ),
     "global_rng": ("contract_violation", "generator ignored: torch's global RNG"),
+    "int16_ids": ("lossy", "token ids kept in 16 bits: ids of 2**16 and above wrap around"),
 }
 
 

@@ -137,3 +137,16 @@ def test_pytest_plugin_fixture(pytester):
         """
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_a_slow_verifier_gets_a_budget_limited_audit_that_states_its_power():
+    from specproof.properties.audit import AuditConfig, audit
+    from specproof.properties.backends import REGISTRY
+
+    result = audit(REGISTRY[("chain", "reference.token")], AuditConfig(budget_seconds=5))
+    assert result.verdict == "pass"
+    limited = [c for c in result.cases if c.budget_limited]
+    assert limited, "the pure-Python reference cannot reach the planned sample size in 5 s"
+    for c in limited:
+        assert c.n < c.planned and c.power < 0.99 and c.detectable_tv > 0.01
+    assert "detects TV" in result.summary()

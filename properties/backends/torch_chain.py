@@ -72,6 +72,7 @@ class Bugs:
     shared_uniforms: bool = False  # one uniform per position shared by all rows
     fixed_seed: bool = False  # ignores the generator: a private generator with a fixed seed
     global_rng: bool = False  # ignores the generator: draws from torch's global RNG
+    int16_ids: bool = False  # token ids kept in 16 bits (ids >= 2**16 wrap around)
 
 
 def _draw(shape: tuple[int, ...], gen: torch.Generator | None, bugs: Bugs) -> torch.Tensor:
@@ -143,6 +144,9 @@ def token_chain(
         at = torch.where(n_acc == K, torch.full_like(n_acc, -1), n_acc)
         out[:, :K] = torch.where(torch.arange(K)[None, :] < at[:, None], x, torch.full_like(x, -1))
     out[rows, at] = y
+    if bugs.int16_ids:
+        wrapped = out.to(torch.int16).to(torch.int64)
+        out = torch.where(out >= 0, wrapped.remainder(2**16) % V, out)
     return out
 
 
