@@ -146,23 +146,25 @@ class AuditResult:
             v = self.violation
             return f"{head}\n  contract violation [{v['kind']}] in case {v['case']}: {v['detail']}"
         n = sum(r.n for r in self.cases)
-        powers = [r.power for r in self.cases]
         lines = [
             head,
             f"  {len(self.cases)} cases, {n} steps, {self.seconds:.1f} s; "
             f"family-wise alpha {c.alpha:g} (Holm)",
         ]
         if self.verdict == PASS:
-            weakest = min(self.cases, key=lambda r: r.power) if self.cases else None
+            reached = [r for r in self.cases if r.power >= c.power]
             lines.append(
-                f"  no deviation detected; power against TV >= {c.tv:g} on each case's cells: "
-                f"min {min(powers):.4f}"
-                + (
-                    f" ({weakest.case.name}; detects TV {weakest.detectable_tv:.3g} at power {c.power:g})"
-                    if weakest and weakest.power < c.power
-                    else ""
-                )
+                f"  no deviation detected; power >= {c.power:g} against TV >= {c.tv:g} on "
+                f"{len(reached)}/{len(self.cases)} cases"
             )
+            short = sorted((r for r in self.cases if r.power < c.power), key=lambda r: -r.detectable_tv)
+            for r in short[:3]:
+                lines.append(
+                    f"    {r.case.name}: {r.n} steps, detects TV {r.detectable_tv:.3g} at power {c.power:g}"
+                    + (" (budget-limited)" if r.budget_limited else "")
+                )
+            if len(short) > 3:
+                lines.append(f"    ... and {len(short) - 3} more below the requested power")
         else:
             w = self.shrunk or self.witness
             if w is not None:
@@ -438,13 +440,19 @@ def audit(
             return 1.0
         return min(5.0, max(0.2, spent["actual"] / spent["predicted"]))
 
-    # 3. sample, re-sharing the remaining time before each case
+    # 3. sample, cheapest cases first, re-sharing the remaining time before each case: a case
+    #    whose share covers its planned size runs to it; the others stop when their share is spent
+    order = sorted(range(len(cases)), key=lambda j: per_row[j])
+    ran: list[int] = []
     try:
-        for i, (runner, r) in enumerate(zip(runners, results)):
+        for pos, i in enumerate(order):
+            runner, r = runners[i], results[i]
+            ran.append(i)
             t0 = time.perf_counter()
-            remaining = config.budget_seconds * 0.92 - (t0 - start)
-            needs = [cost(j, results[j].planned) * factor() for j in range(i, len(cases))]
-            allowance = math.inf if config.samples else _allocate(needs, max(0.0, remaining))[0]
+            remaining = config.budget_seconds * 0.85 - (t0 - start)
+            needs = [cost(j, results[j].planned) * factor() for j in order[pos:]]
+            share = _allocate(needs, max(0.0, remaining))[0]
+            allowance = math.inf if config.samples or share >= needs[0] else share
             bs = runner.batch_size(config)
             seqs, subs = [], []
             lengths = np.zeros(len(runner.case.parents) + 1, dtype=np.int64)
@@ -477,7 +485,7 @@ def audit(
                     break
                 seqs.append(comp.completed)
                 subs.append(inputs.sub)
-                say(runner.case.name, (i + got / r.planned) / len(cases))
+                say(runner.case.name, (pos + got / r.planned) / len(cases))
             r.n = got
             r.budget_limited = got < r.planned
             r.lengths = lengths.tolist()
@@ -485,7 +493,6 @@ def audit(
                 r.pvalue = r.p_chi2 = r.p_cells = 0.0
                 r.seconds = time.perf_counter() - t0
                 if config.stop_early:
-                    results = results[: i + 1]
                     break
                 continue
             _test(r, runner, torch.cat(seqs), torch.cat(subs), config, alpha_case)
@@ -493,17 +500,17 @@ def audit(
             spent["predicted"] += cost(i, got)
             spent["actual"] += r.seconds
             if config.stop_early and r.pvalue <= alpha_case:
-                results = results[: i + 1]
                 break
     except ContractViolation as e:
         result.verdict = VIOLATION
         result.violation = _violation(e, runner.case, "sampling")
-        result.cases = results
+        result.cases = [results[j] for j in sorted(ran)]
         result.seconds = time.perf_counter() - start
         return result
 
     # 4. verdict
     # cases skipped by an early stop count as not rejected (p = 1): Holm over all of them
+    results = [results[j] for j in sorted(ran)]
     pvalues = [r.pvalue for r in results] + [1.0] * (len(cases) - len(results))
     rejected = stats.holm(pvalues, config.alpha)[: len(results)]
     for r, rej in zip(results, rejected):

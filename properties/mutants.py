@@ -58,7 +58,7 @@ CHAIN_MUTANTS: dict[str, tuple[str, str]] = {
         "generator ignored: a fixed private seed, so every call reuses the same uniforms",
     ),
     "global_rng": ("contract_violation", "generator ignored: torch's global RNG"),
-    "int16_ids": ("lossy", "token ids kept in 16 bits: ids of 2**16 and above wrap around"),
+    "int16_ids": ("contract_violation", "token ids kept in 16 bits: ids of 2**16 and above wrap around"),
 }
 
 
