@@ -148,5 +148,9 @@ def test_a_slow_verifier_gets_a_budget_limited_audit_that_states_its_power():
     limited = [c for c in result.cases if c.budget_limited]
     assert limited, "the pure-Python reference cannot reach the planned sample size in 5 s"
     for c in limited:
-        assert c.n < c.planned and c.power < 0.99 and c.detectable_tv > 0.01
+        assert c.n < c.planned
+    # a case with one possible sequence keeps high power (any deviation is a hard failure);
+    # the others state the lower power they reached
+    weak = [c for c in limited if c.cells > 1]
+    assert weak and all(c.power < 0.99 and c.detectable_tv > 0.01 for c in weak)
     assert "detects TV" in result.summary()
