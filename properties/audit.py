@@ -39,7 +39,8 @@ from .contracts import ContractViolation, call_verifier, check_chain_output, che
 from .partition import Partition, build_partition
 
 PASS, LOSSY, VIOLATION = "pass", "lossy", "contract_violation"
-EXIT = {PASS: 0, LOSSY: 1, VIOLATION: 2}
+INCONCLUSIVE = "inconclusive"  # the budget left no time to run a single case (a usage error)
+EXIT = {PASS: 0, LOSSY: 1, VIOLATION: 2, INCONCLUSIVE: 2}
 
 
 @dataclass
@@ -128,6 +129,7 @@ class AuditResult:
     seconds: float = 0.0
     expected: str | None = None
     shrunk: CaseResult | None = None
+    skipped: list[str] = field(default_factory=list)  # cases the budget left no time to run
 
     @property
     def exit_code(self) -> int:
@@ -142,6 +144,11 @@ class AuditResult:
     def summary(self) -> str:
         c = self.config
         head = f"{self.backend} ({self.kind}; {', '.join(self.processes)}): {self.verdict.upper()}"
+        if self.verdict == INCONCLUSIVE:
+            return (
+                f"{head}\n  no case could run within --budget-seconds {self.config.budget_seconds:g}: "
+                "raise the budget"
+            )
         if self.verdict == VIOLATION and self.violation:
             v = self.violation
             return f"{head}\n  contract violation [{v['kind']}] in case {v['case']}: {v['detail']}"
@@ -165,6 +172,8 @@ class AuditResult:
                 )
             if len(short) > 3:
                 lines.append(f"    ... and {len(short) - 3} more below the requested power")
+            if self.skipped:
+                lines.append(f"    not run (no budget left): {', '.join(self.skipped)}")
         else:
             w = self.shrunk or self.witness
             if w is not None:
@@ -206,6 +215,7 @@ class AuditResult:
             "witness": None if self.witness is None else self.witness.to_json(),
             "shrunk_witness": None if self.shrunk is None else self.shrunk.to_json(),
             "cases": [r.to_json() for r in self.cases],
+            "skipped_cases": self.skipped,
         }
 
 
@@ -393,27 +403,49 @@ def audit(
     say = progress or (lambda what, frac: None)
 
     # 1. contracts, and the cost of each case (per row and per call, from two probe sizes)
-    runners: list[_Runner] = []
+    runners: dict[int, _Runner] = {}
+    skipped: list[int] = []
     checking = cases[0]
-    per_row: list[float] = []
-    per_call: list[float] = []
+    per_row: dict[int, float] = {}
+    per_call: dict[int, float] = {}
+    first_cost = 0.0
     try:
-        for i, case in enumerate(cases):
+        probe_order = sorted(range(len(cases)), key=lambda j: cases[j].vocab * len(cases[j].parents))
+        for pos, i in enumerate(probe_order):
+            case = cases[i]
             checking = case
+            if pos > 0 and time.perf_counter() - start > 0.5 * config.budget_seconds and not config.samples:
+                skipped.extend(probe_order[pos:])  # no time left even to probe them
+                break
+            if pos > 0 and not config.samples:
+                # a cost linear in the input size, from the smallest case: skip a case whose
+                # probe alone would take a quarter of the budget
+                first = cases[probe_order[0]]
+                scale = (case.vocab * len(case.parents)) / (first.vocab * len(first.parents))
+                if 3 * first_cost * scale > 0.25 * config.budget_seconds:
+                    skipped.append(i)
+                    continue
             say(f"contract check {case.name}", 0.0)
             runner = _Runner(backend, case)
-            runners.append(runner)
-            big = min(runner.batch_size(config), 256 if i == 0 or per_row[0] < 1e-4 else 16)
-            small = max(2, big // 8)
+            runners[i] = runner
+            if pos == 0:
+                small, big = 2, min(runner.batch_size(config), 256)
+            elif first_cost > 1e-3 or (first_cost > 1e-5 and case.vocab > 1000):
+                small, big = 1, 2  # a slow verifier (or a slow one at this vocabulary): probe little
+            else:
+                small, big = 2, min(runner.batch_size(config), 256 if first_cost < 1e-4 else 16)
             times = []
             for j, rows in enumerate((small, big)):
                 t0 = time.perf_counter()
                 runner.run(rows, _gen(config.seed, i, 0, 2 * j), _gen(config.seed, i, 0, 2 * j + 1))
                 times.append(time.perf_counter() - t0)
+                if pos == 0 and j == 0 and times[0] / small > 1e-3:
+                    big = min(big, 8)
             b = max((times[1] - times[0]) / (big - small), times[1] / big / 4, 1e-7)
-            per_row.append(b)
-            per_call.append(max(0.0, times[1] - b * big))
-        candidates = [r for r in runners if not r.case.paired and _collision(r.models) <= 0.9]
+            per_row[i] = b
+            per_call[i] = max(0.0, times[1] - b * big)
+            first_cost = first_cost if pos else b
+        candidates = [r for r in runners.values() if not r.case.paired and _collision(r.models) <= 0.9]
         entropic = min(candidates, key=lambda r: _collision(r.models)) if candidates else None
         if entropic is not None:
             checking = entropic.case
@@ -442,7 +474,7 @@ def audit(
 
     # 3. sample, cheapest cases first, re-sharing the remaining time before each case: a case
     #    whose share covers its planned size runs to it; the others stop when their share is spent
-    order = sorted(range(len(cases)), key=lambda j: per_row[j])
+    order = sorted(runners, key=lambda j: per_row[j])
     ran: list[int] = []
     try:
         for pos, i in enumerate(order):
@@ -450,6 +482,10 @@ def audit(
             ran.append(i)
             t0 = time.perf_counter()
             remaining = config.budget_seconds * 0.85 - (t0 - start)
+            if remaining <= 0 and not config.samples:
+                ran.pop()
+                skipped.append(i)
+                continue
             needs = [cost(j, results[j].planned) * factor() for j in order[pos:]]
             share = _allocate(needs, max(0.0, remaining))[0]
             allowance = math.inf if config.samples or share >= needs[0] else share
@@ -511,12 +547,15 @@ def audit(
     # 4. verdict
     # cases skipped by an early stop count as not rejected (p = 1): Holm over all of them
     results = [results[j] for j in sorted(ran)]
+    result.skipped = [cases[j].name for j in sorted(skipped)]
     pvalues = [r.pvalue for r in results] + [1.0] * (len(cases) - len(results))
     rejected = stats.holm(pvalues, config.alpha)[: len(results)]
     for r, rej in zip(results, rejected):
         r.rejected = rej
     result.cases = results
     result.verdict = LOSSY if any(rejected) else PASS
+    if not results:
+        result.verdict = INCONCLUSIVE
     if result.verdict == PASS and entropic is not None and backend.law != "greedy":
         # A verifier found lossless must still draw from its generator (checked after the
         # statistics: a lossy verifier may be deterministic for the very reason it is lossy).

@@ -144,8 +144,32 @@ def _register_alternatives() -> None:
     )
 
 
+def _lazy(module: str, attr: str) -> Callable[..., Any]:
+    """Import the optimized engine (and Triton) only when its backend is first called."""
+
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(module), attr)(*args)
+
+    call.__name__ = attr
+    return call
+
+
+def _register_optimized() -> None:
+    register(
+        Backend(
+            "optimized.token",
+            "chain",
+            _lazy("specproof.optimized.token", "token_verifier"),
+            CHAIN_PROCESSES,
+            doc="Triton kernel: token-level verification (interpreter on CPU)",
+            group="optimized",
+        )
+    )
+
+
 _register_reference()
 _register_alternatives()
+_register_optimized()
 
 
 class TargetError(ValueError):

@@ -1,0 +1,1 @@
+"""Triton kernels of the optimized engine, one module per rule."""

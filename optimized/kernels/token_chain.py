@@ -1,0 +1,60 @@
+"""Token-level verification of a chain, one program per row (reference: ``rules/token.py``).
+
+Reads only what the step needs: the K gathered values ``p_i(x_i)`` and ``q_i(x_i)``, then the
+one row where the step stops (its residual, or the bonus law), never the other rows.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .sampling import inverse_cdf, residual_mass
+
+
+@triton.jit
+def token_chain_kernel(
+    x_ptr,
+    q_ptr,
+    p_ptr,
+    ua_ptr,
+    uf_ptr,
+    out_ptr,
+    K,
+    V,
+    HAS_Q: tl.constexpr,
+    KB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    ks = tl.arange(0, KB)
+    kmask = ks < K
+    x = tl.load(x_ptr + b * K + ks, mask=kmask, other=0).to(tl.int64)
+    px = tl.load(p_ptr + (b * (K + 1) + ks) * V + x, mask=kmask, other=0.0).to(tl.float64)
+    if HAS_Q:
+        qx = tl.load(q_ptr + (b * K + ks) * V + x, mask=kmask, other=1.0).to(tl.float64)
+    else:
+        qx = tl.full((KB,), 1.0, tl.float64)
+    ratio = px / tl.where(qx == 0, 1.0, qx)
+    acc = tl.where(qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(ratio, 1.0))
+    u = tl.load(ua_ptr + b * (K + 1) + 1 + ks, mask=kmask, other=1.0).to(tl.float64)
+    rejected = kmask & ~(u < acc)
+    r = tl.min(tl.where(rejected, ks, K), 0)  # drafts 0..r-1 accepted; the step stops at node r
+    tl.store(out_ptr + b * (K + 1) + ks, x, mask=ks < r)
+
+    p_row = p_ptr + (b * (K + 1) + r) * V
+    q_row = q_ptr + (b * K + r) * V
+    x_r = tl.load(x_ptr + b * K + tl.minimum(r, K - 1), mask=K > 0, other=0).to(tl.int64)
+    uf = tl.load(uf_ptr + b).to(tl.float64)
+    if r < K:
+        total1 = residual_mass(p_row, q_row, x_r, V, HAS_Q, BLOCK)
+        if total1 > 0:
+            if HAS_Q:
+                y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 1, BLOCK)
+            else:
+                y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 2, BLOCK)
+        else:  # (p - q)+ has no mass: the reference's documented fallback, p itself
+            y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 0, BLOCK)
+    else:
+        y = inverse_cdf(p_row, q_row, x_r, 1.0, uf, V, 0, BLOCK)
+    tl.store(out_ptr + b * (K + 1) + r, y)

@@ -1,0 +1,122 @@
+"""Batched input validation, before any kernel launch.
+
+Raises the reference's exception classes (:mod:`specproof.reference.errors`) naming the
+argument and the first offending entry, e.g. ``target_probs[1, 2]: sums to 0.9, not 1``.
+
+Low precision: a law given in float16 or bfloat16 is read exactly (every value widened to
+float64) and must sum to 1 within ``max(1e-6, 2 eps(dtype))``: storing a normalized law in that
+dtype rounds each value by at most ``eps / 2`` relative, so the sum moves by at most ``eps / 2``.
+The kernels never renormalize: they compute in float64 on the values as given, exactly as the
+reference does on the same numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specproof.reference.errors import (
+    DTypeError,
+    NegativeMassError,
+    NonFiniteError,
+    NotNormalizedError,
+    ShapeError,
+    TokenOutOfRangeError,
+    ZeroDraftProbabilityError,
+)
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def tolerance(dtype: torch.dtype, vocab: int = 0) -> float:
+    """How far from 1 a law stored in ``dtype`` may sum."""
+    return max(1e-6, 2 * torch.finfo(dtype).eps)
+
+
+def _where(mask: torch.Tensor) -> str:
+    idx = mask.nonzero()[0].tolist()
+    return ", ".join(str(i) for i in idx)
+
+
+def check_laws(probs: torch.Tensor, argument: str) -> None:
+    """Rank 3 [B, N, V], a float dtype, finite, nonnegative, rows summing to 1."""
+    if not isinstance(probs, torch.Tensor):
+        raise DTypeError(argument, f"expected a torch.Tensor, got {type(probs).__name__}")
+    if probs.dtype not in FLOAT_DTYPES:
+        raise DTypeError(
+            argument, f"expected a float dtype (float16, bfloat16, float32, float64), got {probs.dtype}"
+        )
+    if probs.dim() != 3 or probs.shape[-1] == 0:
+        raise ShapeError(argument, f"expected a [B, N, V] tensor with V > 0, got shape {tuple(probs.shape)}")
+    wide = probs.double()
+    bad = ~torch.isfinite(wide)
+    if bad.any():
+        at = _where(bad)
+        raise NonFiniteError(f"{argument}[{at}]", "is not a finite probability")
+    neg = wide < 0
+    if neg.any():
+        at = _where(neg)
+        raise NegativeMassError(f"{argument}[{at}]", f"is negative ({float(wide[tuple(neg.nonzero()[0])])})")
+    sums = wide.sum(dim=-1)
+    tol = tolerance(probs.dtype, probs.shape[-1])
+    off = (sums - 1).abs() > tol
+    if off.any():
+        b, i = off.nonzero()[0].tolist()
+        raise NotNormalizedError(
+            f"{argument}[{b}, {i}]", f"sums to {float(sums[b, i])!r}, not 1 (tolerance {tol:g})"
+        )
+
+
+def check_tokens(tokens: torch.Tensor, argument: str, vocab: int) -> None:
+    if not isinstance(tokens, torch.Tensor):
+        raise DTypeError(argument, f"expected a torch.Tensor, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise DTypeError(argument, f"expected integer token ids, got {tokens.dtype}")
+    out = (tokens < 0) | (tokens >= vocab)
+    if out.any():
+        at = tuple(out.nonzero()[0].tolist())
+        raise TokenOutOfRangeError(
+            f"{argument}[{', '.join(map(str, at))}]",
+            f"is {int(tokens[at])}, outside [0, {vocab}) (vocabulary {vocab})",
+        )
+
+
+def check_uniforms(u: torch.Tensor, argument: str, shape: tuple[int, ...]) -> None:
+    if not isinstance(u, torch.Tensor) or not u.dtype.is_floating_point:
+        raise DTypeError(argument, "expected a float tensor of uniforms")
+    if tuple(u.shape) != shape:
+        raise ShapeError(argument, f"has shape {tuple(u.shape)}, expected {shape}")
+    bad = ~((u >= 0) & (u < 1))
+    if bad.any():
+        at = _where(bad)
+        raise ShapeError(f"{argument}[{at}]", "is not a uniform in [0, 1)")
+
+
+def check_chain(
+    draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor
+) -> tuple[int, int, int]:
+    """The chain contract's inputs; returns (B, K, V)."""
+    check_laws(target_probs, "target_probs")
+    B, N, V = target_probs.shape
+    K = N - 1
+    if not isinstance(draft_token_ids, torch.Tensor) or draft_token_ids.dim() != 2:
+        raise ShapeError("draft_token_ids", "expected a [B, K] tensor")
+    if tuple(draft_token_ids.shape) != (B, K):
+        raise ShapeError(
+            "draft_token_ids",
+            f"has shape {tuple(draft_token_ids.shape)}, expected {(B, K)} (target_probs is [B, K+1, V])",
+        )
+    check_tokens(draft_token_ids, "draft_token_ids", V)
+    if draft_probs is not None:
+        check_laws(draft_probs, "draft_probs")
+        if tuple(draft_probs.shape) != (B, K, V):
+            raise ShapeError("draft_probs", f"has shape {tuple(draft_probs.shape)}, expected {(B, K, V)}")
+        qx = draft_probs.gather(2, draft_token_ids.long()[:, :, None]).squeeze(2)
+        zero = qx <= 0
+        if zero.any():
+            b, k = zero.nonzero()[0].tolist()
+            x = int(draft_token_ids[b, k])
+            raise ZeroDraftProbabilityError(
+                f"draft_probs[{b}, {k}, {x}]",
+                f"is 0 but token {x} was drafted from that law (row {b}, draft {k})",
+            )
+    return B, K, V

@@ -1,0 +1,187 @@
+"""The optimized engine against the reference, sample for sample (Triton interpreter on CPU).
+
+Fed the same uniforms, the kernel and the reference rule return the same tokens on every drawn
+batch: vocabularies that are not powers of two nor multiples of the block size (128), K from 1
+to 8, sampled and deterministic drafts, float32 / float16 / bfloat16 laws with zeros, ties and
+tiny masses. Malformed inputs raise the reference's exceptions before any kernel launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specproof.optimized import token
+from specproof.optimized.validate import tolerance
+from specproof.reference import RULES, TapeReader, make_step
+from specproof.reference.errors import (
+    DTypeError,
+    NegativeMassError,
+    NonFiniteError,
+    NotNormalizedError,
+    ShapeError,
+    TokenOutOfRangeError,
+    ZeroDraftProbabilityError,
+)
+
+token_module = importlib.import_module("specproof.optimized.token")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def laws(rng: np.random.Generator, shape: tuple[int, ...], dtype: torch.dtype, style: str) -> torch.Tensor:
+    V = shape[-1]
+    if style == "random":
+        w = rng.random(shape) ** 3
+        w[rng.random(shape) < 0.3] = 0
+    elif style == "ties":
+        w = rng.integers(1, 3, shape).astype(float)
+    elif style == "onehot":
+        w = np.zeros(shape)
+        idx = rng.integers(0, V, shape[:-1])
+        np.put_along_axis(w, idx[..., None], 1.0, axis=-1)
+    else:  # tiny masses next to large ones
+        w = np.where(rng.random(shape) < 0.5, 1e-6, rng.random(shape))
+    w[..., int(rng.integers(V))] += 1e-3  # never an all-zero row
+    t = torch.tensor(w / w.sum(-1, keepdims=True), dtype=torch.float64).to(dtype)
+    return (t.double() / t.double().sum(-1, keepdim=True)).to(dtype)
+
+
+def reference_rows(x, dp, tp, ua, uf, dtype):
+    B, K = x.shape
+    out = []
+    for b in range(B):
+        step = make_step(
+            list(range(-1, K)),
+            [0] + x[b].tolist(),
+            None if dp is None else [r.tolist() for r in dp[b].double()] + [tp[b, K].double().tolist()],
+            [r.tolist() for r in tp[b].double()],
+            tol=tolerance(dtype),
+        )
+        oc = RULES["token"](TapeReader({"accept": ua[b].tolist(), "final": [float(uf[b])]}), step)
+        out.append(list(oc.emitted(step)))
+    return out
+
+
+@given(
+    B=st.integers(1, 3),
+    K=st.integers(1, 8),
+    V=st.sampled_from([2, 3, 5, 7, 13, 100, 129, 200]),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    deterministic=st.booleans(),
+    style=st.sampled_from(["random", "ties", "onehot", "tiny"]),
+    draft_is_target=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_token_kernel_equals_the_reference_on_the_same_uniforms(
+    B, K, V, dtype, deterministic, style, draft_is_target, seed
+):
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype]
+    tp = laws(rng, (B, K + 1, V), dt, style)
+    if deterministic:
+        dp = None
+        x = torch.tensor(rng.integers(0, V, (B, K)))
+    else:
+        dp = tp[:, :K].clone() if draft_is_target else laws(rng, (B, K, V), dt, "random")
+        x = torch.stack([torch.multinomial(dp[b].float(), 1).squeeze(1) for b in range(B)])
+    ua = torch.tensor(rng.random((B, K + 1)))
+    uf = torch.tensor(rng.random(B))
+    got = [[t for t in row if t >= 0] for row in token(x, dp, tp, ua, uf).tolist()]
+    assert got == reference_rows(x, dp, tp, ua, uf, dt)
+
+
+def test_extreme_uniforms_accept_everything_or_reject_at_once():
+    rng = np.random.default_rng(3)
+    tp = laws(rng, (2, 4, 7), torch.float32, "random")
+    dp = laws(rng, (2, 3, 7), torch.float32, "random")
+    x = torch.stack([torch.multinomial(dp[b], 1).squeeze(1) for b in range(2)])
+    for u in (0.0, 1 - 2**-53):
+        ua = torch.full((2, 4), u, dtype=torch.float64)
+        uf = torch.full((2,), u, dtype=torch.float64)
+        got = [[t for t in row if t >= 0] for row in token(x, dp, tp, ua, uf).tolist()]
+        assert got == reference_rows(x, dp, tp, ua, uf, torch.float32)
+
+
+def _valid(B=2, K=3, V=5):
+    rng = np.random.default_rng(0)
+    tp = laws(rng, (B, K + 1, V), torch.float32, "random")
+    dp = laws(rng, (B, K, V), torch.float32, "ties")
+    x = torch.zeros(B, K, dtype=torch.int64)
+    return (
+        x,
+        dp,
+        tp,
+        torch.full((B, K + 1), 0.5, dtype=torch.float64),
+        torch.full((B,), 0.5, dtype=torch.float64),
+    )
+
+
+def _bad(case):
+    x, dp, tp, ua, uf = _valid()
+    if case == "nan":
+        tp[1, 2, 3] = float("nan")
+    elif case == "negative":
+        dp[0, 1, 2] = -0.1
+    elif case == "unnormalized":
+        tp[0, 0] *= 0.9
+    elif case == "token_range":
+        x[1, 2] = 5
+    elif case == "zero_draft":
+        dp[0, 0, 0] = 0.0
+        dp[0, 0] /= dp[0, 0].sum()
+    elif case == "shape":
+        x = x[:, :2]
+    elif case == "dtype":
+        x = x.float()
+    elif case == "uniform":
+        ua[0, 1] = 1.0
+    return x, dp, tp, ua, uf
+
+
+@pytest.mark.parametrize(
+    ("case", "error", "argument"),
+    [
+        ("nan", NonFiniteError, "target_probs[1, 2, 3]"),
+        ("negative", NegativeMassError, "draft_probs[0, 1, 2]"),
+        ("unnormalized", NotNormalizedError, "target_probs[0, 0]"),
+        ("token_range", TokenOutOfRangeError, "draft_token_ids[1, 2]"),
+        ("zero_draft", ZeroDraftProbabilityError, "draft_probs[0, 0, 0]"),
+        ("shape", ShapeError, "draft_token_ids"),
+        ("dtype", DTypeError, "draft_token_ids"),
+        ("uniform", ShapeError, "u_accept[0, 1]"),
+    ],
+)
+def test_malformed_inputs_raise_before_any_launch(monkeypatch, case, error, argument):
+    class NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("the kernel was launched on malformed input")
+
+    monkeypatch.setattr(token_module, "token_chain_kernel", NoLaunch())
+    with pytest.raises(error) as e:
+        token(*_bad(case))
+    assert e.value.argument == argument
+
+
+def test_low_precision_laws_are_read_as_given_within_their_tolerance():
+    x, dp, tp, ua, uf = _valid()
+    half = tp.to(torch.bfloat16)
+    assert abs(float(half.double().sum(-1).max()) - 1) <= tolerance(torch.bfloat16)
+    token(x, dp.to(torch.bfloat16), half, ua, uf)  # accepted as it is
+    off = half.clone()
+    off[0, 0] *= 0.95
+    with pytest.raises(NotNormalizedError):
+        token(x, dp.to(torch.bfloat16), off, ua, uf)
+
+
+def test_optimized_token_backend_passes_its_audit_within_budget():
+    from specproof.properties.audit import AuditConfig, audit
+    from specproof.properties.backends import REGISTRY
+
+    result = audit(REGISTRY[("chain", "optimized.token")], AuditConfig(budget_seconds=12))
+    assert result.verdict == "pass", result.summary()
+    assert sum(c.n for c in result.cases) > 0
