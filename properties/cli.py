@@ -136,8 +136,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                 # Triton's CPU interpreter runs tens of rows per second: no statistical power in
                 # this budget. The kernels are held to the reference sample for sample instead
                 # (tests/test_optimized_coupled.py); `--group optimized` audits them anyway.
-                print("(optimized.* skipped: no CUDA; run `specproof audit --group optimized` to audit them "
-                      "under the Triton interpreter)")
+                print(
+                    "(optimized.* skipped: no CUDA; run `specproof audit --group optimized` to audit them "
+                    "under the Triton interpreter)"
+                )
                 backends = [b for b in backends if b.group != "optimized"]
             for i, b in enumerate(backends):
                 r = audit(b, config, _bar(show, f"[{i + 1}/{len(backends)}] {b.name}"))

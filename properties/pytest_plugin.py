@@ -10,7 +10,8 @@ cores. Each item audits its case at level ``alpha / cases`` (Bonferroni, so the 
 false-alarm rate over all items stays below ``--specproof-alpha``) with its own time budget,
 and fails with the case's witness. Options: ``--specproof-alpha`` (1e-6), ``--specproof-tv``
 (0.01), ``--specproof-power`` (0.99), ``--specproof-seed`` (0), ``--specproof-budget-seconds``
-(per case, 10).
+(per case, 10), ``--specproof-samples`` (a fixed sample size per case: the verdicts then do not
+depend on machine load).
 
 In a test of your own, the ``specproof_audit`` fixture is :func:`specproof.properties.audit.audit`
 with the target resolved for you::
@@ -42,6 +43,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--specproof-power", type=float, default=0.99, help="power wanted at that TV")
     g.addoption("--specproof-seed", type=int, default=0, help="seed")
     g.addoption("--specproof-budget-seconds", type=float, default=10.0, help="time budget per case")
+    g.addoption(
+        "--specproof-samples",
+        type=int,
+        default=None,
+        help="fixed steps per case instead of the planner's (deterministic, independent of machine load)",
+    )
 
 
 class SpecproofCaseItem(pytest.Item):
@@ -53,7 +60,7 @@ class SpecproofCaseItem(pytest.Item):
         self.result: Any = None
 
     def runtest(self) -> None:
-        from .audit import PASS, AuditConfig, audit
+        from .audit import INCONCLUSIVE, PASS, AuditConfig, audit
 
         opt = self.config.getoption
         config = AuditConfig(
@@ -62,9 +69,15 @@ class SpecproofCaseItem(pytest.Item):
             power=opt("specproof_power"),
             seed=opt("specproof_seed"),
             budget_seconds=opt("specproof_budget_seconds"),
+            samples=opt("specproof_samples"),
             cases=[self.case],
         )
         self.result = audit(self.backend, config)
+        if self.result.verdict == INCONCLUSIVE:
+            pytest.skip(
+                f"{self.case.name}: no time to run within "
+                f"--specproof-budget-seconds {config.budget_seconds:g}"
+            )
         if self.result.verdict != PASS:
             raise SpecproofCaseFailure(self.result)
 
