@@ -6,7 +6,8 @@ uniforms in the reference's tape layout: ``u_accept[b, c]`` is site ``("accept",
 uniforms it returns what :func:`specproof.reference.rules.token` returns for each row (the
 coupling test: ``tests/test_optimized_coupled.py``). ``token_verifier`` draws the uniforms from
 a ``torch.Generator`` and implements the chain contract; it is registered as backend
-``optimized.token``.
+``optimized.token``. Rule: Leviathan et al. 2023, Chen et al. 2023 (proofs_notes/token.md);
+coupling to the reference: proofs_notes/optimized_coupling.md.
 """
 
 from __future__ import annotations
