@@ -11,9 +11,9 @@ Triton kernels run on CUDA tensors when a GPU is present; on CPU tensors they ru
 interpreter, which this package switches on (``TRITON_INTERPRET=1``) when CUDA is absent and
 the variable is unset. It must be set before Triton is first imported.
 
-Kernels implemented so far: token-level verification of chains (sampled and deterministic
-drafts). The others of issue 4 (block, typical, tree rules, tree buffers, tree attention) are
-still to come.
+Rules: ``token`` and ``block`` (chains), ``mss``, ``rrs``, ``target_only``, ``greedy`` and
+``typical`` (trees; a chain is a tree). Each module's ``*_verifier`` draws the uniforms from a
+``torch.Generator`` and is registered as backend ``optimized.<rule>``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,28 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from .block import block, block_verifier  # noqa: E402
+from .greedy import greedy, greedy_verifier  # noqa: E402
+from .mss import mss, mss_verifier  # noqa: E402
+from .rrs import rrs, rrs_verifier  # noqa: E402
+from .target_only import target_only, target_only_verifier  # noqa: E402
 from .token import token, token_verifier  # noqa: E402
+from .typical import typical, typical_chain_verifier, typical_verifier  # noqa: E402
 
-__all__ = ["token", "token_verifier"]
+__all__ = [
+    "block",
+    "block_verifier",
+    "greedy",
+    "greedy_verifier",
+    "mss",
+    "mss_verifier",
+    "rrs",
+    "rrs_verifier",
+    "target_only",
+    "target_only_verifier",
+    "token",
+    "token_verifier",
+    "typical",
+    "typical_chain_verifier",
+    "typical_verifier",
+]

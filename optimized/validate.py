@@ -37,8 +37,9 @@ def _where(mask: torch.Tensor) -> str:
     return ", ".join(str(i) for i in idx)
 
 
-def check_laws(probs: torch.Tensor, argument: str) -> None:
-    """Rank 3 [B, N, V], a float dtype, finite, nonnegative, rows summing to 1."""
+def check_laws(probs: torch.Tensor, argument: str, rows: torch.Tensor | None = None) -> None:
+    """Rank 3 [B, N, V], a float dtype, finite, nonnegative, rows summing to 1 (only the rows
+    where the boolean ``rows [B, N]`` is True, when it is given)."""
     if not isinstance(probs, torch.Tensor):
         raise DTypeError(argument, f"expected a torch.Tensor, got {type(probs).__name__}")
     if probs.dtype not in FLOAT_DTYPES:
@@ -59,6 +60,8 @@ def check_laws(probs: torch.Tensor, argument: str) -> None:
     sums = wide.sum(dim=-1)
     tol = tolerance(probs.dtype, probs.shape[-1])
     off = (sums - 1).abs() > tol
+    if rows is not None:
+        off &= rows
     if off.any():
         b, i = off.nonzero()[0].tolist()
         raise NotNormalizedError(
@@ -120,3 +123,61 @@ def check_chain(
                 f"is 0 but token {x} was drafted from that law (row {b}, draft {k})",
             )
     return B, K, V
+
+
+def check_tree(
+    parents: torch.Tensor,
+    tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+) -> tuple[int, int, int]:
+    """The tree contract's inputs; returns (B, N, V).
+
+    Each row of ``parents`` must be a draft tree in the reference's convention; a malformed row
+    is handed to :func:`specproof.reference.tree.validate_parents` (argument ``parents[b]``),
+    which raises the specific error. Only the draft laws of nodes with children are read, so
+    only those rows must sum to 1; every row must be finite and nonnegative.
+    """
+    if not isinstance(parents, torch.Tensor) or parents.dim() != 2 or parents.shape[1] == 0:
+        raise ShapeError("parents", "expected a [B, N] tensor with N >= 1")
+    if parents.dtype.is_floating_point or parents.dtype.is_complex or parents.dtype == torch.bool:
+        raise DTypeError("parents", f"expected integer parent indices, got {parents.dtype}")
+    B, N = parents.shape
+    par = parents.detach().to("cpu", torch.int64)
+    idx = torch.arange(N)
+    ok = (par[:, 0] == -1) & ((par[:, 1:] >= 0) & (par[:, 1:] < idx[1:])).all(dim=1)
+    if not bool(ok.all()):
+        from specproof.reference.tree import validate_parents
+
+        b = int((~ok).nonzero()[0])
+        validate_parents(par[b].tolist(), f"parents[{b}]")
+        raise AssertionError("unreachable: the row failed the batched check")  # pragma: no cover
+    check_laws(target_probs, "target_probs")
+    if tuple(target_probs.shape[:2]) != (B, N):
+        raise ShapeError("target_probs", f"has shape {tuple(target_probs.shape)}, expected [{B}, {N}, V]")
+    V = target_probs.shape[2]
+    if not isinstance(tokens, torch.Tensor) or tuple(tokens.shape) != (B, N):
+        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ShapeError("tokens", f"has shape {got}, expected {(B, N)}")
+    check_tokens(tokens, "tokens", V)
+    if draft_probs is not None:
+        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (B, N, V):
+            got = tuple(draft_probs.shape) if isinstance(draft_probs, torch.Tensor) else None
+            raise ShapeError("draft_probs", f"has shape {got}, expected {(B, N, V)}")
+        has_kids = torch.zeros(B, N, dtype=torch.bool)
+        if N > 1:
+            has_kids.scatter_(1, par[:, 1:], True)
+        check_laws(draft_probs, "draft_probs", rows=has_kids.to(draft_probs.device))
+        if N > 1:
+            tok = tokens.long().to(draft_probs.device)
+            par_d = par[:, 1:].to(draft_probs.device)
+            qx = draft_probs.reshape(B, N * V).gather(1, par_d * V + tok[:, 1:])
+            zero = qx <= 0
+            if zero.any():
+                b, c = zero.nonzero()[0].tolist()
+                v, x = int(par[b, c + 1]), int(tok[b, c + 1])
+                raise ZeroDraftProbabilityError(
+                    f"draft_probs[{b}, {v}, {x}]",
+                    f"is 0 but token {x} was drafted at node {c + 1} from node {v}'s draft law (row {b})",
+                )
+    return B, N, V

@@ -15,8 +15,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from optimized_helpers import DTYPES, laws
 
-from specproof.optimized import token
+from specproof.optimized import block, token
+from specproof.optimized.typical import typical_chain_verifier
 from specproof.optimized.validate import tolerance
 from specproof.reference import RULES, TapeReader, make_step
 from specproof.reference.errors import (
@@ -30,28 +32,9 @@ from specproof.reference.errors import (
 )
 
 token_module = importlib.import_module("specproof.optimized.token")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def laws(rng: np.random.Generator, shape: tuple[int, ...], dtype: torch.dtype, style: str) -> torch.Tensor:
-    V = shape[-1]
-    if style == "random":
-        w = rng.random(shape) ** 3
-        w[rng.random(shape) < 0.3] = 0
-    elif style == "ties":
-        w = rng.integers(1, 3, shape).astype(float)
-    elif style == "onehot":
-        w = np.zeros(shape)
-        idx = rng.integers(0, V, shape[:-1])
-        np.put_along_axis(w, idx[..., None], 1.0, axis=-1)
-    else:  # tiny masses next to large ones
-        w = np.where(rng.random(shape) < 0.5, 1e-6, rng.random(shape))
-    w[..., int(rng.integers(V))] += 1e-3  # never an all-zero row
-    t = torch.tensor(w / w.sum(-1, keepdims=True), dtype=torch.float64).to(dtype)
-    return (t.double() / t.double().sum(-1, keepdim=True)).to(dtype)
-
-
-def reference_rows(x, dp, tp, ua, uf, dtype):
+def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept"):
     B, K = x.shape
     out = []
     for b in range(B):
@@ -62,7 +45,7 @@ def reference_rows(x, dp, tp, ua, uf, dtype):
             [r.tolist() for r in tp[b].double()],
             tol=tolerance(dtype),
         )
-        oc = RULES["token"](TapeReader({"accept": ua[b].tolist(), "final": [float(uf[b])]}), step)
+        oc = RULES[rule](TapeReader({site: ua[b].tolist(), "final": [float(uf[b])]}), step)
         out.append(list(oc.emitted(step)))
     return out
 
@@ -93,6 +76,45 @@ def test_token_kernel_equals_the_reference_on_the_same_uniforms(
     uf = torch.tensor(rng.random(B))
     got = [[t for t in row if t >= 0] for row in token(x, dp, tp, ua, uf).tolist()]
     assert got == reference_rows(x, dp, tp, ua, uf, dt)
+
+
+@given(
+    B=st.integers(1, 3),
+    K=st.integers(1, 8),
+    V=st.sampled_from([2, 3, 5, 7, 13, 100, 129]),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    deterministic=st.booleans(),
+    style=st.sampled_from(["random", "ties", "onehot", "tiny"]),
+    draft_is_target=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_block_kernel_equals_the_reference_on_the_same_uniforms(
+    B, K, V, dtype, deterministic, style, draft_is_target, seed
+):
+    rng = np.random.default_rng(seed)
+    dt = DTYPES[dtype]
+    tp = laws(rng, (B, K + 1, V), dt, style)
+    if deterministic:
+        dp = None
+        x = torch.tensor(rng.integers(0, V, (B, K)))
+    else:
+        dp = tp[:, :K].clone() if draft_is_target else laws(rng, (B, K, V), dt, "random")
+        x = torch.stack([torch.multinomial(dp[b].float(), 1).squeeze(1) for b in range(B)])
+    ue = torch.tensor(rng.random((B, K + 1)))
+    uf = torch.tensor(rng.random(B))
+    got = [[t for t in row if t >= 0] for row in block(x, dp, tp, ue, uf, block=32).tolist()]
+    assert got == reference_rows(x, dp, tp, ue, uf, dt, rule="block", site="eta")
+
+
+def test_typical_chain_wrapper_matches_the_reference_chain_adapter_layout():
+    # the chain wrapper verifies [-1, 0, ..., K-1] and pads like every chain verifier
+    rng = np.random.default_rng(5)
+    tp = laws(rng, (3, 4, 6), torch.float32, "random")
+    x = torch.stack([torch.multinomial(tp[b, :3], 1).squeeze(1) for b in range(3)])
+    out = typical_chain_verifier(x, None, tp, torch.Generator().manual_seed(0))
+    for b, row in enumerate(out.tolist()):
+        L = sum(t >= 0 for t in row) - 1
+        assert row[:L] == x[b, :L].tolist() and all(t == -1 for t in row[L + 1 :])
 
 
 def test_extreme_uniforms_accept_everything_or_reject_at_once():

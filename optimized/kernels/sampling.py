@@ -5,6 +5,15 @@ sums are ``cumsum`` of the block with the carry added to its first element, whic
 left-to-right order whenever ``tl.cumsum`` scans sequentially (it does under the interpreter);
 a parallel scan on a GPU may round partial sums differently, which moves a sampled token only
 when ``u * total`` falls within rounding of a partial sum.
+
+The weights of a row (``row_weights``), by ``MODE``:
+
+* 0: ``p`` itself (a bonus draw, or a residual's fallback when ``(p - q)+`` has no mass);
+* 1: ``(a p - q)+ / total1`` with q a given law (token-level: a = 1; block: a = p_tau);
+* 2: the same with q one-hot at ``x_det`` (a deterministic draft);
+* 3: ``p`` with the ids in ``drop`` (a vector; entries < 0 ignored) set to 0, not renormalized
+  (the target-only rule's "no child accepted" law);
+* 4: ``p`` where ``p >= a``, else 0, not renormalized (typical acceptance's truncated law).
 """
 
 from __future__ import annotations
@@ -20,27 +29,33 @@ def running_sums(w, carry, offs, start):
 
 
 @triton.jit
-def row_weights(p_row, q_row, x_det, offs, mask, MODE: tl.constexpr, total1):
-    """The weights the final draw uses on one block.
+def last_of(sums, offs, start, V, BLOCK: tl.constexpr):
+    """The block's last running sum (the carry into the next block); exact for any sign, since
+    the other terms of the sum are zeros."""
+    return tl.sum(tl.where(offs == tl.minimum(V, start + BLOCK) - 1, sums, 0.0), 0)
 
-    MODE 0: ``p`` itself (the bonus draw, or the residual's fallback when ``(p - q)+`` has no
-    mass); MODE 1: ``(p - q)+ / total1`` with q a given law; MODE 2: the same with q one-hot at
-    ``x_det`` (a deterministic draft).
-    """
+
+@triton.jit
+def row_weights(p_row, q_row, x_det, offs, mask, MODE: tl.constexpr, total1, a, drop):
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
     if MODE == 0:
         return p
+    if MODE == 4:
+        return tl.where(p >= a, p, 0.0)
+    if MODE == 3:
+        hit = tl.sum(tl.where(offs[:, None] == drop[None, :], 1, 0), 1) > 0
+        return tl.where(hit, 0.0, p)
     if MODE == 1:
         q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
     else:
         q = tl.where(offs == x_det, 1.0, 0.0).to(tl.float64)
-    w = tl.maximum(p - q, 0.0)
+    w = tl.maximum(a * p - q, 0.0)
     return w / total1
 
 
 @triton.jit
-def residual_mass(p_row, q_row, x_det, V, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
-    """``sum((p - q)+)`` over the row, left to right."""
+def residual_mass(p_row, q_row, x_det, a, V, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+    """``sum((a p - q)+)`` over the row, left to right (q one-hot at x_det without HAS_Q)."""
     carry = tl.zeros((), dtype=tl.float64)
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
@@ -50,14 +65,15 @@ def residual_mass(p_row, q_row, x_det, V, HAS_Q: tl.constexpr, BLOCK: tl.constex
             q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
         else:
             q = tl.where(offs == x_det, 1.0, 0.0).to(tl.float64)
-        w = tl.where(mask, tl.maximum(p - q, 0.0), 0.0)
-        sums = running_sums(w, carry, offs, start)
-        carry = tl.max(tl.where(offs == tl.minimum(V, start + BLOCK) - 1, sums, -1.0), 0)
+        w = tl.where(mask, tl.maximum(a * p - q, 0.0), 0.0)
+        carry = last_of(running_sums(w, carry, offs, start), offs, start, V, BLOCK)
     return carry
 
 
 @triton.jit
-def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl.constexpr):
+def inverse_cdf(
+    p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl.constexpr, a=1.0, drop=None
+):
     """The reference's ``categorical_from_uniform(u, weights)`` on the row's weights: the
     smallest i with ``u * sum(weights) < cumsum[i]`` (and weights[i] > 0), else the last
     positive index."""
@@ -65,9 +81,8 @@ def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < V
-        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, MODE, total1), 0.0)
-        sums = running_sums(w, carry, offs, start)
-        carry = tl.max(tl.where(offs == tl.minimum(V, start + BLOCK) - 1, sums, -1.0), 0)
+        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, MODE, total1, a, drop), 0.0)
+        carry = last_of(running_sums(w, carry, offs, start), offs, start, V, BLOCK)
     target = u * carry
     carry = tl.zeros((), dtype=tl.float64)
     first = V
@@ -75,10 +90,27 @@ def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < V
-        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, MODE, total1), 0.0)
+        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, MODE, total1, a, drop), 0.0)
         sums = running_sums(w, carry, offs, start)
-        carry = tl.max(tl.where(offs == tl.minimum(V, start + BLOCK) - 1, sums, -1.0), 0)
+        carry = last_of(sums, offs, start, V, BLOCK)
         hit = mask & (w > 0) & (target < sums)
         first = tl.minimum(first, tl.min(tl.where(hit, offs, V), 0))
         last = tl.maximum(last, tl.max(tl.where(mask & (w > 0), offs, -1), 0))
     return tl.where(first < V, first, last)
+
+
+@triton.jit
+def argmax_row(p_row, V, BLOCK: tl.constexpr):
+    """The most likely id of the row; ties go to the smallest id (the reference's argmax)."""
+    best_v = tl.full((), -1.0, tl.float64)
+    best_i = tl.zeros((), dtype=tl.int64)
+    for start in range(0, V, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < V
+        p = tl.load(p_row + offs, mask=mask, other=-1.0).to(tl.float64)
+        m = tl.max(p, 0)
+        i = tl.min(tl.where(p == m, offs, V), 0).to(tl.int64)
+        better = m > best_v
+        best_i = tl.where(better, i, best_i)
+        best_v = tl.where(better, m, best_v)
+    return best_i

@@ -47,7 +47,7 @@ def token_chain_kernel(
     x_r = tl.load(x_ptr + b * K + tl.minimum(r, K - 1), mask=K > 0, other=0).to(tl.int64)
     uf = tl.load(uf_ptr + b).to(tl.float64)
     if r < K:
-        total1 = residual_mass(p_row, q_row, x_r, V, HAS_Q, BLOCK)
+        total1 = residual_mass(p_row, q_row, x_r, 1.0, V, HAS_Q, BLOCK)
         if total1 > 0:
             if HAS_Q:
                 y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 1, BLOCK)

@@ -1,0 +1,66 @@
+"""Block verification of chains, batched (reference: ``rules/block.py``).
+
+``block(draft_token_ids, draft_probs, target_probs, u_eta, u_final)``: ``u_eta[b, i]`` is the
+uniform of site ``("eta", i)`` of row b (i = 1..K; column 0 unused) and ``u_final[b]`` that of
+``("final", 0)``. Given the same uniforms it returns what :func:`specproof.reference.rules.block`
+returns for each row (``tests/test_optimized_coupled.py``). ``block_verifier`` draws the
+uniforms from a ``torch.Generator`` (the chain contract; backend ``optimized.block``).
+Rule: Sun et al. 2025 (proofs_notes/block.md); coupling: proofs_notes/optimized_coupling.md.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from .kernels.block_chain import block_chain_kernel
+from .validate import check_chain, check_uniforms
+
+BLOCK = 128
+
+
+def block(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    u_eta: torch.Tensor,
+    u_final: torch.Tensor,
+    block: int = BLOCK,
+) -> torch.Tensor:
+    """``output_token_ids [B, K+1]``: accepted drafts X_1..X_tau, then Y, then -1."""
+    B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
+    check_uniforms(u_eta, "u_eta", (B, K + 1))
+    check_uniforms(u_final, "u_final", (B,))
+    device = target_probs.device
+    out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
+    if B == 0:
+        return out
+    p = target_probs.contiguous()
+    q = draft_probs.contiguous() if draft_probs is not None else p  # never read without HAS_Q
+    block_chain_kernel[(B,)](
+        draft_token_ids.to(device=device, dtype=torch.int64).contiguous(),
+        q,
+        p,
+        u_eta.to(device, torch.float64).contiguous(),
+        u_final.to(device, torch.float64).contiguous(),
+        out,
+        K,
+        V,
+        HAS_Q=draft_probs is not None,
+        KB=max(1, triton.next_power_of_2(K)),
+        BLOCK=block,
+    )
+    return out
+
+
+def block_verifier(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The chain contract: uniforms drawn from ``generator`` (u_eta first, then u_final)."""
+    B, K = draft_token_ids.shape[0], draft_token_ids.shape[1] if draft_token_ids.dim() == 2 else 0
+    u_eta = torch.rand(B, K + 1, generator=generator, dtype=torch.float64)
+    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
+    return block(draft_token_ids, draft_probs, target_probs, u_eta, u_final)

@@ -1,0 +1,34 @@
+"""Recursive rejection sampling (multi-draft without replacement) on trees, batched
+(reference: ``rules/rrs.py``).
+
+Same kernel and tape layout as :mod:`specproof.optimized.mss` (``u_accept[b, c]`` for site
+``("accept", c)``, ``u_final[b]`` for ``("final", 0)``); after each rejection the draft law
+loses the rejected token and is renormalized. Backend ``optimized.rrs``. Rule: Jeon et al.
+2024, proofs_notes/rrs.md; coupling: proofs_notes/optimized_coupling.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .mss import BLOCK, multi_draft
+
+
+def rrs(
+    parents: torch.Tensor,
+    tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    u_accept: torch.Tensor,
+    u_final: torch.Tensor,
+    block: int = BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, True, block)
+
+
+def rrs_verifier(parents, tokens, draft_probs, target_probs, generator):
+    """The tree contract: uniforms drawn from ``generator`` (u_accept [B, N], then u_final [B])."""
+    B, N = parents.shape
+    u_accept = torch.rand(B, N, generator=generator, dtype=torch.float64)
+    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
+    return rrs(parents, tokens, draft_probs, target_probs, u_accept, u_final)

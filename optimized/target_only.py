@@ -1,0 +1,70 @@
+"""The target-only tree rule, batched (reference: ``rules/target_only.py``).
+
+``target_only(parents, tokens, target_probs, u_coin, u_final, threshold_single=1,
+threshold_acc=1)``: ``u_coin[b, v]`` is the uniform of site ``("coin", v)`` of row b,
+``u_final[b]`` that of ``("final", 0)``. No draft law is read. Equal to the reference on the
+same uniforms (``tests/test_optimized_tree.py``). ``target_only_verifier`` implements the tree
+contract (backend ``optimized.target_only``; ``optimized.target_only[threshold_single=0.3]``
+and ``[threshold_acc=0.5]`` are the lossy SGLang knobs). Rule: EAGLE / SGLang's tree sampler,
+proofs_notes/target_only.md; coupling: proofs_notes/optimized_coupling.md.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from specproof.reference.rules.target_only import check_thresholds
+
+from ._tree import f64, prepare
+from .kernels.target_only_tree import target_only_tree_kernel
+
+BLOCK = 128
+
+
+def target_only(
+    parents: torch.Tensor,
+    tokens: torch.Tensor,
+    target_probs: torch.Tensor,
+    u_coin: torch.Tensor,
+    u_final: torch.Tensor,
+    threshold_single: float = 1.0,
+    threshold_acc: float = 1.0,
+    block: int = BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    check_thresholds(threshold_single, threshold_acc)
+    t = prepare(parents, tokens, None, target_probs, {"u_coin": (u_coin, "node"), "u_final": (u_final, "row")})
+    if t.B == 0:
+        return t.accepted, t.next_token
+    device = t.target.device
+    target_only_tree_kernel[(t.B,)](
+        t.parents,
+        t.tokens,
+        t.target,
+        f64(u_coin, device),
+        f64(u_final, device),
+        t.accepted,
+        t.next_token,
+        t.N,
+        t.V,
+        float(threshold_single),
+        float(threshold_acc),
+        NB=t.NB,
+        BLOCK=block,
+    )
+    return t.accepted, t.next_token
+
+
+def target_only_verifier(
+    parents, tokens, draft_probs, target_probs, generator, threshold_single=1.0, threshold_acc=1.0
+):
+    """The tree contract (draft laws ignored): u_coin [B, N], then u_final [B]."""
+    B, N = parents.shape
+    u_coin = torch.rand(B, N, generator=generator, dtype=torch.float64)
+    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
+    return target_only(parents, tokens, target_probs, u_coin, u_final, threshold_single, threshold_acc)
+
+
+single_03_verifier = functools.partial(target_only_verifier, threshold_single=0.3)
+acc_05_verifier = functools.partial(target_only_verifier, threshold_acc=0.5)
