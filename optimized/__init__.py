@@ -24,6 +24,13 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# No fused multiply-add: the kernels round every product and sum as the reference does.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "0")
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    from ._interpreter import install as _install_interpreter_shortcut
+
+    _install_interpreter_shortcut()
 
 from .block import block, block_verifier  # noqa: E402
 from .greedy import greedy, greedy_verifier  # noqa: E402

@@ -20,7 +20,11 @@ BLOCK = 128
 
 def multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, without_replacement, block):
     t = prepare(
-        parents, tokens, draft_probs, target_probs, {"u_accept": (u_accept, "node"), "u_final": (u_final, "row")}
+        parents,
+        tokens,
+        draft_probs,
+        target_probs,
+        {"u_accept": (u_accept, "node"), "u_final": (u_final, "row")},
     )
     if t.B == 0:
         return t.accepted, t.next_token

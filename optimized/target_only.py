@@ -34,7 +34,9 @@ def target_only(
     block: int = BLOCK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     check_thresholds(threshold_single, threshold_acc)
-    t = prepare(parents, tokens, None, target_probs, {"u_coin": (u_coin, "node"), "u_final": (u_final, "row")})
+    t = prepare(
+        parents, tokens, None, target_probs, {"u_coin": (u_coin, "node"), "u_final": (u_final, "row")}
+    )
     if t.B == 0:
         return t.accepted, t.next_token
     device = t.target.device

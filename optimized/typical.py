@@ -64,13 +64,17 @@ def typical_verifier(parents, tokens, draft_probs, target_probs, generator):
     return typical(parents, tokens, target_probs, u_final)
 
 
-def chain_as_tree(draft_token_ids: torch.Tensor, target_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def chain_as_tree(
+    draft_token_ids: torch.Tensor, target_probs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A chain's parents ``[-1, 0, ..., K-1]`` and tokens (node 0's token is never read)."""
     from .validate import check_chain
 
     B, K, _ = check_chain(draft_token_ids, None, target_probs)
     parents = torch.arange(-1, K, device=target_probs.device).expand(B, K + 1)
-    tokens = torch.cat([torch.zeros(B, 1, dtype=torch.int64, device=draft_token_ids.device), draft_token_ids.long()], 1)
+    tokens = torch.cat(
+        [torch.zeros(B, 1, dtype=torch.int64, device=draft_token_ids.device), draft_token_ids.long()], 1
+    )
     return parents, tokens
 
 

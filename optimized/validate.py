@@ -138,20 +138,8 @@ def check_tree(
     which raises the specific error. Only the draft laws of nodes with children are read, so
     only those rows must sum to 1; every row must be finite and nonnegative.
     """
-    if not isinstance(parents, torch.Tensor) or parents.dim() != 2 or parents.shape[1] == 0:
-        raise ShapeError("parents", "expected a [B, N] tensor with N >= 1")
-    if parents.dtype.is_floating_point or parents.dtype.is_complex or parents.dtype == torch.bool:
-        raise DTypeError("parents", f"expected integer parent indices, got {parents.dtype}")
-    B, N = parents.shape
+    B, N = check_tree_parents(parents)
     par = parents.detach().to("cpu", torch.int64)
-    idx = torch.arange(N)
-    ok = (par[:, 0] == -1) & ((par[:, 1:] >= 0) & (par[:, 1:] < idx[1:])).all(dim=1)
-    if not bool(ok.all()):
-        from specproof.reference.tree import validate_parents
-
-        b = int((~ok).nonzero()[0])
-        validate_parents(par[b].tolist(), f"parents[{b}]")
-        raise AssertionError("unreachable: the row failed the batched check")  # pragma: no cover
     check_laws(target_probs, "target_probs")
     if tuple(target_probs.shape[:2]) != (B, N):
         raise ShapeError("target_probs", f"has shape {tuple(target_probs.shape)}, expected [{B}, {N}, V]")
@@ -181,3 +169,22 @@ def check_tree(
                     f"is 0 but token {x} was drafted at node {c + 1} from node {v}'s draft law (row {b})",
                 )
     return B, N, V
+
+
+def check_tree_parents(parents: torch.Tensor) -> tuple[int, int]:
+    """A [B, N] batch of parent arrays, each a draft tree; returns (B, N)."""
+    if not isinstance(parents, torch.Tensor) or parents.dim() != 2 or parents.shape[1] == 0:
+        raise ShapeError("parents", "expected a [B, N] tensor with N >= 1")
+    if parents.dtype.is_floating_point or parents.dtype.is_complex or parents.dtype == torch.bool:
+        raise DTypeError("parents", f"expected integer parent indices, got {parents.dtype}")
+    B, N = parents.shape
+    par = parents.detach().to("cpu", torch.int64)
+    idx = torch.arange(N)
+    ok = (par[:, 0] == -1) & ((par[:, 1:] >= 0) & (par[:, 1:] < idx[1:])).all(dim=1)
+    if not bool(ok.all()):
+        from specproof.reference.tree import validate_parents
+
+        b = int((~ok).nonzero()[0])
+        validate_parents(par[b].tolist(), f"parents[{b}]")
+        raise AssertionError("unreachable: the row failed the batched check")  # pragma: no cover
+    return B, N

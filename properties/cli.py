@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--group",
         action="append",
-        choices=("builtin", "alternative", "mutant"),
+        choices=("builtin", "alternative", "mutant", "optimized"),
         help="with no TARGET: only these backend groups",
     )
     a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")

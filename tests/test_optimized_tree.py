@@ -135,7 +135,9 @@ def test_target_only_kernel_equals_the_reference(parents, B, V, dtype, style, se
     acc, nxt = target_only(par, tok, tp, uc, uf, *knobs, block=16)
     tape = {"coin": [r.tolist() for r in uc], "final": [[float(u)] for u in uf]}
     params = {"threshold_single": knobs[0], "threshold_acc": knobs[1]}
-    assert (unpad(acc), nxt.tolist()) == reference(ref_target_only, par, tok, None, tp, tape, DTYPES[dtype], **params)
+    assert (unpad(acc), nxt.tolist()) == reference(
+        ref_target_only, par, tok, None, tp, tape, DTYPES[dtype], **params
+    )
 
 
 @given(**common)
@@ -174,7 +176,14 @@ def test_a_batch_of_different_trees_is_verified_row_by_row(parents, V, seed):
 
 def _tree_inputs():
     par, tok, dp, tp = draw_batch(0, [[-1, 0, 0, 1]] * 2, 5, torch.float32, "random", True, distinct=True)
-    return par, tok, dp, tp, torch.full((2, 4), 0.5, dtype=torch.float64), torch.full((2,), 0.5, dtype=torch.float64)
+    return (
+        par,
+        tok,
+        dp,
+        tp,
+        torch.full((2, 4), 0.5, dtype=torch.float64),
+        torch.full((2,), 0.5, dtype=torch.float64),
+    )
 
 
 def _bad_tree(case):
@@ -223,7 +232,9 @@ def test_malformed_trees_raise_the_reference_errors_before_any_launch(monkeypatc
     if case not in ("shape", "uniform"):
         b = 0 if case in ("forward", "zero_draft") else 1
         with pytest.raises(error):
-            make_step(par[b].tolist(), tok[b].tolist(), [r.tolist() for r in dp[b]], [r.tolist() for r in tp[b]])
+            make_step(
+                par[b].tolist(), tok[b].tolist(), [r.tolist() for r in dp[b]], [r.tolist() for r in tp[b]]
+            )
 
 
 def test_leaf_draft_rows_are_not_read_so_they_need_not_be_laws():

@@ -54,7 +54,9 @@ def block_chain_kernel(
                 h = p_i
             else:
                 x_next = tl.load(x_ptr + b * K + i).to(tl.int64)
-                Z = residual_mass(p_ptr + (b * (K + 1) + i) * V, q_ptr + (b * K + i) * V, x_next, p_i, V, HAS_Q, BLOCK)
+                Z = residual_mass(
+                    p_ptr + (b * (K + 1) + i) * V, q_ptr + (b * K + i) * V, x_next, p_i, V, HAS_Q, BLOCK
+                )
                 den = Z + 1.0 - p_i
                 h = tl.where(den > 0, Z / tl.where(den > 0, den, 1.0), 1.0)
                 h = tl.minimum(h, 1.0)

@@ -12,7 +12,9 @@ from .sampling import argmax_row
 
 
 @triton.jit
-def greedy_tree_kernel(par_ptr, tok_ptr, p_ptr, acc_ptr, nxt_ptr, N, V, NB: tl.constexpr, BLOCK: tl.constexpr):
+def greedy_tree_kernel(
+    par_ptr, tok_ptr, p_ptr, acc_ptr, nxt_ptr, N, V, NB: tl.constexpr, BLOCK: tl.constexpr
+):
     b = tl.program_id(0).to(tl.int64)
     ns = tl.arange(0, NB)
     pars = tl.load(par_ptr + b * N + ns, mask=ns < N, other=-2).to(tl.int64)

@@ -99,7 +99,9 @@ def multi_draft_kernel(
                 qx = load_at(q_row, x, q_scratch == 1, qw)
             else:
                 qx = tl.full((), 1.0, tl.float64)
-            a = tl.where(qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(px / tl.where(qx == 0, 1.0, qx), 1.0))
+            a = tl.where(
+                qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(px / tl.where(qx == 0, 1.0, qx), 1.0)
+            )
             u = tl.load(ua_ptr + b * N + c).to(tl.float64)
             if u < a:
                 node = tl.zeros((), dtype=tl.int64) + c

@@ -71,9 +71,7 @@ def residual_mass(p_row, q_row, x_det, a, V, HAS_Q: tl.constexpr, BLOCK: tl.cons
 
 
 @triton.jit
-def inverse_cdf(
-    p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl.constexpr, a=1.0, drop=None
-):
+def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl.constexpr, a=1.0, drop=None):
     """The reference's ``categorical_from_uniform(u, weights)`` on the row's weights: the
     smallest i with ``u * sum(weights) < cumsum[i]`` (and weights[i] > 0), else the last
     positive index."""

@@ -51,16 +51,16 @@ def typical_tree_kernel(
     score = tl.zeros((NB,), dtype=tl.float64)
     depth = tl.zeros((NB,), dtype=tl.int32)
     for c in range(1, N):
-        v = tl.load(par_ptr + b * N + c)
+        pv = tl.load(par_ptr + b * N + c)
         x = tl.load(tok_ptr + b * N + c).to(tl.int64)
-        pvx = tl.load(p_ptr + (b * N + v) * V + x).to(tl.float64)
-        ok_v = tl.max(tl.where((ns == v) & ok, 1, 0), 0) > 0
-        thr_v = tl.sum(tl.where(ns == v, thr, 0.0), 0)
+        pvx = tl.load(p_ptr + (b * N + pv) * V + x).to(tl.float64)
+        ok_v = tl.max(tl.where((ns == pv) & ok, 1, 0), 0) > 0
+        thr_v = tl.sum(tl.where(ns == pv, thr, 0.0), 0)
         ok_c = ok_v & (pvx > thr_v)
-        s = tl.sum(tl.where(ns == v, score, 0.0), 0) + tl.where(ok_c, tl.log(tl.where(ok_c, pvx, 1.0)), 0.0)
+        s = tl.sum(tl.where(ns == pv, score, 0.0), 0) + tl.where(ok_c, tl.log(tl.where(ok_c, pvx, 1.0)), 0.0)
         ok = ok | ((ns == c) & ok_c)
         score = tl.where(ns == c, s, score)
-        depth = tl.where(ns == c, tl.sum(tl.where(ns == v, depth, 0), 0) + 1, depth)
+        depth = tl.where(ns == c, tl.sum(tl.where(ns == pv, depth, 0), 0) + 1, depth)
     # deepest accepted node; ties: larger score, then smaller index
     d_best = tl.max(tl.where(ok, depth, -1), 0)
     cand = ok & (depth == d_best)
@@ -75,7 +75,7 @@ def typical_tree_kernel(
     p_row = p_ptr + (b * N + best) * V
     t_best = tl.sum(tl.where(ns == best, thr, 0.0), 0)
     uf = tl.load(uf_ptr + b).to(tl.float64)
-    y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 4, BLOCK, t_best)
+    y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 4, BLOCK, t_best).to(tl.int64)
     if y < 0:  # the typical set is empty (only with delta > 1): the reference keeps the argmax
         y = argmax_row(p_row, V, BLOCK)
     tl.store(nxt_ptr + b, y.to(tl.int64))

@@ -1,0 +1,189 @@
+"""Compile every kernel for a GPU target without a GPU (``python -m specproof.optimized.compile_check``).
+
+Under the interpreter a kernel is plain Python, so type errors that only the compiler sees
+(loop-carried values changing type, unsupported control flow) would first show on a GPU. This
+compiles each kernel ahead of time for ``cuda:<arch>`` down to a cubin with Triton's bundled
+toolchain, which needs no driver. Run it as ``TRITON_INTERPRET=0 python -m
+specproof.optimized.compile_check``: the variable must be 0 before Triton is first imported
+(tests/test_optimized_compile.py does so in a subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "0")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+
+def _specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
+    from .kernels.block_chain import block_chain_kernel
+    from .kernels.greedy_tree import greedy_tree_kernel
+    from .kernels.multi_draft import multi_draft_kernel
+    from .kernels.target_only_tree import target_only_tree_kernel
+    from .kernels.token_chain import token_chain_kernel
+    from .kernels.typical_tree import typical_tree_kernel
+
+    chain = {"x_ptr": "*i64", "q_ptr": "*fp32", "p_ptr": "*fp32", "ua_ptr": "*fp64", "uf_ptr": "*fp64"}
+    specs = []
+    for dt in ("fp32", "bf16"):
+        for has_q in (True, False):
+            c = {k: (f"*{dt}" if k in ("q_ptr", "p_ptr") else v) for k, v in chain.items()}
+            consts = {"HAS_Q": has_q, "KB": 8, "BLOCK": 1024}
+            specs.append(
+                (
+                    f"token_chain[{dt},has_q={has_q}]",
+                    token_chain_kernel,
+                    {**c, "out_ptr": "*i64", "K": "i32", "V": "i32", **dict.fromkeys(consts, "constexpr")},
+                    consts,
+                )
+            )
+            cb = {("ue_ptr" if k == "ua_ptr" else k): v for k, v in c.items()}
+            specs.append(
+                (
+                    f"block_chain[{dt},has_q={has_q}]",
+                    block_chain_kernel,
+                    {**cb, "out_ptr": "*i64", "K": "i32", "V": "i32", **dict.fromkeys(consts, "constexpr")},
+                    consts,
+                )
+            )
+            for wor in (False, True):
+                consts2 = {"HAS_Q": has_q, "WITHOUT_REPLACEMENT": wor, "BLOCK": 1024}
+                sig = {
+                    "par_ptr": "*i64",
+                    "tok_ptr": "*i64",
+                    "q_ptr": f"*{dt}",
+                    "p_ptr": f"*{dt}",
+                    "ua_ptr": "*fp64",
+                    "uf_ptr": "*fp64",
+                    "pw_ptr": "*fp64",
+                    "qw_ptr": "*fp64",
+                    "acc_ptr": "*i64",
+                    "nxt_ptr": "*i64",
+                    "N": "i32",
+                    "V": "i32",
+                    **dict.fromkeys(consts2, "constexpr"),
+                }
+                specs.append((f"multi_draft[{dt},has_q={has_q},wor={wor}]", multi_draft_kernel, sig, consts2))
+        tree = {"par_ptr": "*i64", "tok_ptr": "*i64", "p_ptr": f"*{dt}"}
+        consts3 = {"NB": 16, "BLOCK": 1024}
+        specs.append(
+            (
+                f"target_only_tree[{dt}]",
+                target_only_tree_kernel,
+                {
+                    **tree,
+                    "uc_ptr": "*fp64",
+                    "uf_ptr": "*fp64",
+                    "acc_ptr": "*i64",
+                    "nxt_ptr": "*i64",
+                    "N": "i32",
+                    "V": "i32",
+                    "ts": "fp64",
+                    "ta": "fp64",
+                    **dict.fromkeys(consts3, "constexpr"),
+                },
+                consts3,
+            )
+        )
+        specs.append(
+            (
+                f"greedy_tree[{dt}]",
+                greedy_tree_kernel,
+                {
+                    **tree,
+                    "acc_ptr": "*i64",
+                    "nxt_ptr": "*i64",
+                    "N": "i32",
+                    "V": "i32",
+                    **dict.fromkeys(consts3, "constexpr"),
+                },
+                consts3,
+            )
+        )
+        specs.append(
+            (
+                f"typical_tree[{dt}]",
+                typical_tree_kernel,
+                {
+                    **tree,
+                    "uf_ptr": "*fp64",
+                    "acc_ptr": "*i64",
+                    "nxt_ptr": "*i64",
+                    "N": "i32",
+                    "V": "i32",
+                    "eps": "fp64",
+                    "delta": "fp64",
+                    **dict.fromkeys(consts3, "constexpr"),
+                },
+                consts3,
+            )
+        )
+    from .kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
+    from .tree_attention import compile_specs as attention_specs
+
+    specs.append(
+        (
+            "tree_buffers[fp32]",
+            tree_buffers_kernel,
+            {"par_ptr": "*i64", "mask_ptr": "*i32", "depth_ptr": "*i64", "N": "i32", "W": "constexpr"},
+            {"W": 2},
+        )
+    )
+    specs.append(
+        (
+            "gather_rows[fp32]",
+            gather_rows_kernel,
+            {
+                "src_ptr": "*fp32",
+                "src_slot_ptr": "*i64",
+                "dst_ptr": "*fp32",
+                "dst_slot_ptr": "*i64",
+                "H": "i32",
+                "S": "i32",
+                "N": "i32",
+                "D": "i32",
+                "DB": "constexpr",
+            },
+            {"DB": 64},
+        )
+    )
+    specs.extend(attention_specs())
+    return specs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specproof.optimized.compile_check")
+    ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 80, 90 (default 90)")
+    ap.add_argument("--only", default="", help="compile only kernels whose name contains this")
+    args = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        print(
+            "TRITON_INTERPRET is on, so the kernels are interpreted functions; run this as "
+            "`TRITON_INTERPRET=0 python -m specproof.optimized.compile_check`",
+            file=sys.stderr,
+        )
+        return 2
+    target = GPUTarget("cuda", args.arch, 32)
+    failed = 0
+    for name, fn, sig, consts in _specs():
+        if args.only not in name:
+            continue
+        t0 = time.perf_counter()
+        try:
+            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target)
+            print(f"ok    {name}  ({time.perf_counter() - t0:.1f} s, {len(k.asm['cubin'])} bytes of cubin)")
+        except Exception as e:  # report every kernel, then fail
+            failed += 1
+            print(f"FAIL  {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
