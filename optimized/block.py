@@ -13,19 +13,19 @@ from __future__ import annotations
 import torch
 import triton
 
+from ._device import default_block, on_kernel_device
 from .kernels.block_chain import block_chain_kernel
 from .validate import check_chain, check_uniforms
 
-BLOCK = 128
 
-
+@on_kernel_device
 def block(
     draft_token_ids: torch.Tensor,
     draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,
     u_eta: torch.Tensor,
     u_final: torch.Tensor,
-    block: int = BLOCK,
+    block: int | None = None,
 ) -> torch.Tensor:
     """``output_token_ids [B, K+1]``: accepted drafts X_1..X_tau, then Y, then -1."""
     B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
@@ -48,7 +48,7 @@ def block(
         V,
         HAS_Q=draft_probs is not None,
         KB=max(1, triton.next_power_of_2(K)),
-        BLOCK=block,
+        BLOCK=block or default_block(),
     )
     return out
 

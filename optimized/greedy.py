@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import torch
 
+from ._device import default_block, on_kernel_device
 from ._tree import prepare
 from .kernels.greedy_tree import greedy_tree_kernel
 
-BLOCK = 128
 
-
+@on_kernel_device
 def greedy(
-    parents: torch.Tensor, tokens: torch.Tensor, target_probs: torch.Tensor, block: int = BLOCK
+    parents: torch.Tensor, tokens: torch.Tensor, target_probs: torch.Tensor, block: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     t = prepare(parents, tokens, None, target_probs)
     if t.B == 0:
         return t.accepted, t.next_token
     greedy_tree_kernel[(t.B,)](
-        t.parents, t.tokens, t.target, t.accepted, t.next_token, t.N, t.V, NB=t.NB, BLOCK=block
+        t.parents,
+        t.tokens,
+        t.target,
+        t.accepted,
+        t.next_token,
+        t.N,
+        t.V,
+        NB=t.NB,
+        BLOCK=block or default_block(),
     )
     return t.accepted, t.next_token
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from ._device import default_block, on_kernel_device
 from ._tree import f64, prepare
 from .kernels.multi_draft import multi_draft_kernel
-
-BLOCK = 128
 
 
 def multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, without_replacement, block):
@@ -45,11 +44,12 @@ def multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, w
         t.V,
         HAS_Q=t.draft is not None,
         WITHOUT_REPLACEMENT=without_replacement,
-        BLOCK=block,
+        BLOCK=block or default_block(),
     )
     return t.accepted, t.next_token
 
 
+@on_kernel_device
 def mss(
     parents: torch.Tensor,
     tokens: torch.Tensor,
@@ -57,7 +57,7 @@ def mss(
     target_probs: torch.Tensor,
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
-    block: int = BLOCK,
+    block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, False, block)
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from .mss import BLOCK, multi_draft
+from ._device import on_kernel_device
+from .mss import multi_draft
 
 
+@on_kernel_device
 def rrs(
     parents: torch.Tensor,
     tokens: torch.Tensor,
@@ -21,7 +23,7 @@ def rrs(
     target_probs: torch.Tensor,
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
-    block: int = BLOCK,
+    block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, True, block)
 

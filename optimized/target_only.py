@@ -17,12 +17,12 @@ import torch
 
 from specproof.reference.rules.target_only import check_thresholds
 
+from ._device import default_block, on_kernel_device
 from ._tree import f64, prepare
 from .kernels.target_only_tree import target_only_tree_kernel
 
-BLOCK = 128
 
-
+@on_kernel_device
 def target_only(
     parents: torch.Tensor,
     tokens: torch.Tensor,
@@ -31,7 +31,7 @@ def target_only(
     u_final: torch.Tensor,
     threshold_single: float = 1.0,
     threshold_acc: float = 1.0,
-    block: int = BLOCK,
+    block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     check_thresholds(threshold_single, threshold_acc)
     t = prepare(
@@ -53,7 +53,7 @@ def target_only(
         float(threshold_single),
         float(threshold_acc),
         NB=t.NB,
-        BLOCK=block,
+        BLOCK=block or default_block(),
     )
     return t.accepted, t.next_token
 

@@ -15,24 +15,50 @@ from __future__ import annotations
 import torch
 import triton
 
+from specproof.reference.errors import BadParameterError
+
+from ._device import interpreted, on_kernel_device
 from .kernels.token_chain import token_chain_kernel
+from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel, token_accept_kernel
 from .validate import check_chain, check_uniforms
 
-BLOCK = 128
+BLOCK = 128  # under the interpreter
+BLOCK_GPU = 1024
+SPLIT_MIN_V = 8192  # on a GPU, rows at least this long take the split path
+CHUNK_GPU = 4096
 
 
+@on_kernel_device
 def token(
     draft_token_ids: torch.Tensor,
     draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
-    block: int = BLOCK,
+    block: int | None = None,
+    path: str = "auto",
+    chunk: int | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
-    """``output_token_ids [B, K+1]``: accepted drafts, the corrected or bonus token, then -1."""
-    B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
-    check_uniforms(u_accept, "u_accept", (B, K + 1))
-    check_uniforms(u_final, "u_final", (B,))
+    """``output_token_ids [B, K+1]``: accepted drafts, the corrected or bonus token, then -1.
+
+    ``path``: "row" (one program per row, bit-identical to the reference under the
+    interpreter), "split" (the stop row split over ``chunk``-sized programs, one pass over its
+    bytes; see :mod:`.kernels.token_split`) or "auto" (split on a GPU when V >= 8192).
+    ``validate=False`` skips the input checks (a caller that has validated once, or a
+    benchmark of the kernels alone); malformed input then gives undefined tokens.
+    """
+    if path not in ("auto", "row", "split"):
+        raise BadParameterError("path", f"must be 'auto', 'row' or 'split', got {path!r}")
+    if validate:
+        B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
+        check_uniforms(u_accept, "u_accept", (B, K + 1))
+        check_uniforms(u_final, "u_final", (B,))
+    else:
+        (B, K), V = draft_token_ids.shape, target_probs.shape[2]
+    block = block or (BLOCK if interpreted() else BLOCK_GPU)
+    if path == "auto":
+        path = "split" if not interpreted() and V >= SPLIT_MIN_V else "row"
     device = target_probs.device
     out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
     if B == 0:
@@ -40,19 +66,25 @@ def token(
     x = draft_token_ids.to(device=device, dtype=torch.int64).contiguous()
     p = target_probs.contiguous()
     q = draft_probs.contiguous() if draft_probs is not None else p  # never read without HAS_Q
-    token_chain_kernel[(B,)](
-        x,
-        q,
-        p,
-        u_accept.to(device, torch.float64).contiguous(),
-        u_final.to(device, torch.float64).contiguous(),
-        out,
-        K,
-        V,
-        HAS_Q=draft_probs is not None,
-        KB=max(1, triton.next_power_of_2(K)),
-        BLOCK=block,
-    )
+    ua = u_accept.to(device, torch.float64).contiguous()
+    uf = u_final.to(device, torch.float64).contiguous()
+    KB = max(1, triton.next_power_of_2(K))
+    if path == "row":
+        token_chain_kernel[(B,)](
+            x, q, p, ua, uf, out, K, V, HAS_Q=draft_probs is not None, KB=KB, BLOCK=block
+        )
+        return out
+    chunk = chunk or max(block, CHUNK_GPU)
+    if chunk % block:
+        raise BadParameterError("chunk", f"must be a multiple of block ({block}), got {chunk}")
+    C = triton.cdiv(V, chunk)
+    stop = torch.empty(B, dtype=torch.int64, device=device)
+    parts = torch.empty(B, C, dtype=torch.float64, device=device)
+    has_q = draft_probs is not None
+    token_accept_kernel[(B,)](x, q, p, ua, out, stop, K, V, HAS_Q=has_q, KB=KB)
+    stop_row_partials_kernel[(B, C)](x, q, p, stop, parts, K, V, C, chunk, HAS_Q=has_q, BLOCK=block)
+    CB = max(1, triton.next_power_of_2(C))
+    stop_row_pick_kernel[(B,)](x, q, p, uf, stop, parts, out, K, V, C, chunk, HAS_Q=has_q, CB=CB, BLOCK=block)
     return out
 
 

@@ -19,6 +19,7 @@ import torch
 from specproof.reference.errors import ShapeError
 from specproof.reference.tree import DraftTree
 
+from ._device import on_kernel_device
 from .kernels.tree_attention import tree_attention_kernel
 from .tree_buffers import _prefix, tree_buffers
 
@@ -47,6 +48,7 @@ def _check(name: str, t: torch.Tensor, shape: tuple[int | None, ...]) -> None:
         raise ShapeError(name, "holds a non-finite value")
 
 
+@on_kernel_device
 def tree_attention(
     q: torch.Tensor,
     k_tree: torch.Tensor,

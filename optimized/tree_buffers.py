@@ -17,6 +17,7 @@ import torch
 
 from specproof.reference.errors import ShapeError
 
+from ._device import kernel_device, on_kernel_device
 from .kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
 from .validate import check_tree_parents
 
@@ -53,6 +54,7 @@ def unpack_mask(mask: torch.Tensor, n: int) -> torch.Tensor:
     return ((words >> (j % 32)) & 1).bool()
 
 
+@on_kernel_device
 def tree_buffers(parents: torch.Tensor, prefix_len: int | torch.Tensor = 0) -> TreeBuffers:
     B, N = check_tree_parents(parents)
     device = parents.device
@@ -93,6 +95,13 @@ def commit_kv(cache: torch.Tensor, accepted: torch.Tensor, prefix_len: int | tor
     if not isinstance(accepted, torch.Tensor) or accepted.dim() != 2 or accepted.shape[0] != B:
         raise ShapeError("accepted", f"expected a [{B}, N] tensor of accepted nodes, -1 padded")
     N = accepted.shape[1]
+    dev = kernel_device()
+    if dev is not None and cache.device.type == "cpu":  # compact on the GPU, then copy back
+        work = cache.to(dev)
+        pre = prefix_len.to(dev) if isinstance(prefix_len, torch.Tensor) else prefix_len
+        lengths = commit_kv(work, accepted.to(dev), pre)
+        cache.copy_(work.cpu())
+        return lengths.cpu()
     pre = _prefix(prefix_len, B, cache.device)
     acc = accepted.to(cache.device, torch.int64)
     length = (acc >= 0).sum(1)

@@ -18,12 +18,12 @@ import torch
 
 from specproof.reference.errors import BadParameterError
 
+from ._device import default_block, on_kernel_device
 from ._tree import f64, prepare
 from .kernels.typical_tree import typical_tree_kernel
 
-BLOCK = 128
 
-
+@on_kernel_device
 def typical(
     parents: torch.Tensor,
     tokens: torch.Tensor,
@@ -31,7 +31,7 @@ def typical(
     u_final: torch.Tensor,
     eps: float = 0.09,
     delta: float = 0.3,
-    block: int = BLOCK,
+    block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if not 0 < eps <= 1:
         raise BadParameterError("eps", f"must be in (0, 1], got {eps!r}")
@@ -53,7 +53,7 @@ def typical(
         float(eps),
         float(delta),
         NB=t.NB,
-        BLOCK=block,
+        BLOCK=block or default_block(),
     )
     return t.accepted, t.next_token
 

@@ -225,6 +225,26 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from specproof.optimized import bench
+
+    report = (
+        (lambda s: print(s, file=sys.stderr, flush=True))
+        if _show_progress(args.progress)
+        else (lambda s: None)
+    )
+    rows = bench.run(args.quick, tuple(args.section or ("cpu", "audit", "gpu")), report)
+    table = bench.markdown(rows)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(bench.to_json(rows) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specproof", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -297,6 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     c.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
     c.set_defaults(func=_cmd_calibrate)
+
+    be = sub.add_parser("bench", help="time the optimized engine against batched PyTorch and the reference")
+    be.add_argument("--quick", action="store_true", help="small sizes and few calls (a smoke run)")
+    be.add_argument(
+        "--section", action="append", choices=("cpu", "audit", "gpu"), help="only this section (repeatable)"
+    )
+    be.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
+    be.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
+    be.add_argument("--progress", choices=("auto", "on", "off"), default="on")
+    be.set_defaults(func=_cmd_bench)
 
     b = sub.add_parser("backends", help="list the registered backends")
     b.add_argument("--json", action="store_true", help="as JSON")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
+
+#: ``tox -e gpu`` sets this on a CUDA machine: the coupled tests then add full-size vocabularies.
+FULL = os.environ.get("SPECPROOF_FULL_SIZE") == "1"
+BIG_VOCABS = [32000, 128256, 152064] if FULL else []
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 STYLES = ["random", "ties", "onehot", "tiny"]

@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from optimized_helpers import DTYPES, STYLES, laws
+from optimized_helpers import DTYPES, FULL, STYLES, laws
 
 from specproof.optimized import greedy, mss, rrs, target_only, typical
 from specproof.optimized.validate import tolerance
@@ -37,7 +37,8 @@ from specproof.reference.rules import target_only as ref_target_only
 from specproof.reference.rules import typical as ref_typical
 from specproof.reference.tree import DraftTree
 
-VOCABS = [2, 3, 5, 7, 13, 33, 50]
+VOCABS = [2, 3, 5, 7, 13, 33, 50] + ([32000] if FULL else [])
+BLOCK = None if FULL else 16  # small blocks exercise the carries at small V
 
 
 @st.composite
@@ -112,7 +113,7 @@ def test_mss_kernel_equals_the_reference(parents, B, V, dtype, style, seed, samp
     par, tok, dp, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, sampled, distinct=False)
     rng = np.random.default_rng(seed + 1)
     ua, uf = torch.tensor(rng.random((B, len(parents)))), torch.tensor(rng.random(B))
-    acc, nxt = mss(par, tok, dp, tp, ua, uf, block=16)
+    acc, nxt = mss(par, tok, dp, tp, ua, uf, block=BLOCK)
     tape = {"accept": [r.tolist() for r in ua], "final": [[float(u)] for u in uf]}
     assert (unpad(acc), nxt.tolist()) == reference(ref_mss, par, tok, dp, tp, tape, DTYPES[dtype])
 
@@ -122,7 +123,7 @@ def test_rrs_kernel_equals_the_reference(parents, B, V, dtype, style, seed, samp
     par, tok, dp, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, sampled, distinct=True)
     rng = np.random.default_rng(seed + 1)
     ua, uf = torch.tensor(rng.random((B, len(parents)))), torch.tensor(rng.random(B))
-    acc, nxt = rrs(par, tok, dp, tp, ua, uf, block=16)
+    acc, nxt = rrs(par, tok, dp, tp, ua, uf, block=BLOCK)
     tape = {"accept": [r.tolist() for r in ua], "final": [[float(u)] for u in uf]}
     assert (unpad(acc), nxt.tolist()) == reference(ref_rrs, par, tok, dp, tp, tape, DTYPES[dtype])
 
@@ -132,7 +133,7 @@ def test_target_only_kernel_equals_the_reference(parents, B, V, dtype, style, se
     par, tok, _, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, False, distinct=True)
     rng = np.random.default_rng(seed + 1)
     uc, uf = torch.tensor(rng.random((B, len(parents)))), torch.tensor(rng.random(B))
-    acc, nxt = target_only(par, tok, tp, uc, uf, *knobs, block=16)
+    acc, nxt = target_only(par, tok, tp, uc, uf, *knobs, block=BLOCK)
     tape = {"coin": [r.tolist() for r in uc], "final": [[float(u)] for u in uf]}
     params = {"threshold_single": knobs[0], "threshold_acc": knobs[1]}
     assert (unpad(acc), nxt.tolist()) == reference(
@@ -148,7 +149,7 @@ def test_greedy_kernel_equals_the_reference(parents, B, V, dtype, style, seed):
         for c in range(1, len(parents)):
             if rng.random() < 0.5:
                 tok[b, c] = int(tp[b, parents[c]].double().argmax())
-    acc, nxt = greedy(par, tok, tp, block=16)
+    acc, nxt = greedy(par, tok, tp, block=BLOCK)
     assert (unpad(acc), nxt.tolist()) == reference(ref_greedy, par, tok, None, tp, {}, DTYPES[dtype])
 
 
@@ -156,7 +157,7 @@ def test_greedy_kernel_equals_the_reference(parents, B, V, dtype, style, seed):
 def test_typical_kernel_equals_the_reference(parents, B, V, dtype, style, seed, params):
     par, tok, _, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, False, distinct=True)
     uf = torch.tensor(np.random.default_rng(seed + 1).random(B))
-    acc, nxt = typical(par, tok, tp, uf, *params, block=16)
+    acc, nxt = typical(par, tok, tp, uf, *params, block=BLOCK)
     tape = {"final": [[float(u)] for u in uf]}
     kw = {"eps": params[0], "delta": params[1]}
     assert (unpad(acc), nxt.tolist()) == reference(ref_typical, par, tok, None, tp, tape, DTYPES[dtype], **kw)
@@ -169,7 +170,7 @@ def test_a_batch_of_different_trees_is_verified_row_by_row(parents, V, seed):
     par, tok, dp, tp = draw_batch(seed, [parents, other], V, torch.float32, "random", True, distinct=False)
     rng = np.random.default_rng(seed + 1)
     ua, uf = torch.tensor(rng.random((2, len(parents)))), torch.tensor(rng.random(2))
-    acc, nxt = mss(par, tok, dp, tp, ua, uf, block=16)
+    acc, nxt = mss(par, tok, dp, tp, ua, uf, block=BLOCK)
     tape = {"accept": [r.tolist() for r in ua], "final": [[float(u)] for u in uf]}
     assert (unpad(acc), nxt.tolist()) == reference(ref_mss, par, tok, dp, tp, tape, torch.float32)
 

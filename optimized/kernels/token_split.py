@@ -1,0 +1,117 @@
+"""Token-level verification split over many programs per row, for large vocabularies on a GPU.
+
+One program per row cannot stream a 128k-entry row fast enough, and the exact single-program
+kernel (:mod:`.token_chain`) passes over the stop row three times to reproduce the reference's
+rounding. This path moves the floor's bytes once:
+
+1. ``token_accept_kernel`` (one program per row): the acceptance tests on the gathered
+   ``p(x_i)``, ``q(x_i)``; writes the accepted drafts and the stop node r.
+2. ``stop_row_partials_kernel`` (rows x chunks): each program sums its chunk of the stop row's
+   weights, ``(p_r - q_r)+`` after a rejection or ``p_K`` for the bonus.
+3. ``stop_row_pick_kernel`` (one program per row): inverse CDF over the chunk sums with
+   ``u * total``, then over the one chunk that holds the crossing (re-read).
+
+The law is the reference's exactly; the coupling is exact except that the sum is grouped by
+chunks and not normalized before the draw, so a token can differ only when ``u * total`` falls
+within rounding of a partial sum (proofs_notes/optimized_coupling.md; checked by
+tests/test_optimized_coupled.py::test_split_token_path_agrees_with_the_reference).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .sampling import inverse_cdf, last_of, running_sums
+
+
+@triton.jit
+def token_accept_kernel(
+    x_ptr, q_ptr, p_ptr, ua_ptr, out_ptr, stop_ptr, K, V, HAS_Q: tl.constexpr, KB: tl.constexpr
+):
+    b = tl.program_id(0).to(tl.int64)
+    ks = tl.arange(0, KB)
+    kmask = ks < K
+    x = tl.load(x_ptr + b * K + ks, mask=kmask, other=0).to(tl.int64)
+    px = tl.load(p_ptr + (b * (K + 1) + ks) * V + x, mask=kmask, other=0.0).to(tl.float64)
+    if HAS_Q:
+        qx = tl.load(q_ptr + (b * K + ks) * V + x, mask=kmask, other=1.0).to(tl.float64)
+    else:
+        qx = tl.full((KB,), 1.0, tl.float64)
+    ratio = px / tl.where(qx == 0, 1.0, qx)
+    acc = tl.where(qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(ratio, 1.0))
+    u = tl.load(ua_ptr + b * (K + 1) + 1 + ks, mask=kmask, other=1.0).to(tl.float64)
+    r = tl.min(tl.where(kmask & ~(u < acc), ks, K), 0)
+    tl.store(out_ptr + b * (K + 1) + ks, x, mask=ks < r)
+    tl.store(stop_ptr + b, r)
+
+
+@triton.jit
+def stop_weights(p_row, q_row, x_r, offs, mask, residual, HAS_Q: tl.constexpr):
+    p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
+    if HAS_Q:
+        qmask = mask & ((tl.zeros_like(offs) + residual.to(tl.int32)) > 0)
+        q = tl.load(q_row + offs, mask=qmask, other=0.0).to(tl.float64)
+    else:
+        q = tl.where(offs == x_r, 1.0, 0.0).to(tl.float64)
+    w = tl.where(residual, tl.maximum(p - q, 0.0), p)
+    return tl.where(mask, w, 0.0)
+
+
+@triton.jit
+def stop_row_partials_kernel(
+    x_ptr, q_ptr, p_ptr, stop_ptr, part_ptr, K, V, C, CH, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
+):
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    r = tl.load(stop_ptr + b).to(tl.int64)
+    residual = r < K
+    p_row = p_ptr + (b * (K + 1) + r) * V
+    q_row = q_ptr + (b * K + tl.minimum(r, K - 1)) * V
+    x_r = tl.load(x_ptr + b * K + tl.minimum(r, K - 1), mask=K > 0, other=0).to(tl.int64)
+    total = tl.zeros((BLOCK,), dtype=tl.float64)
+    for start in range(0, CH, BLOCK):
+        offs = c * CH + start + tl.arange(0, BLOCK)
+        mask = (offs < V) & (start + tl.arange(0, BLOCK) < CH)
+        total += stop_weights(p_row, q_row, x_r, offs, mask, residual, HAS_Q)
+    tl.store(part_ptr + b * C + c, tl.sum(total, 0))
+
+
+@triton.jit
+def stop_row_pick_kernel(
+    x_ptr, q_ptr, p_ptr, uf_ptr, stop_ptr, part_ptr, out_ptr, K, V, C, CH,
+    HAS_Q: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    r = tl.load(stop_ptr + b).to(tl.int64)
+    residual = r < K
+    p_row = p_ptr + (b * (K + 1) + r) * V
+    q_row = q_ptr + (b * K + tl.minimum(r, K - 1)) * V
+    x_r = tl.load(x_ptr + b * K + tl.minimum(r, K - 1), mask=K > 0, other=0).to(tl.int64)
+    u = tl.load(uf_ptr + b).to(tl.float64)
+    cs = tl.arange(0, CB)
+    parts = tl.load(part_ptr + b * C + cs, mask=cs < C, other=0.0)
+    cum = tl.cumsum(parts, 0)
+    total = tl.sum(tl.where(cs == C - 1, cum, 0.0), 0)
+    if total > 0:
+        target = u * total
+        hit = (cs < C) & (parts > 0) & (target < cum)
+        last_c = tl.max(tl.where((cs < C) & (parts > 0), cs, -1), 0)
+        c = tl.min(tl.where(hit, cs, C), 0)
+        c = tl.where(c < C, c, last_c).to(tl.int64)
+        carry = tl.sum(tl.where(cs == c - 1, cum, 0.0), 0)  # the chunks before c
+        first = tl.zeros((), dtype=tl.int64) + V
+        last = tl.full((), -1, tl.int64)
+        for start in range(0, CH, BLOCK):
+            offs = c * CH + start + tl.arange(0, BLOCK)
+            mask = (offs < V) & (start + tl.arange(0, BLOCK) < CH)
+            w = stop_weights(p_row, q_row, x_r, offs, mask, residual, HAS_Q)
+            sums = running_sums(w, carry, offs, c * CH + start)
+            carry = last_of(sums, offs, c * CH + start, tl.minimum(V, c * CH + CH), BLOCK)
+            hit2 = mask & (w > 0) & (target < sums)
+            first = tl.minimum(first, tl.min(tl.where(hit2, offs, V), 0))
+            last = tl.maximum(last, tl.max(tl.where(mask & (w > 0), offs, -1), 0))
+        y = tl.where(first < V, first, last).to(tl.int64)
+    else:  # (p - q)+ has no mass: the reference's fallback, p itself (exact single-row path)
+        y = inverse_cdf(p_row, q_row, x_r, 1.0, u, V, 0, BLOCK).to(tl.int64)
+    tl.store(out_ptr + b * (K + 1) + r, y)
