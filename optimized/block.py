@@ -26,11 +26,15 @@ def block(
     u_eta: torch.Tensor,
     u_final: torch.Tensor,
     block: int | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """``output_token_ids [B, K+1]``: accepted drafts X_1..X_tau, then Y, then -1."""
-    B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
-    check_uniforms(u_eta, "u_eta", (B, K + 1))
-    check_uniforms(u_final, "u_final", (B,))
+    if validate:  # validate=False: inputs already checked by the caller (or a benchmark)
+        B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
+        check_uniforms(u_eta, "u_eta", (B, K + 1))
+        check_uniforms(u_final, "u_final", (B,))
+    else:
+        (B, K), V = draft_token_ids.shape, target_probs.shape[2]
     device = target_probs.device
     out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
     if B == 0:

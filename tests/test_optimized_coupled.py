@@ -43,7 +43,7 @@ def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept"):
             [0] + x[b].tolist(),
             None if dp is None else [r.tolist() for r in dp[b].double()] + [tp[b, K].double().tolist()],
             [r.tolist() for r in tp[b].double()],
-            tol=tolerance(dtype),
+            tol=tolerance(dtype, tp.shape[-1]),
         )
         oc = RULES[rule](TapeReader({site: ua[b].tolist(), "final": [float(uf[b])]}), step)
         out.append(list(oc.emitted(step)))

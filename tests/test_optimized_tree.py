@@ -86,7 +86,7 @@ def reference(rule, par, tok, dp, tp, tape, dtype, **params):
             tok[b].tolist(),
             None if dp is None else [r.tolist() for r in dp[b].double()],
             [r.tolist() for r in tp[b].double()],
-            tol=tolerance(dtype),
+            tol=tolerance(dtype, tp.shape[-1]),
         )
         oc = rule(TapeReader({k: v[b] for k, v in tape.items()}), step, **params)
         acc.append(list(oc.accepted))
