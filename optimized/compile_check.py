@@ -155,38 +155,39 @@ def _specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
         )
     )
     specs.extend(attention_specs())
-    from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel, token_accept_kernel
+    from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel
 
     for dt in ("fp32", "bf16"):
-        ptrs = {"x_ptr": "*i64", "q_ptr": f"*{dt}", "p_ptr": f"*{dt}"}
-        specs.append(
-            (
-                f"token_split_accept[{dt}]",
-                token_accept_kernel,
-                {**ptrs, "ua_ptr": "*fp64", "out_ptr": "*i64", "stop_ptr": "*i64", "K": "i32", "V": "i32",
-                 "HAS_Q": "constexpr", "KB": "constexpr"},
-                {"HAS_Q": True, "KB": 8},
-            )
-        )  # fmt: skip
+        ptrs = {"x_ptr": "*i64", "q_ptr": f"*{dt}", "p_ptr": f"*{dt}", "ua_ptr": "*fp64"}
+        consts = {"HAS_Q": True, "KB": 8, "BLOCK": 1024}
+        sig = {
+            **ptrs,
+            "out_ptr": "*i64",
+            "part_ptr": "*fp64",
+            "K": "i32",
+            "V": "i32",
+            "C": "i32",
+            "CH": "i32",
+        }
         specs.append(
             (
                 f"token_split_partials[{dt}]",
                 stop_row_partials_kernel,
-                {**ptrs, "stop_ptr": "*i64", "part_ptr": "*fp64", "K": "i32", "V": "i32", "C": "i32",
-                 "CH": "i32", "HAS_Q": "constexpr", "BLOCK": "constexpr"},
-                {"HAS_Q": True, "BLOCK": 1024},
+                {**sig, **dict.fromkeys(consts, "constexpr")},
+                consts,
             )
-        )  # fmt: skip
+        )
+        consts2 = {"HAS_Q": True, "KB": 8, "CB": 32, "BLOCK": 1024}
+        sig2 = {**ptrs, "uf_ptr": "*fp64", "part_ptr": "*fp64", "out_ptr": "*i64", "K": "i32", "V": "i32",
+                "C": "i32", "CH": "i32"}  # fmt: skip
         specs.append(
             (
                 f"token_split_pick[{dt}]",
                 stop_row_pick_kernel,
-                {**ptrs, "uf_ptr": "*fp64", "stop_ptr": "*i64", "part_ptr": "*fp64", "out_ptr": "*i64",
-                 "K": "i32", "V": "i32", "C": "i32", "CH": "i32", "HAS_Q": "constexpr", "CB": "constexpr",
-                 "BLOCK": "constexpr"},
-                {"HAS_Q": True, "CB": 32, "BLOCK": 1024},
+                {**sig2, **dict.fromkeys(consts2, "constexpr")},
+                consts2,
             )
-        )  # fmt: skip
+        )
     return specs
 
 

@@ -19,7 +19,7 @@ from specproof.reference.errors import BadParameterError
 
 from ._device import interpreted, on_kernel_device
 from .kernels.token_chain import token_chain_kernel
-from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel, token_accept_kernel
+from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel
 from .validate import check_chain, check_uniforms
 
 BLOCK = 128  # under the interpreter
@@ -60,7 +60,10 @@ def token(
     if path == "auto":
         path = "split" if not interpreted() and V >= SPLIT_MIN_V else "row"
     device = target_probs.device
-    out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
+    if path == "split":  # its kernels write every position, padding included
+        out = torch.empty((B, K + 1), dtype=torch.int64, device=device)
+    else:
+        out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
     if B == 0:
         return out
     x = draft_token_ids.to(device=device, dtype=torch.int64).contiguous()
@@ -78,13 +81,13 @@ def token(
     if chunk % block:
         raise BadParameterError("chunk", f"must be a multiple of block ({block}), got {chunk}")
     C = triton.cdiv(V, chunk)
-    stop = torch.empty(B, dtype=torch.int64, device=device)
     parts = torch.empty(B, C, dtype=torch.float64, device=device)
     has_q = draft_probs is not None
-    token_accept_kernel[(B,)](x, q, p, ua, out, stop, K, V, HAS_Q=has_q, KB=KB)
-    stop_row_partials_kernel[(B, C)](x, q, p, stop, parts, K, V, C, chunk, HAS_Q=has_q, BLOCK=block)
+    stop_row_partials_kernel[(B, C)](x, q, p, ua, out, parts, K, V, C, chunk, HAS_Q=has_q, KB=KB, BLOCK=block)
     CB = max(1, triton.next_power_of_2(C))
-    stop_row_pick_kernel[(B,)](x, q, p, uf, stop, parts, out, K, V, C, chunk, HAS_Q=has_q, CB=CB, BLOCK=block)
+    stop_row_pick_kernel[(B,)](
+        x, q, p, ua, uf, parts, out, K, V, C, chunk, HAS_Q=has_q, KB=KB, CB=CB, BLOCK=block
+    )
     return out
 
 

@@ -19,9 +19,11 @@ else
 fi
 repo=$(pwd)
 cd /tmp  # the checkout's specproof/ folder would shadow the installed package
+timeout 120 python3 "$repo/scripts/gpu_tune.py" "$out/tune.md" 2>&1 | tail -25
 timeout 200 python3 -m specproof.properties.cli bench --section gpu \
   --markdown "$out/bench-gpu.md" --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.txt"
 start=$(date +%s)
-timeout 300 python3 -m pytest "$repo/tests/test_optimized_coupled.py" "$repo/tests/test_optimized_tree.py" \
-  "$repo/tests/test_optimized_buffers.py" -q -n 12 -p no:cacheprovider 2>&1 | tee "$out/tests.txt" | tail -40
+timeout "${TEST_SECONDS:-300}" python3 -m pytest "$repo/tests/test_optimized_coupled.py" \
+  "$repo/tests/test_optimized_tree.py" "$repo/tests/test_optimized_buffers.py" -q -n 12 -p no:cacheprovider \
+  ${TEST_FILTER:+-k "$TEST_FILTER"} 2>&1 | tee "$out/tests.txt" | tail -40
 echo "tests: $(( $(date +%s) - start )) s" | tee -a "$out/env.txt"

@@ -4,12 +4,13 @@ One program per row cannot stream a 128k-entry row fast enough, and the exact si
 kernel (:mod:`.token_chain`) passes over the stop row three times to reproduce the reference's
 rounding. This path moves the floor's bytes once:
 
-1. ``token_accept_kernel`` (one program per row): the acceptance tests on the gathered
-   ``p(x_i)``, ``q(x_i)``; writes the accepted drafts and the stop node r.
-2. ``stop_row_partials_kernel`` (rows x chunks): each program sums its chunk of the stop row's
-   weights, ``(p_r - q_r)+`` after a rejection or ``p_K`` for the bonus.
-3. ``stop_row_pick_kernel`` (one program per row): inverse CDF over the chunk sums with
-   ``u * total``, then over the one chunk that holds the crossing (re-read).
+1. ``stop_row_partials_kernel`` (rows x chunks): each program redoes its row's acceptance tests
+   on the gathered ``p(x_i)``, ``q(x_i)`` (2K values: cheaper than a launch and a buffer), finds
+   the stop node r, and sums its chunk of the stop row's weights, ``(p_r - q_r)+`` after a
+   rejection or ``p_K`` for the bonus; chunk 0 writes the accepted drafts and the -1 padding.
+2. ``stop_row_pick_kernel`` (one program per row): the same r, then inverse CDF over the chunk
+   sums with ``u * total``, then over the one chunk that holds the crossing (re-read); writes
+   the token at position r.
 
 The law is the reference's exactly; the coupling is exact except that the sum is grouped by
 chunks and not normalized before the draw, so a token can differ only when ``u * total`` falls
@@ -26,10 +27,9 @@ from .sampling import inverse_cdf, last_of, running_sums
 
 
 @triton.jit
-def token_accept_kernel(
-    x_ptr, q_ptr, p_ptr, ua_ptr, out_ptr, stop_ptr, K, V, HAS_Q: tl.constexpr, KB: tl.constexpr
-):
-    b = tl.program_id(0).to(tl.int64)
+def stop_node(x_ptr, q_ptr, p_ptr, ua_ptr, b, K, V, HAS_Q: tl.constexpr, KB: tl.constexpr):
+    """The row's acceptance tests; returns (r, the drafts, their positions): drafts 0..r-1 are
+    accepted and the step stops at node r (r = K: all accepted)."""
     ks = tl.arange(0, KB)
     kmask = ks < K
     x = tl.load(x_ptr + b * K + ks, mask=kmask, other=0).to(tl.int64)
@@ -41,9 +41,8 @@ def token_accept_kernel(
     ratio = px / tl.where(qx == 0, 1.0, qx)
     acc = tl.where(qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(ratio, 1.0))
     u = tl.load(ua_ptr + b * (K + 1) + 1 + ks, mask=kmask, other=1.0).to(tl.float64)
-    r = tl.min(tl.where(kmask & ~(u < acc), ks, K), 0)
-    tl.store(out_ptr + b * (K + 1) + ks, x, mask=ks < r)
-    tl.store(stop_ptr + b, r)
+    r = tl.min(tl.where(kmask & ~(u < acc), ks, K), 0).to(tl.int64)
+    return r, x, ks
 
 
 @triton.jit
@@ -60,11 +59,15 @@ def stop_weights(p_row, q_row, x_r, offs, mask, residual, HAS_Q: tl.constexpr):
 
 @triton.jit
 def stop_row_partials_kernel(
-    x_ptr, q_ptr, p_ptr, stop_ptr, part_ptr, K, V, C, CH, HAS_Q: tl.constexpr, BLOCK: tl.constexpr
-):
+    x_ptr, q_ptr, p_ptr, ua_ptr, out_ptr, part_ptr, K, V, C, CH,
+    HAS_Q: tl.constexpr, KB: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
     b = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1).to(tl.int64)
-    r = tl.load(stop_ptr + b).to(tl.int64)
+    r, x, ks = stop_node(x_ptr, q_ptr, p_ptr, ua_ptr, b, K, V, HAS_Q, KB)
+    if c == 0:  # the accepted drafts and the padding; position r is the pick kernel's
+        tl.store(out_ptr + b * (K + 1) + ks, tl.where(ks < r, x, -1), mask=(ks < K + 1) & (ks != r))
+        tl.store(out_ptr + b * (K + 1) + K, -1, mask=r < K)
     residual = r < K
     p_row = p_ptr + (b * (K + 1) + r) * V
     q_row = q_ptr + (b * K + tl.minimum(r, K - 1)) * V
@@ -79,11 +82,11 @@ def stop_row_partials_kernel(
 
 @triton.jit
 def stop_row_pick_kernel(
-    x_ptr, q_ptr, p_ptr, uf_ptr, stop_ptr, part_ptr, out_ptr, K, V, C, CH,
-    HAS_Q: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, q_ptr, p_ptr, ua_ptr, uf_ptr, part_ptr, out_ptr, K, V, C, CH,
+    HAS_Q: tl.constexpr, KB: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0).to(tl.int64)
-    r = tl.load(stop_ptr + b).to(tl.int64)
+    r, _, _ = stop_node(x_ptr, q_ptr, p_ptr, ua_ptr, b, K, V, HAS_Q, KB)
     residual = r < K
     p_row = p_ptr + (b * (K + 1) + r) * V
     q_row = q_ptr + (b * K + tl.minimum(r, K - 1)) * V
