@@ -25,7 +25,8 @@ from .validate import check_chain, check_uniforms
 BLOCK = 128  # under the interpreter
 BLOCK_GPU = 1024
 SPLIT_MIN_V = 8192  # on a GPU, rows at least this long take the split path
-CHUNK_GPU = 4096
+CHUNK_BYTES = 8192  # per law row and chunk: 2048 float32 or 4096 bfloat16 entries (the
+# fastest of the chunk sizes timed on an H200, docs/measurements/tune-split-h200.md)
 
 
 @on_kernel_device
@@ -77,7 +78,7 @@ def token(
             x, q, p, ua, uf, out, K, V, HAS_Q=draft_probs is not None, KB=KB, BLOCK=block
         )
         return out
-    chunk = chunk or max(block, CHUNK_GPU)
+    chunk = chunk or max(block, CHUNK_BYTES // target_probs.element_size())
     if chunk % block:
         raise BadParameterError("chunk", f"must be a multiple of block ({block}), got {chunk}")
     C = triton.cdiv(V, chunk)
