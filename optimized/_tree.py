@@ -29,7 +29,7 @@ def prepare(
     tokens: torch.Tensor,
     draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,
-    uniforms: dict[str, tuple[torch.Tensor, tuple[int, ...]]] | None = None,
+    uniforms: dict[str, tuple[torch.Tensor, str]] | None = None,
 ) -> TreeLaunch:
     """Validate (raising the reference's exceptions) and lay the inputs out for a launch.
 

@@ -49,7 +49,7 @@ def _time(
     """Median seconds per call over at least ``min_calls`` calls and ``min_seconds``."""
     fn()  # warm-up (compilation, caches)
     sync()
-    times = []
+    times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_calls or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
@@ -243,7 +243,9 @@ def gpu_section(
                     fb = floor_bytes(out, K, V, elt, True)
                 else:
                     fb = floor_bytes_block(out, K, V, elt)
-                timed = [(name, functools.partial(fn, x, dp, tp, ua, uf))]
+                timed: list[tuple[str, Callable[[], Any]]] = [
+                    (name, functools.partial(fn, x, dp, tp, ua, uf))
+                ]
                 if big and on_gpu and "validated" not in name:
                     try:
                         timed.append((name + ", CUDA graph", graphed(fn, (x, dp, tp, ua, uf))))

@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "0")
 
@@ -22,7 +23,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 
-def _specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
+def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
     from .kernels.block_chain import block_chain_kernel
     from .kernels.greedy_tree import greedy_tree_kernel
     from .kernels.multi_draft import multi_draft_kernel
@@ -31,7 +32,7 @@ def _specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
     from .kernels.typical_tree import typical_tree_kernel
 
     chain = {"x_ptr": "*i64", "q_ptr": "*fp32", "p_ptr": "*fp32", "ua_ptr": "*fp64", "uf_ptr": "*fp64"}
-    specs = []
+    specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
     for dt in ("fp32", "bf16"):
         for has_q in (True, False):
             c = {k: (f"*{dt}" if k in ("q_ptr", "p_ptr") else v) for k, v in chain.items()}

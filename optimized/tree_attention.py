@@ -13,6 +13,7 @@ one root path at a time with a plain causal softmax in float64; they agree withi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -121,7 +122,7 @@ def reference_attention(q, k_tree, v_tree, k_prefix, v_prefix, parents, prefix_l
     return out
 
 
-def compile_specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
+def compile_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
     """The kernel's signature for :mod:`specproof.optimized.compile_check`."""
     consts = {"W": 1, "DB": 64, "BS": 32, "NB": 16}
     sig = {
