@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 import triton
 
+from ._contract import chain_verifier
 from ._device import default_block, on_kernel_device
 from .kernels.block_chain import block_chain_kernel
-from .validate import check_chain, check_uniforms
+from .validate import check_chain_call
 
 
 @on_kernel_device
@@ -29,12 +30,10 @@ def block(
     validate: bool = True,
 ) -> torch.Tensor:
     """``output_token_ids [B, K+1]``: accepted drafts X_1..X_tau, then Y, then -1."""
-    if validate:  # validate=False: inputs already checked by the caller (or a benchmark)
-        B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
-        check_uniforms(u_eta, "u_eta", (B, K + 1))
-        check_uniforms(u_final, "u_final", (B,))
-    else:
-        (B, K), V = draft_token_ids.shape, target_probs.shape[2]
+    # validate=False: inputs already checked by the caller (or a benchmark)
+    B, K, V = check_chain_call(
+        draft_token_ids, draft_probs, target_probs, ("u_eta", u_eta), u_final, validate
+    )
     device = target_probs.device
     out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
     if B == 0:
@@ -57,14 +56,4 @@ def block(
     return out
 
 
-def block_verifier(
-    draft_token_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """The chain contract: uniforms drawn from ``generator`` (u_eta first, then u_final)."""
-    B, K = draft_token_ids.shape[0], draft_token_ids.shape[1] if draft_token_ids.dim() == 2 else 0
-    u_eta = torch.rand(B, K + 1, generator=generator, dtype=torch.float64)
-    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
-    return block(draft_token_ids, draft_probs, target_probs, u_eta, u_final)
+block_verifier = chain_verifier(block, "u_eta")

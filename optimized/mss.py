@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ._contract import tree_verifier
 from ._device import default_block, on_kernel_device
 from ._tree import f64, prepare
 from .kernels.multi_draft import multi_draft_kernel
@@ -62,9 +63,4 @@ def mss(
     return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, False, block)
 
 
-def mss_verifier(parents, tokens, draft_probs, target_probs, generator):
-    """The tree contract: uniforms drawn from ``generator`` (u_accept [B, N], then u_final [B])."""
-    B, N = parents.shape
-    u_accept = torch.rand(B, N, generator=generator, dtype=torch.float64)
-    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
-    return mss(parents, tokens, draft_probs, target_probs, u_accept, u_final)
+mss_verifier = tree_verifier(mss, "u_accept")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ._contract import tree_verifier
 from ._device import on_kernel_device
 from .mss import multi_draft
 
@@ -28,9 +29,4 @@ def rrs(
     return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, True, block)
 
 
-def rrs_verifier(parents, tokens, draft_probs, target_probs, generator):
-    """The tree contract: uniforms drawn from ``generator`` (u_accept [B, N], then u_final [B])."""
-    B, N = parents.shape
-    u_accept = torch.rand(B, N, generator=generator, dtype=torch.float64)
-    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
-    return rrs(parents, tokens, draft_probs, target_probs, u_accept, u_final)
+rrs_verifier = tree_verifier(rrs, "u_accept")

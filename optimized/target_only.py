@@ -17,6 +17,7 @@ import torch
 
 from specproof.reference.rules.target_only import check_thresholds
 
+from ._contract import tree_verifier
 from ._device import default_block, on_kernel_device
 from ._tree import f64, prepare
 from .kernels.target_only_tree import target_only_tree_kernel
@@ -58,15 +59,10 @@ def target_only(
     return t.accepted, t.next_token
 
 
-def target_only_verifier(
-    parents, tokens, draft_probs, target_probs, generator, threshold_single=1.0, threshold_acc=1.0
-):
-    """The tree contract (draft laws ignored): u_coin [B, N], then u_final [B]."""
-    B, N = parents.shape
-    u_coin = torch.rand(B, N, generator=generator, dtype=torch.float64)
-    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
-    return target_only(parents, tokens, target_probs, u_coin, u_final, threshold_single, threshold_acc)
-
-
-single_03_verifier = functools.partial(target_only_verifier, threshold_single=0.3)
-acc_05_verifier = functools.partial(target_only_verifier, threshold_acc=0.5)
+target_only_verifier = tree_verifier(target_only, "u_coin", reads_draft=False)
+single_03_verifier = tree_verifier(
+    functools.partial(target_only, threshold_single=0.3), "u_coin", reads_draft=False
+)
+acc_05_verifier = tree_verifier(
+    functools.partial(target_only, threshold_acc=0.5), "u_coin", reads_draft=False
+)

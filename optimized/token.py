@@ -17,10 +17,11 @@ import triton
 
 from specproof.reference.errors import BadParameterError
 
+from ._contract import chain_verifier
 from ._device import interpreted, on_kernel_device
 from .kernels.token_chain import token_chain_kernel
 from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel
-from .validate import check_chain, check_uniforms
+from .validate import check_chain_call
 
 BLOCK = 128  # under the interpreter
 BLOCK_GPU = 1024
@@ -51,12 +52,9 @@ def token(
     """
     if path not in ("auto", "row", "split"):
         raise BadParameterError("path", f"must be 'auto', 'row' or 'split', got {path!r}")
-    if validate:
-        B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
-        check_uniforms(u_accept, "u_accept", (B, K + 1))
-        check_uniforms(u_final, "u_final", (B,))
-    else:
-        (B, K), V = draft_token_ids.shape, target_probs.shape[2]
+    B, K, V = check_chain_call(
+        draft_token_ids, draft_probs, target_probs, ("u_accept", u_accept), u_final, validate
+    )
     block = block or (BLOCK if interpreted() else BLOCK_GPU)
     if path == "auto":
         path = "split" if not interpreted() and V >= SPLIT_MIN_V else "row"
@@ -92,14 +90,4 @@ def token(
     return out
 
 
-def token_verifier(
-    draft_token_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """The chain contract: uniforms drawn from ``generator`` (u_accept first, then u_final)."""
-    B, K = draft_token_ids.shape[0], draft_token_ids.shape[1] if draft_token_ids.dim() == 2 else 0
-    u_accept = torch.rand(B, K + 1, generator=generator, dtype=torch.float64)
-    u_final = torch.rand(B, generator=generator, dtype=torch.float64)
-    return token(draft_token_ids, draft_probs, target_probs, u_accept, u_final)
+token_verifier = chain_verifier(token, "u_accept")

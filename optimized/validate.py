@@ -192,3 +192,22 @@ def check_tree_parents(parents: torch.Tensor) -> tuple[int, int]:
         validate_parents(par[b].tolist(), f"parents[{b}]")
         raise AssertionError("unreachable: the row failed the batched check")  # pragma: no cover
     return B, N
+
+
+def check_chain_call(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    u_sites: tuple[str, torch.Tensor],
+    u_final: torch.Tensor,
+    validate: bool,
+) -> tuple[int, int, int]:
+    """A chain kernel's inputs: the contract's arguments plus ``u_sites`` (name, [B, K+1]) and
+    ``u_final [B]``; returns (B, K, V). ``validate=False`` only reads the shapes."""
+    if not validate:
+        (B, K), V = draft_token_ids.shape, target_probs.shape[2]
+        return B, K, V
+    B, K, V = check_chain(draft_token_ids, draft_probs, target_probs)
+    check_uniforms(u_sites[1], u_sites[0], (B, K + 1))
+    check_uniforms(u_final, "u_final", (B,))
+    return B, K, V

@@ -50,7 +50,7 @@ def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept"):
     return out
 
 
-@given(
+chain_cases = given(
     B=st.integers(1, 3),
     K=st.integers(1, 8),
     V=st.sampled_from([2, 3, 5, 7, 13, 100, 129, 200] + BIG_VOCABS),
@@ -60,81 +60,55 @@ def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept"):
     draft_is_target=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
+
+
+def chain_inputs(B, K, V, dtype, deterministic, style, draft_is_target, seed):
+    """Drafts, laws and two uniform arrays ([B, K+1] and [B]) for one drawn chain batch."""
+    rng = np.random.default_rng(seed)
+    tp = laws(rng, (B, K + 1, V), dtype, style)
+    if deterministic:
+        dp = None
+        x = torch.tensor(rng.integers(0, V, (B, K)))
+    else:
+        dp = tp[:, :K].clone() if draft_is_target else laws(rng, (B, K, V), dtype, "random")
+        x = torch.stack([torch.multinomial(dp[b].float(), 1).squeeze(1) for b in range(B)])
+    return x, dp, tp, torch.tensor(rng.random((B, K + 1))), torch.tensor(rng.random(B))
+
+
+def unpad(out):
+    return [[t for t in row if t >= 0] for row in out.tolist()]
+
+
+@chain_cases
 def test_token_kernel_equals_the_reference_on_the_same_uniforms(
     B, K, V, dtype, deterministic, style, draft_is_target, seed
 ):
-    rng = np.random.default_rng(seed)
     dt = DTYPES[dtype]
-    tp = laws(rng, (B, K + 1, V), dt, style)
-    if deterministic:
-        dp = None
-        x = torch.tensor(rng.integers(0, V, (B, K)))
-    else:
-        dp = tp[:, :K].clone() if draft_is_target else laws(rng, (B, K, V), dt, "random")
-        x = torch.stack([torch.multinomial(dp[b].float(), 1).squeeze(1) for b in range(B)])
-    ua = torch.tensor(rng.random((B, K + 1)))
-    uf = torch.tensor(rng.random(B))
-    got = [[t for t in row if t >= 0] for row in token(x, dp, tp, ua, uf).tolist()]
-    assert got == reference_rows(x, dp, tp, ua, uf, dt)
+    x, dp, tp, ua, uf = chain_inputs(B, K, V, dt, deterministic, style, draft_is_target, seed)
+    assert unpad(token(x, dp, tp, ua, uf)) == reference_rows(x, dp, tp, ua, uf, dt)
 
 
-@given(
-    B=st.integers(1, 3),
-    K=st.integers(1, 8),
-    V=st.sampled_from([2, 3, 5, 7, 13, 100, 129] + BIG_VOCABS),
-    dtype=st.sampled_from(sorted(DTYPES)),
-    deterministic=st.booleans(),
-    style=st.sampled_from(["random", "ties", "onehot", "tiny"]),
-    draft_is_target=st.booleans(),
-    seed=st.integers(0, 2**32 - 1),
-)
+@chain_cases
 def test_block_kernel_equals_the_reference_on_the_same_uniforms(
     B, K, V, dtype, deterministic, style, draft_is_target, seed
 ):
-    rng = np.random.default_rng(seed)
     dt = DTYPES[dtype]
-    tp = laws(rng, (B, K + 1, V), dt, style)
-    if deterministic:
-        dp = None
-        x = torch.tensor(rng.integers(0, V, (B, K)))
-    else:
-        dp = tp[:, :K].clone() if draft_is_target else laws(rng, (B, K, V), dt, "random")
-        x = torch.stack([torch.multinomial(dp[b].float(), 1).squeeze(1) for b in range(B)])
-    ue = torch.tensor(rng.random((B, K + 1)))
-    uf = torch.tensor(rng.random(B))
-    got = [
-        [t for t in row if t >= 0]
-        for row in block(x, dp, tp, ue, uf, block=None if BIG_VOCABS else 32).tolist()
-    ]
+    x, dp, tp, ue, uf = chain_inputs(B, K, V, dt, deterministic, style, draft_is_target, seed)
+    got = unpad(block(x, dp, tp, ue, uf, block=None if BIG_VOCABS else 32))
     assert got == reference_rows(x, dp, tp, ue, uf, dt, rule="block", site="eta")
 
 
-@given(
-    B=st.integers(1, 3),
-    K=st.integers(1, 8),
-    V=st.sampled_from([2, 3, 5, 7, 13, 40, 100] + BIG_VOCABS),
-    dtype=st.sampled_from(sorted(DTYPES)),
-    deterministic=st.booleans(),
-    style=st.sampled_from(["random", "ties", "onehot", "tiny"]),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_split_token_path_agrees_with_the_reference(B, K, V, dtype, deterministic, style, seed):
-    # The GPU path for large V (chunk sums, no normalization before the draw) at chunk 16,
-    # block 8. Its tokens equal the reference's except when u * total falls within rounding
-    # of a partial sum; any difference must be such a boundary case, checked here.
-    rng = np.random.default_rng(seed)
+@chain_cases
+def test_split_token_path_agrees_with_the_reference(
+    B, K, V, dtype, deterministic, style, draft_is_target, seed
+):
+    # The GPU path for large V (chunk sums, no normalization before the draw), at chunk 16 and
+    # block 8 for small V. Its tokens equal the reference's except when u * total falls within
+    # rounding of a partial sum; any difference must be such a boundary case, checked here.
     dt = DTYPES[dtype]
-    tp = laws(rng, (B, K + 1, V), dt, style)
-    if deterministic:
-        dp, x = None, torch.tensor(rng.integers(0, V, (B, K)))
-    else:
-        dp = laws(rng, (B, K, V), dt, "random")
-        x = torch.stack([torch.multinomial(dp[b].float(), 1).squeeze(1) for b in range(B)])
-    ua, uf = torch.tensor(rng.random((B, K + 1))), torch.tensor(rng.random(B))
-    got = [
-        [t for t in row if t >= 0]
-        for row in token(x, dp, tp, ua, uf, path="split", chunk=16, block=8).tolist()
-    ]
+    x, dp, tp, ua, uf = chain_inputs(B, K, V, dt, deterministic, style, draft_is_target, seed)
+    small = {} if V > 1000 else {"chunk": 16, "block": 8}  # full sizes: the GPU's defaults
+    got = unpad(token(x, dp, tp, ua, uf, path="split", **small))
     want = reference_rows(x, dp, tp, ua, uf, dt)
     for b in range(B):
         if got[b] == want[b]:
@@ -142,12 +116,13 @@ def test_split_token_path_agrees_with_the_reference(B, K, V, dtype, deterministi
         assert got[b][:-1] == want[b][:-1], "acceptance must agree exactly"
         r = len(want[b]) - 1
         p = tp[b, r].double()
-        w = (
-            p
-            if r == K
-            else (p - (dp[b, r].double() if dp is not None else torch.nn.functional.one_hot(x[b, r], V)))
-        )
-        cdf = torch.cumsum(w.clamp(min=0), 0) / w.clamp(min=0).sum()
+        if r == K:
+            w = p
+        else:
+            w = (
+                p - (dp[b, r].double() if dp is not None else torch.nn.functional.one_hot(x[b, r], V))
+            ).clamp(min=0)
+        cdf = torch.cumsum(w, 0) / w.sum()
         lo = min(got[b][-1], want[b][-1])
         assert abs(float(uf[b]) - float(cdf[lo])) < 1e-9, (got[b], want[b])
 
@@ -171,8 +146,7 @@ def test_extreme_uniforms_accept_everything_or_reject_at_once():
     for u in (0.0, 1 - 2**-53):
         ua = torch.full((2, 4), u, dtype=torch.float64)
         uf = torch.full((2,), u, dtype=torch.float64)
-        got = [[t for t in row if t >= 0] for row in token(x, dp, tp, ua, uf).tolist()]
-        assert got == reference_rows(x, dp, tp, ua, uf, torch.float32)
+        assert unpad(token(x, dp, tp, ua, uf)) == reference_rows(x, dp, tp, ua, uf, torch.float32)
 
 
 def _valid(B=2, K=3, V=5):

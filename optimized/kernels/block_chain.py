@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import inverse_cdf, residual_mass
+from .sampling import gather_drafts, inverse_cdf, residual_mass
 
 
 @triton.jit
@@ -29,14 +29,7 @@ def block_chain_kernel(
     BLOCK: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
-    ks = tl.arange(0, KB)
-    kmask = ks < K
-    x = tl.load(x_ptr + b * K + ks, mask=kmask, other=0).to(tl.int64)
-    px = tl.load(p_ptr + (b * (K + 1) + ks) * V + x, mask=kmask, other=0.0).to(tl.float64)
-    if HAS_Q:
-        qx = tl.load(q_ptr + (b * K + ks) * V + x, mask=kmask, other=1.0).to(tl.float64)
-    else:
-        qx = tl.full((KB,), 1.0, tl.float64)
+    ks, x, px, qx = gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q, KB)
     # p_i = min(1, p_{i-1} p(X_i) / q(X_i)), p_0 = 1; pws[j] holds p_{j+1}
     pws = tl.full((KB,), 1.0, tl.float64)
     prev = tl.full((), 1.0, tl.float64)

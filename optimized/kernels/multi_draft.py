@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import inverse_cdf, last_of, residual_mass, running_sums
+from .sampling import acceptance, inverse_cdf, last_of, residual_mass, residual_terms, running_sums
 
 
 @triton.jit
@@ -23,13 +23,9 @@ def write_residual(p_row, q_row, x_det, out_row, total, V, HAS_Q: tl.constexpr, 
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < V
-        p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
-        if HAS_Q:
-            q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
-        else:
-            q = tl.where(offs == x_det, 1.0, 0.0).to(tl.float64)
+        w = residual_terms(p_row, q_row, x_det, 1.0, offs, mask, HAS_Q)
         tl.debug_barrier()
-        tl.store(out_row + offs, tl.maximum(p - q, 0.0) / total, mask=mask)
+        tl.store(out_row + offs, w / total, mask=mask)
     tl.debug_barrier()
 
 
@@ -99,9 +95,7 @@ def multi_draft_kernel(
                 qx = load_at(q_row, x, q_scratch == 1, qw)
             else:
                 qx = tl.full((), 1.0, tl.float64)
-            a = tl.where(
-                qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(px / tl.where(qx == 0, 1.0, qx), 1.0)
-            )
+            a = acceptance(px, qx)
             u = tl.load(ua_ptr + b * N + c).to(tl.float64)
             if u < a:
                 node = tl.zeros((), dtype=tl.int64) + c

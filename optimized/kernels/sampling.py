@@ -54,18 +54,23 @@ def row_weights(p_row, q_row, x_det, offs, mask, MODE: tl.constexpr, total1, a, 
 
 
 @triton.jit
+def residual_terms(p_row, q_row, x_det, a, offs, mask, HAS_Q: tl.constexpr):
+    """``(a p - q)+`` on one block (q one-hot at x_det without HAS_Q), 0 outside ``mask``."""
+    p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
+    if HAS_Q:
+        q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
+    else:
+        q = tl.where(offs == x_det, 1.0, 0.0).to(tl.float64)
+    return tl.where(mask, tl.maximum(a * p - q, 0.0), 0.0)
+
+
+@triton.jit
 def residual_mass(p_row, q_row, x_det, a, V, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
     """``sum((a p - q)+)`` over the row, left to right (q one-hot at x_det without HAS_Q)."""
     carry = tl.zeros((), dtype=tl.float64)
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
-        mask = offs < V
-        p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
-        if HAS_Q:
-            q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
-        else:
-            q = tl.where(offs == x_det, 1.0, 0.0).to(tl.float64)
-        w = tl.where(mask, tl.maximum(a * p - q, 0.0), 0.0)
+        w = residual_terms(p_row, q_row, x_det, a, offs, offs < V, HAS_Q)
         carry = last_of(running_sums(w, carry, offs, start), offs, start, V, BLOCK)
     return carry
 
@@ -112,3 +117,32 @@ def argmax_row(p_row, V, BLOCK: tl.constexpr):
         best_i = tl.where(better, i, best_i)
         best_v = tl.where(better, m, best_v)
     return best_i
+
+
+@triton.jit
+def gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q: tl.constexpr, KB: tl.constexpr):
+    """Row b's K drafts and their gathered ``p_i(x_i)``, ``q_i(x_i)`` (q = 1 for deterministic
+    drafts): the only reads the acceptance tests need. Returns (positions, x, p(x), q(x))."""
+    ks = tl.arange(0, KB)
+    kmask = ks < K
+    x = tl.load(x_ptr + b * K + ks, mask=kmask, other=0).to(tl.int64)
+    px = tl.load(p_ptr + (b * (K + 1) + ks) * V + x, mask=kmask, other=0.0).to(tl.float64)
+    if HAS_Q:
+        qx = tl.load(q_ptr + (b * K + ks) * V + x, mask=kmask, other=1.0).to(tl.float64)
+    else:
+        qx = tl.full((KB,), 1.0, tl.float64)
+    return ks, x, px, qx
+
+
+@triton.jit
+def acceptance(px, qx):
+    """``min(1, p(x) / q(x))`` with ``q(x) = 0`` read as 1 if ``p(x) > 0`` else 0 (the
+    reference's ``laws.acceptance``); elementwise, for scalars or blocks."""
+    return tl.where(qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(px / tl.where(qx == 0, 1.0, qx), 1.0))
+
+
+@triton.jit
+def first_rejection(ua_ptr, b, K, ks, acc):
+    """The first chain position whose coin ``u_accept[b, i + 1] < acc[i]`` fails (K if none)."""
+    u = tl.load(ua_ptr + b * (K + 1) + 1 + ks, mask=ks < K, other=1.0).to(tl.float64)
+    return tl.min(tl.where((ks < K) & ~(u < acc), ks, K), 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import inverse_cdf, residual_mass
+from .sampling import acceptance, first_rejection, gather_drafts, inverse_cdf, residual_mass
 
 
 @triton.jit
@@ -27,19 +27,8 @@ def token_chain_kernel(
     BLOCK: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
-    ks = tl.arange(0, KB)
-    kmask = ks < K
-    x = tl.load(x_ptr + b * K + ks, mask=kmask, other=0).to(tl.int64)
-    px = tl.load(p_ptr + (b * (K + 1) + ks) * V + x, mask=kmask, other=0.0).to(tl.float64)
-    if HAS_Q:
-        qx = tl.load(q_ptr + (b * K + ks) * V + x, mask=kmask, other=1.0).to(tl.float64)
-    else:
-        qx = tl.full((KB,), 1.0, tl.float64)
-    ratio = px / tl.where(qx == 0, 1.0, qx)
-    acc = tl.where(qx == 0, tl.where(px > 0, 1.0, 0.0), tl.minimum(ratio, 1.0))
-    u = tl.load(ua_ptr + b * (K + 1) + 1 + ks, mask=kmask, other=1.0).to(tl.float64)
-    rejected = kmask & ~(u < acc)
-    r = tl.min(tl.where(rejected, ks, K), 0)  # drafts 0..r-1 accepted; the step stops at node r
+    ks, x, px, qx = gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q, KB)
+    r = first_rejection(ua_ptr, b, K, ks, acceptance(px, qx))  # drafts 0..r-1 accepted; stop at r
     tl.store(out_ptr + b * (K + 1) + ks, x, mask=ks < r)
 
     p_row = p_ptr + (b * (K + 1) + r) * V

@@ -156,51 +156,36 @@ def _lazy(module: str, attr: str) -> Callable[..., Any]:
 
 def _register_optimized() -> None:
     """The Triton engine (:mod:`specproof.optimized`), claiming what the reference rule claims."""
-    chains = [
-        ("token", "token_verifier", "token-level verification"),
-        ("block", "block_verifier", "block verification"),
-        ("typical", "typical_chain_verifier", "typical acceptance (not lossless)"),
-    ]
-    for rule, attr, what in chains:
-        ref = REGISTRY[("chain", f"reference.{rule}")]
-        register(
-            Backend(
-                f"optimized.{rule}",
-                "chain",
-                _lazy(f"specproof.optimized.{rule}", attr),
-                ref.processes,
-                ref.expect,
-                ref.law,
-                f"Triton kernel: {what} (interpreter on CPU)",
-                group="optimized",
-                expect_by_process=ref.expect_by_process,
-            )
-        )
-    trees = [
-        ("mss", "mss", "mss_verifier", "multi-draft sampling with replacement"),
-        ("rrs", "rrs", "rrs_verifier", "recursive rejection sampling"),
-        ("target_only", "target_only", "target_only_verifier", "the target-only rule"),
+    kernels = [  # kind, rule, module, verifier, what
+        ("chain", "token", "token", "token_verifier", "token-level verification"),
+        ("chain", "block", "block", "block_verifier", "block verification"),
+        ("chain", "typical", "typical", "typical_chain_verifier", "typical acceptance (not lossless)"),
+        ("tree", "mss", "mss", "mss_verifier", "multi-draft sampling with replacement"),
+        ("tree", "rrs", "rrs", "rrs_verifier", "recursive rejection sampling"),
+        ("tree", "target_only", "target_only", "target_only_verifier", "the target-only rule"),
         (
+            "tree",
             "target_only[threshold_single=0.3]",
             "target_only",
             "single_03_verifier",
             "the target-only rule, threshold_single 0.3 (not lossless)",
         ),
         (
+            "tree",
             "target_only[threshold_acc=0.5]",
             "target_only",
             "acc_05_verifier",
             "the target-only rule, threshold_acc 0.5 (not lossless)",
         ),
-        ("greedy", "greedy", "greedy_verifier", "greedy verification"),
-        ("typical", "typical", "typical_verifier", "typical acceptance (not lossless)"),
+        ("tree", "greedy", "greedy", "greedy_verifier", "greedy verification"),
+        ("tree", "typical", "typical", "typical_verifier", "typical acceptance (not lossless)"),
     ]
-    for rule, module, attr, what in trees:
-        ref = REGISTRY[("tree", f"reference.{rule}")]
+    for kind, rule, module, attr, what in kernels:
+        ref = REGISTRY[(kind, f"reference.{rule}")]
         register(
             Backend(
                 f"optimized.{rule}",
-                "tree",
+                kind,
                 _lazy(f"specproof.optimized.{module}", attr),
                 ref.processes,
                 ref.expect,
