@@ -13,8 +13,8 @@
    ``alpha / cases`` (:func:`.stats.plan_samples`). The per-row time measured in step 1 gives
    the cost; when the total exceeds the budget, time is shared out (cheap cases get what they
    need, the others equal shares) and each case reports the power it reached instead. Cases
-   are sampled cheapest first, or in the battery's order when the sample size is fixed
-   (``samples``), so that a fixed-size audit's verdict never depends on the machine's timings.
+   are sampled cheapest first (by the probes' timings), or by input size when the sample size
+   is fixed (``samples``), so that a fixed-size audit's verdict never depends on the machine.
 3. **Sampling.** Batches of independent rows: drafts drawn by the case's proposal process,
    the verifier called, the output validated, completed to the horizon with samples of the
    preserved law, and binned into the case's cells. An emitted token that the preserved law
@@ -476,9 +476,13 @@ def audit(
 
     # 3. sample, cheapest cases first, re-sharing the remaining time before each case: a case
     #    whose share covers its planned size runs to it; the others stop when their share is spent
-    # With a fixed sample size (--samples) the order is the battery's, so that the verdict (and
-    # which case stops an early-stopping audit) does not depend on the machine's timings.
-    order = sorted(runners) if config.samples else sorted(runners, key=lambda j: per_row[j])
+    # With a fixed sample size (--samples) the order is by input size (vocabulary x nodes, then
+    # the battery's order), not by the probes' timings, so that the verdict (and which case
+    # stops an early-stopping audit) does not depend on the machine.
+    if config.samples:
+        order = sorted(runners, key=lambda j: (cases[j].vocab * len(cases[j].parents), j))
+    else:
+        order = sorted(runners, key=lambda j: per_row[j])
     ran: list[int] = []
     try:
         for pos, i in enumerate(order):
