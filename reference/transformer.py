@@ -1,0 +1,183 @@
+"""A tiny causal transformer target with a KV cache and tree attention (issue 5's target model).
+
+Pre-norm decoder blocks (RMSNorm, multi-head attention with rotary position embeddings, a
+SiLU-gated MLP), a final RMSNorm and an output head tied to the embedding. Everything is float64
+and built from a seed, so forwards are reproducible and comparisons can be tight. The model
+exposes every layer's hidden state (what EAGLE-3 fuses and Medusa/EAGLE read).
+
+Two ways to run it:
+
+* :meth:`TinyTransformer.forward` - an ordinary causal forward of ``tokens`` after the cached
+  prefix, at positions ``len(cache) + 0, 1, ...``; it appends their K/V to the cache.
+* :meth:`TinyTransformer.forward_tree` - one forward over a flattened draft tree: node i attends
+  to the cached prefix and to its ancestors and itself only, at position ``len(cache) +
+  depth(i)`` (proofs_notes/tree_attention.md, tree_positions.md). Its K/V are appended in node
+  order; :meth:`KVCache.commit` then keeps only the accepted root path's, compacted behind the
+  prefix (proofs_notes/kv_commit.md).
+
+Claims (tests/test_transformer.py): for every node, ``forward_tree`` equals the ordinary causal
+forward over the prefix and the node's root path (logits and every hidden state, within 1e-10);
+after a commit the cache continues exactly like a cache rebuilt from the committed tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import ShapeError, TokenOutOfRangeError
+from .tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab: int = 32
+    width: int = 32
+    layers: int = 2
+    heads: int = 4
+    mlp: int = 64
+    rope_base: float = 10000.0
+
+
+@dataclass
+class KVCache:
+    """Per layer ``[heads, length, head_dim]`` keys and values (float64)."""
+
+    keys: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.keys[0].shape[1]) if self.keys else 0
+
+    def clone(self) -> KVCache:
+        return KVCache([k.clone() for k in self.keys], [v.clone() for v in self.values])
+
+    def commit(self, tree: DraftTree, accepted: tuple[int, ...], prefix_len: int) -> None:
+        """After a tree forward appended node i at slot ``prefix_len + i``: keep only the
+        accepted root path, compacted behind the prefix, and drop the rest."""
+        moves, new_len = tree.kv_commit_plan(accepted, prefix_len)
+        for store in (self.keys, self.values):
+            for layer, t in enumerate(store):
+                for src, dst in moves:
+                    t[:, dst] = t[:, src]
+                store[layer] = t[:, :new_len].clone()
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary embedding of ``x [heads, T, d]`` at integer ``positions [T]`` (rotate-half)."""
+    half = x.shape[-1] // 2
+    inv = base ** (-torch.arange(half, dtype=torch.float64) / half)
+    ang = positions.to(torch.float64)[:, None] * inv  # [T, half]
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self, config: Config = Config(), seed: int = 0) -> None:
+        super().__init__()
+        if config.width % config.heads or (config.width // config.heads) % 2:
+            raise ValueError("config: width must split into heads of even size")
+        self.config = config
+        g = torch.Generator().manual_seed(seed)
+        W, M = config.width, config.mlp
+
+        def param(*shape: int, scale: float) -> torch.nn.Parameter:
+            return torch.nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64) * scale)
+
+        self.embed = param(config.vocab, W, scale=1.0)
+        self.blocks = torch.nn.ModuleList()
+        for _ in range(config.layers):
+            blk = torch.nn.Module()
+            blk.norm1 = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
+            blk.qkv = param(W, 3 * W, scale=1 / math.sqrt(W))
+            blk.out = param(W, W, scale=1 / math.sqrt(W))
+            blk.norm2 = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
+            blk.gate = param(W, M, scale=1 / math.sqrt(W))
+            blk.up = param(W, M, scale=1 / math.sqrt(W))
+            blk.down = param(M, W, scale=1 / math.sqrt(M))
+            self.blocks.append(blk)
+        self.norm = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
+        self.requires_grad_(False)  # the target is built, not trained
+
+    @property
+    def vocab(self) -> int:
+        return self.config.vocab
+
+    def _check_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = torch.as_tensor(tokens)
+        if t.dim() != 1 or t.dtype.is_floating_point:
+            raise ShapeError("tokens", "expected a 1-d tensor of integer token ids")
+        bad = (t < 0) | (t >= self.vocab)
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            raise TokenOutOfRangeError(f"tokens[{i}]", f"is {int(t[i])}, outside [0, {self.vocab})")
+        return t.long()
+
+    def _run(
+        self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, visible: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Shared body: ``visible [T, T]`` says which new tokens each new token sees (besides
+        the whole cached prefix); K/V of the new tokens are appended to ``cache``."""
+        cfg = self.config
+        H, d = cfg.heads, cfg.width // cfg.heads
+        x = self.embed[tokens]
+        hidden = [x]
+        T = len(tokens)
+        prefix = len(cache)
+        for layer, blk in enumerate(self.blocks):
+            h = rms_norm(x, blk.norm1)
+            q, k, v = (h @ blk.qkv).split(cfg.width, dim=-1)
+            q, k, v = (t.reshape(T, H, d).transpose(0, 1) for t in (q, k, v))  # [H, T, d]
+            q, k = rope(q, positions, cfg.rope_base), rope(k, positions, cfg.rope_base)
+            if len(cache.keys) <= layer:
+                cache.keys.append(torch.zeros(H, 0, d, dtype=torch.float64))
+                cache.values.append(torch.zeros(H, 0, d, dtype=torch.float64))
+            keys = torch.cat([cache.keys[layer], k], 1)
+            values = torch.cat([cache.values[layer], v], 1)
+            cache.keys[layer], cache.values[layer] = keys, values
+            mask = torch.cat([torch.ones(T, prefix, dtype=torch.bool), visible], 1)  # [T, prefix+T]
+            scores = (q @ keys.transpose(1, 2)) / math.sqrt(d)
+            scores = scores.masked_fill(~mask, float("-inf"))
+            att = torch.softmax(scores, -1) @ values  # [H, T, d]
+            x = x + att.transpose(0, 1).reshape(T, cfg.width) @ blk.out
+            h = rms_norm(x, blk.norm2)
+            x = x + (torch.nn.functional.silu(h @ blk.gate) * (h @ blk.up)) @ blk.down
+            hidden.append(x)
+        logits = rms_norm(x, self.norm) @ self.embed.T
+        return logits, hidden
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Causal forward of ``tokens [T]`` after ``cache``; returns logits ``[T, V]`` and the
+        hidden states ``[T, width]`` of the embedding and of every layer (layers + 1 of them)."""
+        t = self._check_tokens(tokens)
+        T = len(t)
+        positions = len(cache) + torch.arange(T)
+        return self._run(t, cache, positions, torch.ones(T, T, dtype=torch.bool).tril())
+
+    @torch.no_grad()
+    def forward_tree(
+        self, tree: DraftTree, tokens: torch.Tensor, cache: KVCache
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One forward over the flattened tree: ``tokens[i]`` is node i's token (node 0, the
+        last committed token, is not in the cache yet). Node i sees the prefix and its root
+        path, at position ``len(cache) + depth(i)``."""
+        t = self._check_tokens(tokens)
+        if len(t) != tree.n:
+            raise ShapeError("tokens", f"has {len(t)} entries, expected one per tree node ({tree.n})")
+        positions = len(cache) + torch.tensor(tree.depth)
+        visible = torch.tensor(tree.attention_mask(), dtype=torch.bool)
+        return self._run(t, cache, positions, visible)
+
+    def next_token_probs(self, logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """``softmax(logits / T)`` per row; T = 0 gives the one-hot law at the argmax."""
+        if temperature == 0:
+            return torch.nn.functional.one_hot(logits.argmax(-1), self.vocab).to(torch.float64)
+        return torch.softmax(logits / temperature, -1)
