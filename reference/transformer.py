@@ -79,6 +79,28 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
+class Block(torch.nn.Module):
+    """One pre-norm decoder block's weights."""
+
+    def __init__(
+        self,
+        qkv: torch.nn.Parameter,
+        out: torch.nn.Parameter,
+        gate: torch.nn.Parameter,
+        up: torch.nn.Parameter,
+        down: torch.nn.Parameter,
+    ) -> None:
+        super().__init__()
+        W = qkv.shape[0]
+        self.norm1 = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
+        self.qkv: torch.Tensor = qkv
+        self.out: torch.Tensor = out
+        self.norm2 = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
+        self.gate: torch.Tensor = gate
+        self.up: torch.Tensor = up
+        self.down: torch.Tensor = down
+
+
 class TinyTransformer(torch.nn.Module):
     def __init__(self, config: Config = Config(), seed: int = 0) -> None:
         super().__init__()
@@ -92,17 +114,16 @@ class TinyTransformer(torch.nn.Module):
             return torch.nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64) * scale)
 
         self.embed = param(config.vocab, W, scale=1.0)
-        self.blocks = torch.nn.ModuleList()
-        for _ in range(config.layers):
-            blk = torch.nn.Module()
-            blk.norm1 = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
-            blk.qkv = param(W, 3 * W, scale=1 / math.sqrt(W))
-            blk.out = param(W, W, scale=1 / math.sqrt(W))
-            blk.norm2 = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
-            blk.gate = param(W, M, scale=1 / math.sqrt(W))
-            blk.up = param(W, M, scale=1 / math.sqrt(W))
-            blk.down = param(M, W, scale=1 / math.sqrt(M))
-            self.blocks.append(blk)
+        self.blocks = torch.nn.ModuleList(
+            Block(
+                qkv=param(W, 3 * W, scale=1 / math.sqrt(W)),
+                out=param(W, W, scale=1 / math.sqrt(W)),
+                gate=param(W, M, scale=1 / math.sqrt(W)),
+                up=param(W, M, scale=1 / math.sqrt(W)),
+                down=param(M, W, scale=1 / math.sqrt(M)),
+            )
+            for _ in range(config.layers)
+        )
         self.norm = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
         self.requires_grad_(False)  # the target is built, not trained
 
@@ -131,7 +152,8 @@ class TinyTransformer(torch.nn.Module):
         hidden = [x]
         T = len(tokens)
         prefix = len(cache)
-        for layer, blk in enumerate(self.blocks):
+        blocks: list[Block] = list(self.blocks)  # type: ignore[arg-type]
+        for layer, blk in enumerate(blocks):
             h = rms_norm(x, blk.norm1)
             q, k, v = (h @ blk.qkv).split(cfg.width, dim=-1)
             q, k, v = (t.reshape(T, H, d).transpose(0, 1) for t in (q, k, v))  # [H, T, d]
