@@ -77,13 +77,37 @@ class Instance:
         )
 
 
+@dataclass(frozen=True)
+class ModelInstance:
+    """An oracle check on given models (a transformer target and draft model, say) instead of
+    the seeded toy models of :class:`Instance`. Float models: the TV is exact up to float64
+    rounding (lossless means TV below 1e-12, not 0)."""
+
+    target: LM
+    draft: LM
+    shape: tuple[int, ...]
+    prefix: tuple[int, ...]
+    name: str = "models"
+
+    @functools.cached_property
+    def tree(self) -> DraftTree:
+        return DraftTree(self.shape, "shape")
+
+    @property
+    def horizon(self) -> int:
+        return self.tree.max_depth + 1
+
+    def describe(self) -> str:
+        return f"ModelInstance({self.name}, shape={self.shape}, prefix={self.prefix})"
+
+
 @dataclass
 class OracleResult:
     """The exact comparison of one step's completed law with the reference law."""
 
     rule: str
     process: str
-    instance: Instance
+    instance: Instance | ModelInstance
     tv: Any
     horizon: int
     expected_emitted: Any
@@ -124,7 +148,7 @@ def max_drafts(vocab: int, max_cells: int) -> int:
     return drafts
 
 
-def step_inputs(process: Process, instance: Instance, proposal: Any) -> Step:
+def step_inputs(process: Process, instance: Instance | ModelInstance, proposal: Any) -> Step:
     """The verifier's validated inputs for one proposal of ``process`` on ``instance``."""
     contexts = node_contexts(instance.prefix, proposal)
     return make_step(
@@ -135,7 +159,7 @@ def step_inputs(process: Process, instance: Instance, proposal: Any) -> Step:
     )
 
 
-def emitted_law(rule: Rule, process: Process, instance: Instance) -> dict[Seq, Any]:
+def emitted_law(rule: Rule, process: Process, instance: Instance | ModelInstance) -> dict[Seq, Any]:
     """The exact law of the tokens one step emits (proposal and verification enumerated)."""
     proposals = enumerate_law(process.propose, instance.tree, instance.prefix, instance.draft)
     out: dict[Seq, Any] = {}
@@ -169,7 +193,7 @@ def reference_law(target: LM, prefix: Seq, m: int, greedy: bool = False) -> dict
     return sequence_law(target, prefix, m)
 
 
-def check(rule: Rule | str, process: Process | str, instance: Instance) -> OracleResult:
+def check(rule: Rule | str, process: Process | str, instance: Instance | ModelInstance) -> OracleResult:
     """Exact law of one step of ``rule`` under ``process`` on ``instance``, vs the target's."""
     rule = RULES[rule] if isinstance(rule, str) else rule
     process = PROCESSES[process] if isinstance(process, str) else process

@@ -1,7 +1,8 @@
 """A tiny causal transformer target with a KV cache and tree attention (issue 5's target model).
 
 Pre-norm decoder blocks (RMSNorm, multi-head attention with rotary position embeddings, a
-SiLU-gated MLP), a final RMSNorm and an output head tied to the embedding. Everything is float64
+SiLU-gated MLP), a final RMSNorm and an output head tied to the embedding (scaled by
+1/sqrt(width), so that an untrained model's next-token laws are spread, not one-hot). Everything is float64
 and built from a seed, so forwards are reproducible and comparisons can be tight. The model
 exposes every layer's hidden state (what EAGLE-3 fuses and Medusa/EAGLE read).
 
@@ -172,7 +173,7 @@ class TinyTransformer(torch.nn.Module):
             h = rms_norm(x, blk.norm2)
             x = x + (torch.nn.functional.silu(h @ blk.gate) * (h @ blk.up)) @ blk.down
             hidden.append(x)
-        logits = rms_norm(x, self.norm) @ self.embed.T
+        logits = rms_norm(x, self.norm) @ self.embed.T / math.sqrt(cfg.width)  # O(1) logits
         return logits, hidden
 
     @torch.no_grad()
@@ -203,3 +204,27 @@ class TinyTransformer(torch.nn.Module):
         if temperature == 0:
             return torch.nn.functional.one_hot(logits.argmax(-1), self.vocab).to(torch.float64)
         return torch.softmax(logits / temperature, -1)
+
+
+class TransformerLM:
+    """A :class:`TinyTransformer` as a reference :class:`~specproof.reference.models.LM`: the
+    float64 law of the next token after a context, ``softmax(logits / temperature)`` (one-hot
+    at the argmax for temperature 0). Laws are memoized per context, so the exact oracle and
+    the proposal processes can run on a real transformer target or draft model."""
+
+    def __init__(self, model: TinyTransformer, temperature: float = 1.0) -> None:
+        if not temperature >= 0:
+            raise ValueError(f"temperature: must be >= 0, got {temperature!r}")
+        self.model = model
+        self.temperature = temperature
+        self.vocab = model.vocab
+        self._laws: dict[tuple[int, ...], tuple[float, ...]] = {}
+
+    def law(self, context: tuple[int, ...]) -> tuple[float, ...]:
+        if not context:
+            raise ShapeError("context", "needs at least one token (the last committed token)")
+        if context not in self._laws:
+            logits, _ = self.model.forward(torch.tensor(context), KVCache())
+            probs = self.model.next_token_probs(logits[-1:], self.temperature)[0]
+            self._laws[context] = tuple(float(v) for v in probs / probs.sum())
+        return self._laws[context]
