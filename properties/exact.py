@@ -238,3 +238,37 @@ def step_emitted_law(rule: Rule | str, step: Step) -> dict[Seq, Any]:
 
 def expected_length(law: dict[int, Any]) -> Any:
     return sum(n * p for n, p in law.items())
+
+
+def multi_step_check(
+    rule: Rule | str,
+    process: Process | str,
+    target: LM,
+    draft: LM,
+    shape: tuple[int, ...],
+    prefix: Seq,
+    steps: int,
+) -> tuple[Any, Any]:
+    """Exact law of ``steps`` speculative steps in a row (each step's proposal and verification
+    enumerated after the context the previous steps produced), completed with target samples to
+    the horizon ``steps * (depth + 1)``, against the target's own law of that many tokens.
+    Returns ``(tv, expected emitted tokens per step)``. A lossless step composed with itself is
+    lossless (proofs_notes/lossless_criterion.md); this checks the composition directly."""
+    rule = RULES[rule] if isinstance(rule, str) else rule
+    process = PROCESSES[process] if isinstance(process, str) else process
+    if steps < 1:
+        raise ValueError(f"steps: must be >= 1, got {steps}")
+    greedy = rule.preserves == "greedy"
+    states: dict[Seq, Any] = {(): 1}
+    for _ in range(steps):
+        nxt: dict[Seq, Any] = {}
+        for emitted, w in states.items():
+            inst = ModelInstance(target, draft, shape, prefix + emitted)
+            for e, pr in emitted_law(rule, process, inst).items():
+                nxt[emitted + e] = nxt.get(emitted + e, 0) + w * pr
+        states = nxt
+    m = steps * (DraftTree(shape, "shape").max_depth + 1)
+    law = complete(states, target, prefix, m, greedy)
+    ref = reference_law(target, prefix, m, greedy)
+    mean = sum(w * len(e) for e, w in states.items()) / steps
+    return tv_distance(law, ref), mean
