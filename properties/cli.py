@@ -245,47 +245,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_e2e(args: argparse.Namespace) -> int:
+def _e2e_row(proposer: Any, rule: str, steps: int, seed: int) -> dict[str, Any]:
+    """One proposer x rule: the exact 2-step check on the small target, the sampled loop on the
+    larger one."""
     import numpy as np
 
     from specproof.reference.decode import decode, e2e_models
-    from specproof.reference.proposers import PLANNED, PROPOSERS
     from specproof.reference.transformer import TransformerLM
 
     from .exact import multi_step_check
 
-    if args.proposer not in PROPOSERS:
-        known = ", ".join(PROPOSERS)
-        why = "is not built yet" if args.proposer in PLANNED else "is unknown"
-        print(f"specproof e2e: proposer {args.proposer!r} {why}; available: {known}", file=sys.stderr)
-        return 2
-    proposer = PROPOSERS[args.proposer]
-    rule = args.rule or proposer.default_rule
-    if rule not in RULES or not RULES[rule].applies_to(True):
-        print(f"specproof e2e: --rule {rule!r} is not a rule that verifies chains", file=sys.stderr)
-        return 2
-    if args.steps < 1:
-        print(f"specproof e2e: --steps must be >= 1, got {args.steps}", file=sys.stderr)
-        return 2
     process = proposer.processes[0]
     small, big = e2e_models()
-    chain, prefix = (-1, 0, 1), (2, 0, 3, 2)
     tv, exact_mean = multi_step_check(
-        rule, process, TransformerLM(small), proposer.make_draft(small), chain, prefix, steps=2
+        rule, process, TransformerLM(small), proposer.make_draft(small), (-1, 0, 1), (2, 0, 3, 2), steps=2
     )
-    lossless = tv < 1e-12  # float64 laws: equal up to rounding
     shape = (-1, 0, 1, 2)
     out = decode(
-        big,
-        proposer.make_draft(big),
-        process,
-        rule,
-        shape,
-        (3, 4),
-        args.steps,
-        np.random.default_rng(args.seed),
+        big, proposer.make_draft(big), process, rule, shape, (3, 4), steps, np.random.default_rng(seed)
     )
-    report = {
+    return {
         "proposer": proposer.name,
         "process": process,
         "rule": rule,
@@ -294,7 +273,8 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
             "steps": 2,
             "chain_drafts": 2,
             "tv": float(tv),
-            "lossless": lossless,
+            "lossless": bool(tv < 1e-12),  # float64 laws: equal up to rounding
+            "mean_emitted_per_step": float(exact_mean),
         },
         "sampled": {
             "vocab": big.vocab,
@@ -304,21 +284,67 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
             "mean_emitted_per_target_forward": out.mean_emitted,
         },
     }
-    verdict = "LOSSLESS" if lossless else "LOSSY"
+
+
+def _cmd_e2e(args: argparse.Namespace) -> int:
+    from specproof.reference.proposers import PLANNED, PROPOSERS
+
+    if args.steps < 1:
+        print(f"specproof e2e: --steps must be >= 1, got {args.steps}", file=sys.stderr)
+        return 2
+    if args.table:
+        rows = []
+        for p in PROPOSERS.values():
+            rules = [r.name for r in RULES.values() if r.applies_to(True) and p.processes[0] in r.exact_for]
+            for rule in rules + ["typical"]:
+                rows.append(_e2e_row(p, rule, args.steps, args.seed))
+        lines = [
+            "| proposer (process) | rule | exact 2-step check | exact mean tokens / step | "
+            f"sampled tokens / target forward ({args.steps} steps) |",
+            "|---|---|---|---:|---:|",
+        ]
+        for r in rows:
+            ex, sa = r["exact_check"], r["sampled"]
+            verdict = "lossless" if ex["lossless"] else f"LOSSY (TV {ex['tv']:.3g})"
+            lines.append(
+                f"| {r['proposer']} ({r['process']}) | {r['rule']} | {verdict} | "
+                f"{ex['mean_emitted_per_step']:.3f} | {sa['mean_emitted_per_target_forward']:.2f} |"
+            )
+        print("\n".join(lines))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=2)
+                f.write("\n")
+        return 0
+    if args.proposer not in PROPOSERS:
+        known = ", ".join(PROPOSERS)
+        why = "is not built yet" if args.proposer in PLANNED else "is unknown"
+        if args.proposer is None:
+            why = "is required (or --table)"
+        print(f"specproof e2e: proposer {args.proposer!r} {why}; available: {known}", file=sys.stderr)
+        return 2
+    proposer = PROPOSERS[args.proposer]
+    rule = args.rule or proposer.default_rule
+    if rule not in RULES or not RULES[rule].applies_to(True):
+        print(f"specproof e2e: --rule {rule!r} is not a rule that verifies chains", file=sys.stderr)
+        return 2
+    report = _e2e_row(proposer, rule, args.steps, args.seed)
+    ex, sa = report["exact_check"], report["sampled"]
+    verdict = "LOSSLESS" if ex["lossless"] else "LOSSY"
     print(
-        f"{proposer.name} ({process}) verified by {rule}: {verdict} "
-        f"(exact law of 2 steps on a {small.vocab}-token transformer: TV = {float(tv):.3g})"
+        f"{proposer.name} ({report['process']}) verified by {rule}: {verdict} "
+        f"(exact law of 2 steps on a {ex['vocab']}-token transformer: TV = {ex['tv']:.3g})"
     )
     print(
-        f"  sampled on a {big.vocab}-token transformer: {out.mean_emitted:.2f} tokens per target forward "
-        f"over {out.target_forwards} steps ({len(shape) - 1} drafts each); exact mean in the 2-step "
-        f"check (2 drafts each): {float(exact_mean):.2f}"
+        f"  sampled on a {sa['vocab']}-token transformer: {sa['mean_emitted_per_target_forward']:.2f} "
+        f"tokens per target forward over {sa['steps']} steps ({sa['drafts_per_step']} drafts each); "
+        f"exact mean in the 2-step check (2 drafts each): {ex['mean_emitted_per_step']:.2f}"
     )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")
-    return 0 if lossless else 1
+    return 0 if ex["lossless"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -407,8 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "e2e", help="decode with a proposer and a rule on a transformer target: lossless or lossy"
     )
+    e.add_argument("--proposer", help="draft, ngram (medusa, eagle1/2/3, mtp, dflash: not yet)")
     e.add_argument(
-        "--proposer", required=True, help="draft, ngram (medusa, eagle1/2/3, mtp, dflash: not yet)"
+        "--table", action="store_true", help="every proposer x exact rule (and typical): the acceptance table"
     )
     e.add_argument("--rule", help="verification rule (default: the proposer's own)")
     e.add_argument("--steps", type=int, default=64, help="sampled steps (default 64)")
