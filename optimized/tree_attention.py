@@ -18,23 +18,12 @@ from typing import Any
 import torch
 
 from specproof.reference.errors import ShapeError
+from specproof.reference.transformer import rope
 from specproof.reference.tree import DraftTree
 
 from ._device import on_kernel_device
 from .kernels.tree_attention import tree_attention_kernel
 from .tree_buffers import _prefix, tree_buffers
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotary embedding (rotate-half layout) of ``x [B, H, N, D]`` at ``positions [B, N]``."""
-    D = x.shape[-1]
-    half = D // 2
-    inv = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
-    ang = positions.to(torch.float64)[:, None, :, None] * inv  # [B, 1, N, half]
-    cos, sin = ang.cos(), ang.sin()
-    x1, x2 = x[..., :half].double(), x[..., half : 2 * half].double()
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * half :].double()], -1)
-    return out.to(x.dtype)
 
 
 def _check(name: str, t: torch.Tensor, shape: tuple[int | None, ...]) -> None:

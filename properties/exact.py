@@ -32,8 +32,22 @@ from specproof.reference.tree import DraftTree
 Seq = tuple[int, ...]
 
 
+class _Shaped:
+    """The draft-tree shape an oracle check grows its proposals from, and its horizon."""
+
+    shape: tuple[int, ...]
+
+    @functools.cached_property
+    def tree(self) -> DraftTree:
+        return DraftTree(self.shape, "shape")
+
+    @property
+    def horizon(self) -> int:
+        return self.tree.max_depth + 1
+
+
 @dataclass(frozen=True)
-class Instance:
+class Instance(_Shaped):
     """Everything that defines one oracle check, in plain values (printable, shrinkable).
 
     The target is ``ToyLM(vocab, target_seed, target_styles)``; the draft mixes the target with
@@ -61,14 +75,6 @@ class Instance:
         other = ToyLM(self.vocab, self.draft_seed, self.draft_styles, self.exact)
         return MixLM(self.target, other, self.overlap if self.exact else float(self.overlap))
 
-    @functools.cached_property
-    def tree(self) -> DraftTree:
-        return DraftTree(self.shape, "shape")
-
-    @property
-    def horizon(self) -> int:
-        return self.tree.max_depth + 1
-
     def describe(self) -> str:
         return (
             f"Instance(vocab={self.vocab}, shape={self.shape}, target_seed={self.target_seed}, "
@@ -78,7 +84,7 @@ class Instance:
 
 
 @dataclass(frozen=True)
-class ModelInstance:
+class ModelInstance(_Shaped):
     """An oracle check on given models (a transformer target and draft model, say) instead of
     the seeded toy models of :class:`Instance`. Float models: the TV is exact up to float64
     rounding (lossless means TV below 1e-12, not 0)."""
@@ -88,14 +94,6 @@ class ModelInstance:
     shape: tuple[int, ...]
     prefix: tuple[int, ...]
     name: str = "models"
-
-    @functools.cached_property
-    def tree(self) -> DraftTree:
-        return DraftTree(self.shape, "shape")
-
-    @property
-    def horizon(self) -> int:
-        return self.tree.max_depth + 1
 
     def describe(self) -> str:
         return f"ModelInstance({self.name}, shape={self.shape}, prefix={self.prefix})"

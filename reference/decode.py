@@ -94,10 +94,6 @@ def decode(
 def e2e_models() -> tuple[TinyTransformer, TinyTransformer]:
     """The two targets of ``specproof e2e``: a 4-token one, small enough to enumerate the law of
     several steps exactly, and a 16-token one for the sampled loop."""
-    small = TinyTransformer(_config(vocab=4, width=16, layers=2, heads=2, mlp=32), seed=11)
-    big = TinyTransformer(_config(vocab=16, width=32, layers=2, heads=4, mlp=64), seed=3)
+    small = TinyTransformer(Config(vocab=4, width=16, layers=2, heads=2, mlp=32), seed=11)
+    big = TinyTransformer(Config(vocab=16, width=32, layers=2, heads=4, mlp=64), seed=3)
     return small, big
-
-
-def _config(vocab: int, width: int, layers: int, heads: int, mlp: int) -> Config:
-    return Config(vocab=vocab, width=width, layers=layers, heads=heads, mlp=mlp)

@@ -67,13 +67,16 @@ class KVCache:
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotary embedding of ``x [heads, T, d]`` at integer ``positions [T]`` (rotate-half)."""
+    """Rotary embedding (rotate-half layout) of ``x [..., heads, T, d]`` at integer
+    ``positions [..., T]``, computed in float64 and returned in x's dtype; an odd last feature
+    passes through unrotated. Shared by this model and the optimized tree attention."""
     half = x.shape[-1] // 2
-    inv = base ** (-torch.arange(half, dtype=torch.float64) / half)
-    ang = positions.to(torch.float64)[:, None] * inv  # [T, half]
+    inv = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
+    ang = positions.to(torch.float64)[..., None, :, None] * inv  # [..., 1, T, half]
     cos, sin = ang.cos(), ang.sin()
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    x1, x2 = x[..., :half].double(), x[..., half : 2 * half].double()
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * half :].double()], -1)
+    return out.to(x.dtype)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

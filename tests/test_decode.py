@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from specproof.properties.exact import multi_step_check
-from specproof.reference.decode import decode
+from specproof.reference.decode import decode, e2e_models
 from specproof.reference.models import greedy_sequence
 from specproof.reference.proposers import PROPOSERS, NgramLM
 from specproof.reference.rules import RULES
-from specproof.reference.transformer import Config, KVCache, TinyTransformer, TransformerLM
+from specproof.reference.transformer import KVCache, TransformerLM
 
-SMALL = TinyTransformer(Config(vocab=4, width=16, layers=2, heads=2, mlp=32), seed=11)
+SMALL, BIG = e2e_models()  # the targets `specproof e2e` uses
 CHAIN = (-1, 0, 1)
 PREFIX = (2, 0, 3, 2)
 
@@ -51,9 +51,6 @@ def test_typical_acceptance_is_flagged_over_two_steps(proposer):
         "typical", p.processes[0], TransformerLM(SMALL), p.make_draft(SMALL), CHAIN, PREFIX, 2
     )
     assert tv > 1e-3
-
-
-BIG = TinyTransformer(Config(vocab=16, width=32, layers=2, heads=4, mlp=64), seed=3)
 
 
 @pytest.mark.parametrize("proposer", sorted(PROPOSERS))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import pytest
 
 from specproof.properties.exact import ModelInstance, check
+from specproof.reference.decode import e2e_models
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
 from specproof.reference.transformer import Config, TinyTransformer, TransformerLM
 
 V = 4
-TARGET = TransformerLM(TinyTransformer(Config(vocab=V, width=16, layers=2, heads=2, mlp=32), seed=11))
+TARGET = TransformerLM(e2e_models()[0])  # the 4-token target of `specproof e2e`
 DRAFT = TransformerLM(TinyTransformer(Config(vocab=V, width=8, layers=1, heads=2, mlp=16), seed=12))
 CHAIN = (-1, 0, 1)
 TREE = (-1, 0, 0, 1, 2)
