@@ -105,6 +105,56 @@ class Block(torch.nn.Module):
         self.down: torch.Tensor = down
 
 
+def random_param(g: torch.Generator, *shape: int, scale: float) -> torch.nn.Parameter:
+    """A float64 Gaussian parameter of the given scale, drawn from ``g``."""
+    return torch.nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64) * scale)
+
+
+def random_block(g: torch.Generator, width: int, mlp: int) -> Block:
+    """A block with 1/sqrt(fan-in) Gaussian weights and unit norms."""
+    s, m = 1 / math.sqrt(width), 1 / math.sqrt(mlp)
+    return Block(
+        qkv=random_param(g, width, 3 * width, scale=s),
+        out=random_param(g, width, width, scale=s),
+        gate=random_param(g, width, mlp, scale=s),
+        up=random_param(g, width, mlp, scale=s),
+        down=random_param(g, mlp, width, scale=m),
+    )
+
+
+def block_forward(
+    blk: Block,
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    visible: torch.Tensor,
+    heads: int,
+    rope_base: float,
+    past_k: torch.Tensor | None = None,
+    past_v: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pre-norm block on ``x [T, width]`` at ``positions [T]``: token t attends to every
+    past key (``past_k/past_v [heads, P, d]``) and to the new tokens ``visible[t]`` allows.
+    Returns the block's output and the keys/values, past and new (``[heads, P + T, d]``).
+    Shared by the target and the proposers' draft networks."""
+    T, width = x.shape
+    d = width // heads
+    if past_k is None or past_v is None:
+        past_k = past_v = torch.zeros(heads, 0, d, dtype=x.dtype)
+    prefix = past_k.shape[1]
+    h = rms_norm(x, blk.norm1)
+    q, k, v = (h @ blk.qkv).split(width, dim=-1)
+    q, k, v = (t.reshape(T, heads, d).transpose(0, 1) for t in (q, k, v))  # [H, T, d]
+    q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)
+    keys, values = torch.cat([past_k, k], 1), torch.cat([past_v, v], 1)
+    mask = torch.cat([torch.ones(T, prefix, dtype=torch.bool), visible], 1)  # [T, prefix+T]
+    scores = (q @ keys.transpose(1, 2)) / math.sqrt(d)
+    att = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ values  # [H, T, d]
+    x = x + att.transpose(0, 1).reshape(T, width) @ blk.out
+    h = rms_norm(x, blk.norm2)
+    x = x + (torch.nn.functional.silu(h @ blk.gate) * (h @ blk.up)) @ blk.down
+    return x, keys, values
+
+
 class TinyTransformer(torch.nn.Module):
     def __init__(self, config: Config = Config(), seed: int = 0) -> None:
         super().__init__()
@@ -114,20 +164,8 @@ class TinyTransformer(torch.nn.Module):
         g = torch.Generator().manual_seed(seed)
         W, M = config.width, config.mlp
 
-        def param(*shape: int, scale: float) -> torch.nn.Parameter:
-            return torch.nn.Parameter(torch.randn(*shape, generator=g, dtype=torch.float64) * scale)
-
-        self.embed = param(config.vocab, W, scale=1.0)
-        self.blocks = torch.nn.ModuleList(
-            Block(
-                qkv=param(W, 3 * W, scale=1 / math.sqrt(W)),
-                out=param(W, W, scale=1 / math.sqrt(W)),
-                gate=param(W, M, scale=1 / math.sqrt(W)),
-                up=param(W, M, scale=1 / math.sqrt(W)),
-                down=param(M, W, scale=1 / math.sqrt(M)),
-            )
-            for _ in range(config.layers)
-        )
+        self.embed = random_param(g, config.vocab, W, scale=1.0)
+        self.blocks = torch.nn.ModuleList(random_block(g, W, M) for _ in range(config.layers))
         self.norm = torch.nn.Parameter(torch.ones(W, dtype=torch.float64))
         self.requires_grad_(False)  # the target is built, not trained
 
@@ -151,33 +189,24 @@ class TinyTransformer(torch.nn.Module):
         """Shared body: ``visible [T, T]`` says which new tokens each new token sees (besides
         the whole cached prefix); K/V of the new tokens are appended to ``cache``."""
         cfg = self.config
-        H, d = cfg.heads, cfg.width // cfg.heads
         x = self.embed[tokens]
         hidden = [x]
-        T = len(tokens)
-        prefix = len(cache)
         blocks: list[Block] = list(self.blocks)  # type: ignore[arg-type]
         for layer, blk in enumerate(blocks):
-            h = rms_norm(x, blk.norm1)
-            q, k, v = (h @ blk.qkv).split(cfg.width, dim=-1)
-            q, k, v = (t.reshape(T, H, d).transpose(0, 1) for t in (q, k, v))  # [H, T, d]
-            q, k = rope(q, positions, cfg.rope_base), rope(k, positions, cfg.rope_base)
             if len(cache.keys) <= layer:
-                cache.keys.append(torch.zeros(H, 0, d, dtype=torch.float64))
-                cache.values.append(torch.zeros(H, 0, d, dtype=torch.float64))
-            keys = torch.cat([cache.keys[layer], k], 1)
-            values = torch.cat([cache.values[layer], v], 1)
-            cache.keys[layer], cache.values[layer] = keys, values
-            mask = torch.cat([torch.ones(T, prefix, dtype=torch.bool), visible], 1)  # [T, prefix+T]
-            scores = (q @ keys.transpose(1, 2)) / math.sqrt(d)
-            scores = scores.masked_fill(~mask, float("-inf"))
-            att = torch.softmax(scores, -1) @ values  # [H, T, d]
-            x = x + att.transpose(0, 1).reshape(T, cfg.width) @ blk.out
-            h = rms_norm(x, blk.norm2)
-            x = x + (torch.nn.functional.silu(h @ blk.gate) * (h @ blk.up)) @ blk.down
+                d = cfg.width // cfg.heads
+                cache.keys.append(torch.zeros(cfg.heads, 0, d, dtype=torch.float64))
+                cache.values.append(torch.zeros(cfg.heads, 0, d, dtype=torch.float64))
+            x, cache.keys[layer], cache.values[layer] = block_forward(
+                blk, x, positions, visible, cfg.heads, cfg.rope_base, cache.keys[layer], cache.values[layer]
+            )
             hidden.append(x)
-        logits = rms_norm(x, self.norm) @ self.embed.T / math.sqrt(cfg.width)  # O(1) logits
-        return logits, hidden
+        return self.head(x), hidden
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The output head on top-layer hidden states: final RMSNorm, then the tied embedding,
+        scaled by 1/sqrt(width) so that logits are O(1)."""
+        return rms_norm(x, self.norm) @ self.embed.T / math.sqrt(self.config.width)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, list[torch.Tensor]]:
