@@ -113,11 +113,15 @@ class Process:
             raise ValueError("prefix: must hold at least the last committed token")
         return _grow(ch, shape, prefix, draft, self.choose)
 
-    def draft_probs(self, prefix: tuple[int, ...], proposal: Proposal, draft: LM) -> list[Law] | None:
-        """What the verifier is given as ``draft_probs`` for this proposal."""
+    def draft_probs(self, prefix: tuple[int, ...], proposal: Proposal, draft: LM) -> list[Law | None] | None:
+        """What the verifier is given as ``draft_probs`` for this proposal: the draft law at
+        every node with children (a leaf's is never drafted from, and a draft with a bounded
+        depth, like Medusa's heads, has none there)."""
         if not self.gives_draft_probs:
             return None
-        return [draft.law(c) for c in node_contexts(prefix, proposal)]
+        has_kids = set(proposal.parents)
+        contexts = node_contexts(prefix, proposal)
+        return [draft.law(c) if i in has_kids else None for i, c in enumerate(contexts)]
 
 
 PROCESSES: dict[str, Process] = {

@@ -29,7 +29,11 @@ from .traversal import traversal
 from .typical import typical
 
 CHAINS = frozenset({"iid_chain", "onehot_chain"})
-ALL_PROCESSES = CHAINS | {"iid_siblings", "wor_siblings", "topk_siblings", "onehot_siblings"}
+#: Trees that are a deterministic function of the context, passed as one-hot drafts: the
+#: k most likely tokens per node, and EAGLE-2's dynamic tree (:mod:`..dynamic_tree`). A rule
+#: exact for one is exact for the other (proofs_notes/processes.md, "deterministic trees").
+DETERMINISTIC_TREES = frozenset({"onehot_siblings", "dynamic_tree"})
+ALL_PROCESSES = CHAINS | DETERMINISTIC_TREES | {"iid_siblings", "wor_siblings", "topk_siblings"}
 
 
 @dataclass(frozen=True)
@@ -61,12 +65,12 @@ def _rules() -> dict[str, Rule]:
         Rule("token", token, CHAINS, note="proofs_notes/token.md"),
         Rule("strict", strict, ALL_PROCESSES, note="proofs_notes/strict.md"),
         Rule("block", block, CHAINS, chain_only=True, note="proofs_notes/block.md"),
-        Rule("mss", mss, CHAINS | {"iid_siblings", "onehot_siblings"}, note="proofs_notes/mss.md"),
-        Rule("rrs", rrs, CHAINS | {"wor_siblings", "onehot_siblings"}, note="proofs_notes/rrs.md"),
+        Rule("mss", mss, CHAINS | DETERMINISTIC_TREES | {"iid_siblings"}, note="proofs_notes/mss.md"),
+        Rule("rrs", rrs, CHAINS | DETERMINISTIC_TREES | {"wor_siblings"}, note="proofs_notes/rrs.md"),
         Rule(
             "target_only",
             target_only,
-            CHAINS | {"wor_siblings", "topk_siblings", "onehot_siblings"},
+            CHAINS | DETERMINISTIC_TREES | {"wor_siblings", "topk_siblings"},
             note="proofs_notes/target_only.md",
         ),
         Rule(
@@ -86,7 +90,7 @@ def _rules() -> dict[str, Rule]:
         Rule(
             "traversal",
             traversal,
-            CHAINS | {"iid_siblings", "onehot_siblings"},
+            CHAINS | DETERMINISTIC_TREES | {"iid_siblings"},
             note="proofs_notes/traversal.md",
         ),
         Rule(
