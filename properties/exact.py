@@ -17,6 +17,7 @@ Proof of the criterion: proofs_notes/lossless_criterion.md. Checked by tests/tes
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -242,7 +243,7 @@ def multi_step_check(
     rule: Rule | str,
     process: Process | str,
     target: LM,
-    draft: LM,
+    draft: LM | Callable[[Seq], LM],
     shape: tuple[int, ...],
     prefix: Seq,
     steps: int,
@@ -251,7 +252,12 @@ def multi_step_check(
     enumerated after the context the previous steps produced), completed with target samples to
     the horizon ``steps * (depth + 1)``, against the target's own law of that many tokens.
     Returns ``(tv, expected emitted tokens per step)``. A lossless step composed with itself is
-    lossless (proofs_notes/lossless_criterion.md); this checks the composition directly."""
+    lossless (proofs_notes/lossless_criterion.md); this checks the composition directly.
+    ``draft`` is a draft model, or a drafter giving each step's draft model from the step's
+    committed prefix (the self-drafting proposers)."""
+    from specproof.reference.proposers.selfdraft import as_drafter
+
+    drafter = as_drafter(draft)
     rule = RULES[rule] if isinstance(rule, str) else rule
     process = PROCESSES[process] if isinstance(process, str) else process
     if steps < 1:
@@ -261,7 +267,7 @@ def multi_step_check(
     for _ in range(steps):
         nxt: dict[Seq, Any] = {}
         for emitted, w in states.items():
-            inst = ModelInstance(target, draft, shape, prefix + emitted)
+            inst = ModelInstance(target, drafter(prefix + emitted), shape, prefix + emitted)
             for e, pr in emitted_law(rule, process, inst).items():
                 nxt[emitted + e] = nxt.get(emitted + e, 0) + w * pr
         states = nxt

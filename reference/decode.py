@@ -15,6 +15,8 @@ tests/test_decode.py (the tree forward's laws equal the path forward's within 1e
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,17 +24,22 @@ import torch
 
 from .choices import Sampler
 from .models import LM
-from .processes import PROCESSES
+from .processes import PROCESSES, Process
 from .rules import RULES
-from .step import make_step
+from .step import Step, make_step
 from .transformer import Config, KVCache, TinyTransformer
 from .tree import DraftTree
+
+Drafter = Callable[[tuple[int, ...]], LM]
 
 
 @dataclass
 class Decoded:
     tokens: list[int]  # the prompt, then every emitted token
     emitted_per_step: list[int] = field(default_factory=list)
+    #: sum_x min(p, q)(x) at every inner node of every step's tree: the acceptance probability
+    #: of its first draft under token-level verification (q one-hot for deterministic drafts)
+    overlaps: list[float] = field(default_factory=list)
 
     @property
     def target_forwards(self) -> int:
@@ -45,29 +52,39 @@ class Decoded:
 
 def decode(
     target: TinyTransformer,
-    draft: LM,
-    process: str,
+    draft: LM | Drafter,
+    process: str | Process,
     rule: str,
     shape: tuple[int, ...],
     prompt: tuple[int, ...],
     steps: int,
     rng: np.random.Generator,
     temperature: float = 1.0,
+    until: int | None = None,
 ) -> Decoded:
-    """Run ``steps`` speculative steps after ``prompt`` (at least one token)."""
+    """Run ``steps`` speculative steps after ``prompt`` (at least one token). ``draft`` is a
+    draft model, or a drafter giving each step's draft model from its committed tokens (the
+    self-drafting proposers, :mod:`.proposers.selfdraft`). With ``until``, stop early once that
+    many tokens have been emitted."""
+    from .proposers.selfdraft import as_drafter
+
     if not prompt:
         raise ValueError("prompt: needs at least one token")
     if steps < 0:
         raise ValueError(f"steps: must be >= 0, got {steps}")
-    proc, verify = PROCESSES[process], RULES[rule]
+    proc = PROCESSES[process] if isinstance(process, str) else process
+    verify, drafter = RULES[rule], as_drafter(draft)
     tree_shape = DraftTree(shape, "shape")
     cache = KVCache()
     if len(prompt) > 1:
         target.forward(torch.tensor(prompt[:-1]), cache)
     out = Decoded(list(prompt))
     for _ in range(steps):
+        if until is not None and len(out.tokens) - len(prompt) >= until:
+            break
         ctx = tuple(out.tokens)
         ch = Sampler(rng)
+        draft = drafter(ctx)
         proposal = proc.propose(ch, tree_shape, ctx, draft)
         tree = DraftTree(proposal.parents)
         prefix_len = len(cache)
@@ -80,6 +97,7 @@ def decode(
             proc.draft_probs(ctx, proposal, draft),
             [[float(v) for v in row] for row in laws],
         )
+        out.overlaps.extend(_first_child_overlaps(step))
         outcome = verify(Sampler(rng), step)
         cache.commit(tree, outcome.accepted, prefix_len)
         emitted = outcome.emitted(step)
@@ -91,6 +109,24 @@ def decode(
     return out
 
 
+def _first_child_overlaps(step: Step) -> list[float]:
+    """``sum_x min(p, q)`` at each node with children, q the law its first child is verified
+    against (the draft law, or one-hot at the child for deterministic drafts): that child's
+    token-level acceptance probability."""
+    out = []
+    for i in range(step.tree.n):
+        kids = step.tree.children[i]
+        if not kids:
+            continue
+        p, q = step.target_probs[i], step.draft_probs[i]
+        if q is None:
+            out.append(float(p[step.tokens[kids[0]]]))
+        else:
+            out.append(float(sum(min(float(a), float(b)) for a, b in zip(p, q))))
+    return out
+
+
+@functools.cache
 def e2e_models() -> tuple[TinyTransformer, TinyTransformer]:
     """The two targets of ``specproof e2e``: a 4-token one, small enough to enumerate the law of
     several steps exactly, and a 16-token one for the sampled loop."""

@@ -1,7 +1,10 @@
 """An independent draft model (Leviathan et al. 2023; Chen et al. 2023): a smaller transformer
 over the target's vocabulary, sampled autoregressively (process ``iid_chain``, verified with
 its laws) or decoded greedily (``onehot_chain``). Exactness is the rules' (proofs_notes/token.md,
-block.md); on real transformers: tests/test_transformer_exact.py, tests/test_decode.py."""
+block.md); on real transformers: tests/test_transformer_exact.py, tests/test_proposers.py.
+
+Its declared process, and why: proofs_notes/proposers.md (tests/test_proposers.py).
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ The draft "law" after a context is one-hot at the token that followed the most r
 occurrence of the context's last ``n`` tokens (trying n = max_n down to 1); with no earlier
 occurrence, at the context's last token. It is deterministic, so its chains are one-hot drafts
 (process ``onehot_chain``): token-level verification with q = one-hot is exact for them
-(proofs_notes/token.md, processes.md). Checked on a transformer target by tests/test_decode.py.
+(proofs_notes/token.md, processes.md).
+
+Its declared process, and why: proofs_notes/proposers.md (tests/test_proposers.py).
 """
 
 from __future__ import annotations
