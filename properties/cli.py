@@ -245,106 +245,75 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _e2e_row(proposer: Any, rule: str, steps: int, seed: int) -> dict[str, Any]:
-    """One proposer x rule: the exact 2-step check on the small target, the sampled loop on the
-    larger one."""
-    import numpy as np
-
-    from specproof.reference.decode import decode, e2e_models
-    from specproof.reference.transformer import TransformerLM
-
-    from .exact import multi_step_check
-
-    process = proposer.processes[0]
-    small, big = e2e_models()
-    tv, exact_mean = multi_step_check(
-        rule, process, TransformerLM(small), proposer.make_draft(small), (-1, 0, 1), (2, 0, 3, 2), steps=2
-    )
-    shape = (-1, 0, 1, 2)
-    out = decode(
-        big, proposer.make_draft(big), process, rule, shape, (3, 4), steps, np.random.default_rng(seed)
-    )
-    return {
-        "proposer": proposer.name,
-        "process": process,
-        "rule": rule,
-        "exact_check": {
-            "vocab": small.vocab,
-            "steps": 2,
-            "chain_drafts": 2,
-            "tv": float(tv),
-            "lossless": bool(tv < 1e-12),  # float64 laws: equal up to rounding
-            "mean_emitted_per_step": float(exact_mean),
-        },
-        "sampled": {
-            "vocab": big.vocab,
-            "drafts_per_step": len(shape) - 1,
-            "steps": out.target_forwards,
-            "emitted": sum(out.emitted_per_step),
-            "mean_emitted_per_target_forward": out.mean_emitted,
-        },
-    }
-
-
 def _cmd_e2e(args: argparse.Namespace) -> int:
-    from specproof.reference.proposers import PLANNED, PROPOSERS
+    from specproof.reference.proposers import PROPOSERS
+
+    from . import e2e
+
+    def fail(msg: str) -> int:
+        print(f"specproof e2e: {msg}", file=sys.stderr)
+        return 2
 
     if args.steps < 1:
-        print(f"specproof e2e: --steps must be >= 1, got {args.steps}", file=sys.stderr)
-        return 2
+        return fail(f"--steps must be >= 1, got {args.steps}")
+    if args.runs < 0:
+        return fail(f"--runs must be >= 0, got {args.runs}")
+    show = _e2e_progress(args.progress)
     if args.table:
-        rows = []
-        for p in PROPOSERS.values():
-            rules = [r.name for r in RULES.values() if r.applies_to(True) and p.processes[0] in r.exact_for]
-            for rule in rules + ["typical"]:
-                rows.append(_e2e_row(p, rule, args.steps, args.seed))
-        lines = [
-            "| proposer (process) | rule | exact 2-step check | exact mean tokens / step | "
-            f"sampled tokens / target forward ({args.steps} steps) |",
-            "|---|---|---|---:|---:|",
-        ]
-        for r in rows:
-            ex, sa = r["exact_check"], r["sampled"]
-            verdict = "lossless" if ex["lossless"] else f"LOSSY (TV {ex['tv']:.3g})"
-            lines.append(
-                f"| {r['proposer']} ({r['process']}) | {r['rule']} | {verdict} | "
-                f"{ex['mean_emitted_per_step']:.3f} | {sa['mean_emitted_per_target_forward']:.2f} |"
-            )
-        print("\n".join(lines))
+        rows = e2e.table_rows(args.steps, args.seed, show)
+        print(e2e.markdown_table(rows, args.steps))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=2)
-                f.write("\n")
+            _write_json(args.json, rows)
         return 0
     if args.proposer not in PROPOSERS:
-        known = ", ".join(PROPOSERS)
-        why = "is not built yet" if args.proposer in PLANNED else "is unknown"
-        if args.proposer is None:
-            why = "is required (or --table)"
-        print(f"specproof e2e: proposer {args.proposer!r} {why}; available: {known}", file=sys.stderr)
-        return 2
+        why = "is required (or --table)" if args.proposer is None else "is unknown"
+        return fail(f"proposer {args.proposer!r} {why}; available: {', '.join(PROPOSERS)}")
     proposer = PROPOSERS[args.proposer]
+    names = [p.name for p in proposer.processes]
+    if args.process is not None and args.process not in names:
+        return fail(f"--process {args.process!r} is not one of {args.proposer}'s: {', '.join(names)}")
+    index = names.index(args.process) if args.process else 0
     rule = args.rule or proposer.default_rule
-    if rule not in RULES or not RULES[rule].applies_to(True):
-        print(f"specproof e2e: --rule {rule!r} is not a rule that verifies chains", file=sys.stderr)
-        return 2
-    report = _e2e_row(proposer, rule, args.steps, args.seed)
-    ex, sa = report["exact_check"], report["sampled"]
-    verdict = "LOSSLESS" if ex["lossless"] else "LOSSY"
+    if rule not in RULES:
+        return fail(f"--rule {rule!r} is unknown; rules: {', '.join(RULES)}")
+    proc = proposer.processes[index]
+    if not RULES[rule].applies_to(proc.chain):
+        return fail(f"--rule {rule!r} verifies chains only; {args.proposer} drafts trees ({proc.name})")
+    report = e2e.run(proposer, rule, args.steps, args.seed, args.runs, index, show)
+    ex, sa, stat = report["exact_check"], report["sampled"], report["statistical"]
+    claim = "declared exact" if report["declared_exact"] else "not declared exact"
     print(
-        f"{proposer.name} ({report['process']}) verified by {rule}: {verdict} "
-        f"(exact law of 2 steps on a {ex['vocab']}-token transformer: TV = {ex['tv']:.3g})"
+        f"{proposer.name} ({proc.name}) verified by {rule} ({claim}): "
+        + ("LOSSLESS" if report["lossless"] else "LOSSY")
     )
     print(
+        f"  exact law of 2 steps on a {ex['vocab']}-token transformer ({ex['drafts']} drafts, depth "
+        f"{ex['depth']}): TV = {ex['tv']:.3g}; {ex['mean_emitted_per_step']:.3f} tokens per step expected"
+    )
+    line = (
         f"  sampled on a {sa['vocab']}-token transformer: {sa['mean_emitted_per_target_forward']:.2f} "
         f"tokens per target forward over {sa['steps']} steps ({sa['drafts_per_step']} drafts each); "
-        f"exact mean in the 2-step check (2 drafts each): {ex['mean_emitted_per_step']:.2f}"
+        f"first-draft acceptance alpha = {sa['alpha']:.3f}"
     )
+    if sa["closed_form_iid"] is not None:
+        line += f", i.i.d. closed form {sa['closed_form_iid']:.2f}"
+    print(line)
+    if stat is not None:
+        print(f"  statistical: {stat['summary']}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-    return 0 if ex["lossless"] else 1
+        _write_json(args.json, report)
+    return 0 if report["lossless"] else 1
+
+
+def _write_json(path: str, data: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+
+
+def _e2e_progress(mode: str) -> Callable[[str], None] | None:
+    on = mode == "on" or (mode == "auto" and sys.stderr.isatty())
+    return (lambda msg: print(msg, file=sys.stderr, flush=True)) if on else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -433,14 +402,27 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "e2e", help="decode with a proposer and a rule on a transformer target: lossless or lossy"
     )
-    e.add_argument("--proposer", help="draft, ngram (medusa, eagle1/2/3, mtp, dflash: not yet)")
+    e.add_argument("--proposer", help="draft, ngram, medusa, eagle1, eagle2, eagle3, mtp or dflash")
     e.add_argument(
         "--table", action="store_true", help="every proposer x exact rule (and typical): the acceptance table"
     )
     e.add_argument("--rule", help="verification rule (default: the proposer's own)")
+    e.add_argument("--process", help="one of the proposer's processes (default: its first)")
     e.add_argument("--steps", type=int, default=64, help="sampled steps (default 64)")
-    e.add_argument("--seed", type=int, default=0, help="seed of the sampled run (default 0)")
+    e.add_argument(
+        "--runs",
+        type=int,
+        default=400,
+        help="decoding runs of the statistical check on the 16-token target (default 400; 0: off)",
+    )
+    e.add_argument("--seed", type=int, default=0, help="seed of the sampled runs (default 0)")
     e.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    e.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress on stderr (auto: on a terminal)",
+    )
     e.set_defaults(func=_cmd_e2e)
 
     b = sub.add_parser("backends", help="list the registered backends")
