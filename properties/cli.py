@@ -305,6 +305,36 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
     return 0 if report["lossless"] else 1
 
 
+def _cmd_conform(args: argparse.Namespace) -> int:
+    from . import conform
+
+    if not args.budget_seconds > 0:
+        print(
+            f"specproof conform: --budget-seconds must be positive, got {args.budget_seconds}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        report = conform.run(
+            args.backend or None,
+            args.budget_seconds,
+            args.seed,
+            args.shrink_seconds,
+            _e2e_progress(args.progress),
+        )
+    except KeyError as e:
+        print(f"specproof conform: {e.args[0]}", file=sys.stderr)
+        return 2
+    table = conform.markdown(report)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    if args.json:
+        _write_json(args.json, report)
+    return 0 if all(r["agrees"] for r in report["rows"]) else 1
+
+
 def _write_json(path: str, data: Any) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=2)
@@ -367,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--group",
         action="append",
-        choices=("builtin", "alternative", "mutant", "optimized"),
+        choices=("builtin", "alternative", "mutant", "optimized", "thirdparty"),
         help="with no TARGET: only these backend groups",
     )
     a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
@@ -424,6 +454,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress on stderr (auto: on a terminal)",
     )
     e.set_defaults(func=_cmd_e2e)
+
+    c = sub.add_parser(
+        "conform", help="audit every installed third-party adapter and write the conformance table"
+    )
+    c.add_argument("backend", nargs="*", help="only these adapters or tree builders (default: all installed)")
+    c.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=60.0,
+        help="audit budget per verifier and process (default 60)",
+    )
+    c.add_argument("--shrink-seconds", type=float, default=10.0, help="witness shrinking per lossy verdict")
+    c.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    c.add_argument("--json", metavar="PATH", help="write every row as JSON")
+    c.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress on stderr (auto: on a terminal)",
+    )
+    c.set_defaults(func=_cmd_conform)
 
     b = sub.add_parser("backends", help="list the registered backends")
     b.add_argument("--json", action="store_true", help="as JSON")

@@ -197,9 +197,18 @@ def _register_optimized() -> None:
         )
 
 
+def _register_thirdparty() -> None:
+    """Adapters of installed third-party packages (:mod:`.thirdparty`), group "thirdparty"."""
+    from .thirdparty import backend_specs
+
+    for _adapter, spec in backend_specs():
+        register(Backend(group="thirdparty", **spec))  # type: ignore[arg-type]
+
+
 _register_reference()
 _register_alternatives()
 _register_optimized()
+_register_thirdparty()
 
 
 class TargetError(ValueError):

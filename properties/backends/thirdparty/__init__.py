@@ -1,0 +1,75 @@
+"""Adapters of third-party verifiers and tree builders onto specproof's contracts.
+
+Each adapter module wraps one package's function behind a contract of
+:mod:`specproof.properties.contracts` (chain or tree verifier) or of
+:mod:`specproof.properties.buffers` (tree builder), declares what it claims (the processes to
+audit it under and the verdict its authors expect) and imports its package only when called.
+:data:`ADAPTERS` lists them with the package each needs; :func:`availability` says which are
+importable here and, for the others, why not. Nothing here is installed by the default suite:
+each package is an optional extra with its own tox environment (README, "Conformance").
+
+The verdict an adapter *expects* is the one its package claims (lossless for a rejection
+sampler, lossy where the package documents a relaxation such as typical acceptance); the
+conformance table reports what the audit found against it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Adapter:
+    module: str  # our adapter module, under this package
+    package: str  # the distribution it needs
+    imports: str  # a module whose import proves it usable, or a file of the distribution
+    what: str
+
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter("hf", "transformers", "transformers.generation.utils", "HF transformers speculative sampling"),
+    Adapter("medusa", "medusa-llm", "medusa.model.utils", "Medusa-1 (FasterDecoding) buffers and posterior"),
+    Adapter("eagle", "eagle-llm", "eagle.model.utils", "EAGLE-1 (SafeAILab) buffers and posterior"),
+    Adapter(
+        "sglang",
+        "sglang",
+        "sglang/kernels/ops/speculative/reject_sampling.py",
+        "SGLang's Triton chain sampler (token-level and block verification)",
+    ),
+)
+
+
+def availability(adapter: Adapter) -> tuple[bool, str]:
+    """(usable, the version or the reason it is not)."""
+    try:
+        version = importlib.metadata.version(adapter.package)
+    except importlib.metadata.PackageNotFoundError:
+        return False, f"{adapter.package} is not installed (pip install specproof[{adapter.module}])"
+    # Decide Triton's mode (the interpreter without CUDA) before a package imports Triton:
+    # transformers does, through torch._dynamo, and Triton reads TRITON_INTERPRET at import.
+    import specproof.optimized  # noqa: F401
+
+    if adapter.imports.endswith(".py"):
+        path = importlib.metadata.distribution(adapter.package).locate_file(adapter.imports)
+        if not Path(str(path)).is_file():
+            return False, f"{adapter.package} {version} has no {adapter.imports}"
+        return True, version
+    try:
+        importlib.import_module(adapter.imports)
+    except Exception as e:  # a broken install is reported, not raised
+        return False, f"{adapter.package} {version} is installed but `import {adapter.imports}` fails: {e}"
+    return True, version
+
+
+def backend_specs() -> list[tuple[Adapter, dict[str, object]]]:
+    """The backend specs of every adapter whose package is usable here."""
+    out: list[tuple[Adapter, dict[str, object]]] = []
+    for adapter in ADAPTERS:
+        ok, _ = availability(adapter)
+        if ok:
+            module = importlib.import_module(f"{__name__}.{adapter.module}")
+            out.extend((adapter, spec) for spec in module.backends())
+    return out
