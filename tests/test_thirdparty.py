@@ -1,0 +1,144 @@
+"""Third-party adapters against their packages (run by `tox -e conform`; skipped without them).
+
+Verdicts at fixed sample sizes and seeds (alpha 1e-6), so they do not depend on machine speed:
+HF's ``_speculative_sampling`` passes and its documented ensemble relaxation is flagged;
+SGLang's Triton chain sampler passes, token-level and with block verification;
+Medusa-1's typical acceptance is flagged; Medusa's and EAGLE's tree buffers equal the reference
+on every tree they can express; EAGLE-1's posterior emits, on fixed inputs, the exact law of the
+reference reproduction of its deviation (properties/findings.py) and not RRS's law.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from specproof.properties.audit import AuditConfig, audit, default_cases
+from specproof.properties.backends import REGISTRY
+from specproof.properties.buffers import conform
+from specproof.properties.exact import step_emitted_law
+from specproof.properties.findings import EAGLE_RATIO, EAGLE_WITNESS, MEDUSA_TYPICAL
+from specproof.properties.stats import pearson
+from specproof.reference.processes import Proposal, node_contexts
+from specproof.reference.step import make_step
+
+
+def _audit(name: str, kind: str, process: str, samples: int, cases: int = 4):
+    backend = dataclasses.replace(REGISTRY[(kind, name)], processes=(process,))
+    small = [c for c in default_cases(backend, 0) if c.vocab <= 8][:cases]
+    config = AuditConfig(seed=0, samples=samples, budget_seconds=600, cases=small, shrink_seconds=0)
+    return audit(backend, config)
+
+
+def test_hf_speculative_sampling_passes_and_its_ensemble_is_flagged():
+    pytest.importorskip("transformers")
+    ok = _audit("hf.speculative_sampling", "chain", "iid_chain", 3000)
+    assert ok.verdict == "pass", ok.summary()
+    bad = _audit("hf.speculative_sampling[ensemble=0.5]", "chain", "iid_chain", 3000)
+    assert bad.verdict == "lossy", bad.summary()
+
+
+def test_medusa_typical_acceptance_is_flagged_and_its_buffers_conform():
+    pytest.importorskip("medusa.model.utils")
+    from specproof.properties.backends.thirdparty.medusa import generate_buffers
+
+    res = _audit("medusa.evaluate_posterior", "tree", "onehot_siblings", 2000)
+    assert res.verdict == "lossy", res.summary()
+    b = conform("medusa.generate_medusa_buffers", generate_buffers)
+    assert b.verdict == "pass" and b.checked >= 8, b.summary()
+
+
+def test_eagle_buffers_conform():
+    pytest.importorskip("eagle.model.utils")
+    from specproof.properties.backends.thirdparty.eagle import generate_buffers
+
+    b = conform("eagle.generate_tree_buffers", generate_buffers)
+    assert b.verdict == "pass" and b.checked == len(b.outcomes) - 1, b.summary()  # all but the root-only tree
+
+
+def test_eagle_posterior_has_the_law_of_the_reproduction():
+    pytest.importorskip("eagle.model.utils")
+    from specproof.properties.backends.thirdparty.eagle import evaluate_posterior
+
+    inst = EAGLE_WITNESS
+    q = inst.draft.law(inst.prefix)
+    x1, x2 = sorted(range(inst.vocab), key=lambda t: -q[t])[:2]  # two distinct drafts
+    parents, tokens = (-1, 0, 0), (inst.prefix[-1], x1, x2)
+    contexts = node_contexts(inst.prefix, Proposal(parents, tokens, (0, 1, 2)))
+    target = [inst.target.law(c) for c in contexts]
+    step = make_step(parents, tokens, [q, None, None], target)
+    want = step_emitted_law(EAGLE_RATIO, step)
+    rrs = step_emitted_law("rrs", step)
+    B = 6000
+    as_t = lambda rows: torch.tensor([[float(v) for v in r] for r in rows], dtype=torch.float32)  # noqa: E731
+    p_t = as_t(target)[None].expand(B, -1, -1)
+    q_t = torch.stack([as_t([q])[0], as_t(target)[1], as_t(target)[2]])[None].expand(B, -1, -1)
+    acc, nxt = evaluate_posterior(
+        torch.tensor(parents)[None].expand(B, -1),
+        torch.tensor(tokens)[None].expand(B, -1),
+        q_t,
+        p_t,
+        torch.Generator().manual_seed(0),
+    )
+    seen: dict[tuple[int, ...], int] = {}
+    for a, y in zip(acc.tolist(), nxt.tolist()):
+        e = tuple(tokens[i] for i in a if i > 0) + (y,)
+        seen[e] = seen.get(e, 0) + 1
+    for law, should_pass in ((want, True), (rrs, False)):
+        keys = sorted(set(law) | set(seen))
+        probs = np.array([float(law.get(k, 0)) for k in keys])
+        counts = np.array([seen.get(k, 0) for k in keys], dtype=float)
+        if (counts[probs == 0] > 0).any():
+            assert not should_pass
+            continue
+        _, p = pearson(counts[probs > 0], probs[probs > 0])
+        assert (p >= 1e-6) == should_pass, (law, seen, p)
+
+
+def test_medusa_posterior_returns_exactly_the_reproductions_output():
+    """Deterministic on both sides: 40 seeded random trees and laws, output for output."""
+    pytest.importorskip("medusa.model.utils")
+    from specproof.properties.backends.thirdparty.medusa import evaluate_posterior
+    from specproof.properties.buffers import battery
+
+    g = torch.Generator().manual_seed(0)
+    trees = [p for _, p in battery() if 2 <= len(p) <= 40]
+    for k in range(40):
+        parents = trees[k % len(trees)]
+        N, V = len(parents), 7
+        laws = torch.softmax(2 * torch.randn(N, V, generator=g, dtype=torch.float64), -1)
+        tokens = torch.randint(0, V, (N,), generator=g)
+        acc, nxt = evaluate_posterior(torch.tensor([parents]), tokens[None], None, laws[None].float(), g)
+        step = make_step(parents, tokens.tolist(), None, laws.tolist())
+        want = MEDUSA_TYPICAL(None, step)  # type: ignore[arg-type]
+        got = tuple(int(v) for v in acc[0] if v >= 0)
+        assert (got, int(nxt[0])) == (want.accepted, want.next_token), k
+
+
+def test_sglang_chain_sampler_passes_token_level_and_block_verification():
+    """Interpreted on CPU (tens of ms a row): two small cases at 400 steps each, alpha 1e-6."""
+    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+
+    ok, why = availability(next(a for a in ADAPTERS if a.module == "sglang"))
+    if not ok:
+        pytest.skip(why)
+    for name in (
+        "sglang.chain_speculative_sampling",
+        "sglang.chain_speculative_sampling[block_verification]",
+    ):
+        res = _audit(name, "chain", "iid_chain", 400, cases=2)
+        assert res.verdict == "pass", res.summary()
+
+
+def test_hf_prompt_lookup_as_a_proposer_is_lossless_under_every_exact_rule():
+    pytest.importorskip("transformers")
+    from specproof.properties.backends.thirdparty.hf import PromptLookupDraft, proposers
+    from specproof.properties.conform import _proposer_row
+
+    assert PromptLookupDraft(4, (2, 0, 3, 2, 0, 3), 3).candidates == [2, 0, 3]  # continues the match
+    row = _proposer_row(proposers()[0])
+    assert row["verdict"] == "pass" and row["deterministic"] and row["max_tv"] < 1e-12, row
+    assert len(row["rules"]) == 8
