@@ -346,6 +346,10 @@ def _e2e_progress(mode: str) -> Callable[[str], None] | None:
     return (lambda msg: print(msg, file=sys.stderr, flush=True)) if on else None
 
 
+def _add_progress(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help=help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specproof", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -359,12 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--process", action="append", choices=list(PROCESSES), help="only this process (repeatable)"
     )
     m.add_argument("--witnesses", action="store_true", help="print the witness of every lossy cell")
-    m.add_argument(
-        "--progress",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="progress on stderr (auto: on a terminal)",
-    )
+    _add_progress(m, "progress on stderr (auto: on a terminal)")
     m.set_defaults(func=_cmd_matrix)
 
     a = sub.add_parser("audit", help="statistical audit of a black-box verifier (or of every built-in one)")
@@ -402,12 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
     a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
-    a.add_argument(
-        "--progress",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="progress bar on stderr (auto: on a terminal, not under CI)",
-    )
+    _add_progress(a, "progress bar on stderr (auto: on a terminal, not under CI)")
     a.set_defaults(func=_cmd_audit)
 
     c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audit's test")
@@ -447,12 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--seed", type=int, default=0, help="seed of the sampled runs (default 0)")
     e.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    e.add_argument(
-        "--progress",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="progress on stderr (auto: on a terminal)",
-    )
+    _add_progress(e, "progress on stderr (auto: on a terminal)")
     e.set_defaults(func=_cmd_e2e)
 
     c = sub.add_parser(
@@ -469,12 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     c.add_argument("--json", metavar="PATH", help="write every row as JSON")
-    c.add_argument(
-        "--progress",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="progress on stderr (auto: on a terminal)",
-    )
+    _add_progress(c, "progress on stderr (auto: on a terminal)")
     c.set_defaults(func=_cmd_conform)
 
     b = sub.add_parser("backends", help="list the registered backends")
