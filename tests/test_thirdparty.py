@@ -2,7 +2,8 @@
 
 Verdicts at fixed sample sizes and seeds (alpha 1e-6), so they do not depend on machine speed:
 HF's ``_speculative_sampling`` passes and its documented ensemble relaxation is flagged;
-SGLang's Triton chain sampler passes, token-level and with block verification;
+SGLang's Triton chain sampler passes, token-level and with block verification, and its greedy
+tree verifier preserves greedy decoding;
 Medusa-1's typical acceptance is flagged; Medusa's and EAGLE's tree buffers equal the reference
 on every tree they can express; EAGLE-1's posterior emits, on fixed inputs, the exact law of the
 reference reproduction of its deviation (properties/findings.py) and not RRS's law.
@@ -131,6 +132,24 @@ def test_sglang_chain_sampler_passes_token_level_and_block_verification():
     ):
         res = _audit(name, "chain", "iid_chain", 400, cases=2)
         assert res.verdict == "pass", res.summary()
+
+
+def test_sglang_greedy_tree_verifier_preserves_greedy_decoding():
+    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+
+    ok, why = availability(next(a for a in ADAPTERS if a.module == "sglang"))
+    if not ok:
+        pytest.skip(why)
+    from specproof.properties.backends.thirdparty.sglang import verify_tree_greedy
+
+    res = _audit("sglang.verify_tree_greedy", "tree", "onehot_siblings", 200, cases=3)
+    assert res.verdict == "pass", res.summary()
+    # and it does walk the tree: node 1 is not the argmax, node 2 is, node 3 (under 2) is too
+    p = torch.softmax(torch.randn(1, 4, 5, generator=torch.Generator().manual_seed(1)), -1)
+    am = p[0].argmax(-1).tolist()
+    tokens = torch.tensor([[0, (am[0] + 1) % 5, am[0], am[2]]])
+    acc, nxt = verify_tree_greedy(torch.tensor([[-1, 0, 0, 2]]), tokens, None, p, torch.Generator())
+    assert acc[0].tolist() == [0, 2, 3, -1] and int(nxt[0]) == am[3]
 
 
 def test_hf_prompt_lookup_as_a_proposer_is_lossless_under_every_exact_rule():
