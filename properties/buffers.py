@@ -132,7 +132,9 @@ def check(parents: tuple[int, ...], out: TreeBuffers) -> None:
         )
 
 
-def _dense(sizes: tuple[int, ...]) -> tuple[int, ...]:
+def dense_tree(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Parents of the dense tree where every node at depth d - 1 has ``sizes[d - 1]`` children,
+    numbered level by level with siblings together (Medusa-1's trees)."""
     parents, level = [-1], [0]
     for k in sizes:
         nxt = []
@@ -167,7 +169,7 @@ def battery(seed: int = 0) -> list[tuple[str, tuple[int, ...]]]:
     cases += [(f"chain of {k}", tuple(range(-1, k))) for k in (1, 2, 5, 8)]
     cases += [(f"star of {k}", (-1,) + (0,) * k) for k in (2, 6)]
     for sizes in ((2, 2), (3, 2), (2, 2, 2), (4, 3, 2)):
-        cases.append((f"dense {'x'.join(map(str, sizes))}", _dense(sizes)))
+        cases.append((f"dense {'x'.join(map(str, sizes))}", dense_tree(sizes)))
     cases.append(("Medusa mc_sim_7b_63", choices_to_shape(MEDUSA_MC_SIM_7B_63)))
     cases.append(("EAGLE mc_sim_7b_63", choices_to_shape(EAGLE_MC_SIM_7B_63)))
     rng = np.random.default_rng(seed)

@@ -22,6 +22,7 @@ import datetime
 import importlib
 import importlib.metadata
 import platform
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,8 +88,6 @@ def _proposer_row(spec: dict[str, Any]) -> dict[str, Any]:
     """A third-party proposer in the decoding loop: it must give the same drafts for the same
     context, and every rule declared exact for its process must be lossless over two steps on
     the 4-token transformer (the exact check of ``specproof e2e``)."""
-    import time
-
     from specproof.reference.decode import e2e_models
     from specproof.reference.processes import PROCESSES
     from specproof.reference.rules import RULES

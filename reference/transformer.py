@@ -237,6 +237,11 @@ class TinyTransformer(torch.nn.Module):
             return torch.nn.functional.one_hot(logits.argmax(-1), self.vocab).to(torch.float64)
         return torch.softmax(logits / temperature, -1)
 
+    def law_from_logits(self, logits: torch.Tensor, temperature: float = 1.0) -> tuple[float, ...]:
+        """One row of logits ``[V]`` as a reference law: float64, renormalized to sum 1."""
+        probs = self.next_token_probs(logits[None], temperature)[0]
+        return tuple(float(v) for v in probs / probs.sum())
+
 
 class TransformerLM:
     """A :class:`TinyTransformer` as a reference :class:`~specproof.reference.models.LM`: the
@@ -257,6 +262,5 @@ class TransformerLM:
             raise ShapeError("context", "needs at least one token (the last committed token)")
         if context not in self._laws:
             logits, _ = self.model.forward(torch.tensor(context), KVCache())
-            probs = self.model.next_token_probs(logits[-1:], self.temperature)[0]
-            self._laws[context] = tuple(float(v) for v in probs / probs.sum())
+            self._laws[context] = self.model.law_from_logits(logits[-1], self.temperature)
         return self._laws[context]

@@ -113,11 +113,7 @@ class BoundDraft:
             self.net.check_depth(len(context) - n)
             with torch.no_grad():
                 logits = self.net.draft_logits(self.target, self.hidden, torch.tensor(context), n)
-            if self.temperature == 0:
-                probs = torch.nn.functional.one_hot(logits.argmax(), self.vocab).double()
-            else:
-                probs = torch.softmax(logits / self.temperature, -1)
-            self._laws[context] = tuple(float(v) for v in probs / probs.sum())
+            self._laws[context] = self.target.law_from_logits(logits, self.temperature)
         return self._laws[context]
 
 

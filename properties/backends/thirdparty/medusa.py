@@ -24,7 +24,7 @@ import torch
 
 from specproof.reference.tree import DraftTree
 
-from ...buffers import TreeBuffers, Unsupported
+from ...buffers import TreeBuffers, Unsupported, dense_tree
 
 
 def evaluate_posterior(
@@ -62,20 +62,14 @@ def evaluate_posterior(
 def medusa_choices(parents: tuple[int, ...]) -> list[int]:
     """``[1, c_1, .., c_D]`` if the tree is Medusa-1's dense tree in its node order."""
     tree = DraftTree(parents)
-    sizes = [1]
-    level = [0]
-    expected = [-1]
-    while True:
-        kids = [len(tree.children[i]) for i in level]
-        if not any(kids):
-            break
-        if len(set(kids)) != 1:
+    sizes, level = [1], [0]
+    while any(tree.children[i] for i in level):
+        kids = {len(tree.children[i]) for i in level}
+        if len(kids) != 1:
             raise Unsupported("a dense tree needs the same number of children at every node of a depth")
-        sizes.append(kids[0])
-        nxt_level = [c for i in level for c in tree.children[i]]
-        expected += [i for i in level for _ in range(kids[0])]
-        level = nxt_level
-    if tuple(expected) != tuple(parents):
+        sizes.append(kids.pop())
+        level = [c for i in level for c in tree.children[i]]
+    if dense_tree(tuple(sizes[1:])) != tuple(parents):
         raise Unsupported("nodes are not numbered level by level with siblings together")
     return sizes
 

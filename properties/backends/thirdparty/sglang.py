@@ -37,17 +37,22 @@ from ..torch_chain import check_chain_inputs
 FILE = "sglang/kernels/ops/speculative/reject_sampling.py"
 
 
-@functools.cache
-def _kernels() -> ModuleType:
+def _load(file: str, name: str) -> ModuleType:
+    """Execute one file of the installed sglang distribution as module ``name``."""
     import specproof.optimized  # noqa: F401  (the Triton interpreter when CUDA is absent)
 
-    path = importlib.metadata.distribution("sglang").locate_file(FILE)
-    spec = importlib.util.spec_from_file_location("specproof_sglang_reject_sampling", str(path))
+    path = importlib.metadata.distribution("sglang").locate_file(file)
+    spec = importlib.util.spec_from_file_location(name, str(path))
     if spec is None or spec.loader is None:  # pragma: no cover - an incomplete install
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    return _load(FILE, "specproof_sglang_reject_sampling")
 
 
 TREE_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
@@ -56,8 +61,6 @@ TREE_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
 @functools.cache
 def _tree_kernels() -> ModuleType:
     import sys
-
-    import specproof.optimized  # noqa: F401  (the Triton interpreter when CUDA is absent)
 
     stand_ins = {
         "sglang.srt.platforms": ModuleType("sglang.srt.platforms"),
@@ -75,19 +78,13 @@ def _tree_kernels() -> ModuleType:
     saved = {k: sys.modules.get(k) for k in stand_ins}
     sys.modules.update(stand_ins)
     try:
-        path = importlib.metadata.distribution("sglang").locate_file(TREE_FILE)
-        spec = importlib.util.spec_from_file_location("specproof_sglang_spec_tree", str(path))
-        if spec is None or spec.loader is None:  # pragma: no cover
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        return _load(TREE_FILE, "specproof_sglang_spec_tree")
     finally:
         for k, v in saved.items():
             if v is None:
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
-    return module
 
 
 def verify_tree_greedy(
