@@ -39,6 +39,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         "sglang/kernels/ops/speculative/reject_sampling.py",
         "SGLang's Triton chain sampler (token-level and block verification)",
     ),
+    Adapter(
+        "vllm",
+        "vllm",
+        "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
+        "vLLM's V1 rejection sampler and model runner V2 verifier (Triton)",
+    ),
 )
 
 
