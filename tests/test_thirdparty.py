@@ -153,6 +153,39 @@ def test_sglang_greedy_tree_verifier_preserves_greedy_decoding():
     assert acc[0].tolist() == [0, 2, 3, -1] and int(nxt[0]) == am[3]
 
 
+def test_sglang_tree_builder_conforms_and_a_wrong_encoding_is_caught(monkeypatch):
+    """SGLang's Triton tree builder, fed each battery tree as an EAGLE-2 selection, returns the
+    reference's buffers on all of them; with the selection's slots read at the wrong ``topk``
+    (the parent of a slot is ``slot // topk``) the same check names violations."""
+    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+
+    ok, why = availability(next(a for a in ADAPTERS if a.module == "sglang"))
+    if not ok:
+        pytest.skip(why)
+    from specproof.properties.backends.thirdparty import sglang
+
+    assert sglang.encode_selection((-1, 0, 0, 1, 1, 2, 3)) == (
+        [-1, 0, 1, 2, 3],  # step 0's beams (every root child), then step 1's: node 3 and a spare slot
+        [0, 1, 2, 3, 4, 6],  # nodes 1..6 at their slots
+        2,
+        3,
+        [0, 1, 2, 3, 4, 5, 6],
+    )
+    res = conform("sglang.build_tree_kernel_efficient", sglang.build_tree)
+    assert res.verdict == "pass" and res.checked == len(res.outcomes), res.summary()
+
+    right = sglang.encode_selection
+
+    def wrong_topk(parents):  # type: ignore[no-untyped-def]
+        parent_list, selected, topk, steps, order = right(parents)
+        return parent_list, selected, topk + 1, steps, order
+
+    monkeypatch.setattr(sglang, "encode_selection", wrong_topk)
+    bad = conform("sglang.build_tree_kernel_efficient[wrong topk]", sglang.build_tree)
+    kinds = {o.status for o in bad.outcomes}
+    assert bad.verdict != "pass" and kinds & {"mask", "positions", "leaf_paths"}, bad.summary()
+
+
 def _vllm() -> None:
     from specproof.properties.backends.thirdparty import ADAPTERS, availability
 

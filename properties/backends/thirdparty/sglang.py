@@ -21,6 +21,21 @@ and writes that argmax after the last accepted node. The caller supplies the arg
 imports SGLang's platform layer at load time; the adapter loads it with stand-ins for the three
 names it reads there (platform checks all false, so no compiled kernel is imported) and calls
 the Triton function directly. It preserves greedy decoding: expected pass for the greedy law.
+
+``sgl_build_tree_kernel_triton`` (``spec_tree.py``; the Triton twin of the CUDA
+``build_tree_kernel_efficient``) is a tree builder whose input is not a tree but EAGLE-2's
+selection: ``spec_steps`` drafting steps of ``topk`` beams, the candidates of step 0 at flat
+slots ``0..topk-1`` and those of step i >= 1 (``topk`` children under each of that step's
+``topk`` beams) at ``topk + topk^2 (i - 1) + beam * topk + child``; ``parent_list`` the slots of
+each step's beams (``[-1, 0..topk-1]`` for step 0, then ``topk`` slots per step, the last step
+omitted); ``top_scores_index`` the sorted slots of the N - 1 selected nodes. Its outputs are a
+full mask (a row of ``seq_len + N`` per node, prefix columns filled by the caller), positions
+``seq_len + depth`` and first-child / next-sibling links. :func:`encode_selection` writes any
+tree in that encoding (``topk`` is the larger of the widest node and the most internal nodes on
+one level; a step's beams are its internal nodes, padded with unused slots); the adapter reads
+the mask's tree columns, the positions minus ``seq_len``, and the root-to-leaf paths the links
+spell, back in our numbering, and reports a prefix column it did not leave set as a mask
+violation.
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ from types import ModuleType
 
 import torch
 
+from ...buffers import BufferViolation, TreeBuffers
 from ..torch_chain import check_chain_inputs
 
 FILE = "sglang/kernels/ops/speculative/reject_sampling.py"
@@ -138,6 +154,88 @@ def verify_tree_greedy(
     return out, nxt
 
 
+def encode_selection(parents: tuple[int, ...]) -> tuple[list[int], list[int], int, int, list[int]]:
+    """A tree as EAGLE-2's selection: ``(parent_list, top_scores_index, topk, spec_steps, order)``,
+    with ``order[k]`` our node at SGLang's index k (the root, then the nodes by slot)."""
+    from specproof.reference.tree import DraftTree
+
+    tree = DraftTree(parents)
+    D = tree.max_depth
+    levels = [[i for i in range(tree.n) if tree.depth[i] == d] for d in range(D + 1)]
+    internal = [[i for i in lvl if tree.children[i]] for lvl in levels]
+    topk = max([1] + [len(c) for c in tree.children] + [len(x) for x in internal[1:]])
+    slot = {0: -1}
+    beams = {c: b for b, c in enumerate(tree.children[0])}  # step 0: every root child is a beam
+    for b, c in enumerate(tree.children[0]):
+        slot[c] = b
+    parent_list = [-1, *range(topk)]
+    for step in range(1, D):  # nodes at depth step + 1, under the beams of step - 1
+        base = topk + topk * topk * (step - 1)
+        for u in levels[step]:
+            for c_i, c in enumerate(tree.children[u]):
+                slot[c] = base + beams[u] * topk + c_i
+        if step < D - 1:  # this step's beams: its internal nodes, padded with other slots
+            chosen = [slot[u] for u in internal[step + 1]]
+            spare = (v for v in range(base, base + topk * topk) if v not in chosen)
+            chosen += [next(spare) for _ in range(topk - len(chosen))]
+            beams = {u: chosen.index(slot[u]) for u in internal[step + 1]}
+            parent_list += chosen
+    order = [0] + sorted(range(1, tree.n), key=lambda i: slot[i])
+    return parent_list, [slot[i] for i in order[1:]], topk, max(D, 1), order
+
+
+def build_tree(parents: tuple[int, ...]) -> TreeBuffers:
+    from specproof.optimized._device import kernel_device
+
+    N = len(parents)
+    parent_list, selected, topk, steps, order = encode_selection(parents)
+    dev = kernel_device() or torch.device("cpu")
+    S = 5  # a prefix length: the rows' first S columns belong to the caller
+    mask = torch.full((S * N + N * N,), True, dtype=torch.bool, device=dev)
+    positions = torch.empty(N, dtype=torch.long, device=dev)
+    links = torch.full((3, 1, N), -1, dtype=torch.long, device=dev)
+    _tree_kernels().sgl_build_tree_kernel_triton(
+        torch.tensor([parent_list], dtype=torch.long, device=dev),
+        torch.tensor([selected], dtype=torch.long, device=dev).reshape(1, N - 1),
+        torch.tensor([S], dtype=torch.long, device=dev),
+        mask,
+        positions,
+        links[0],
+        links[1],
+        links[2],
+        topk,
+        steps,
+        N,
+    )
+    rows = mask.cpu().reshape(N, S + N)
+    if not rows[:, :S].all():
+        k = int((~rows[:, :S]).nonzero()[0, 0])
+        raise BufferViolation("mask", f"node {order[k]}'s row cleared a prefix column")
+    if not torch.equal(links[0, 0].cpu(), torch.arange(N)):
+        raise BufferViolation("leaf_paths", f"retrieve_index is {links[0, 0].tolist()}, expected 0..{N - 1}")
+    perm = torch.tensor([order.index(i) for i in range(N)])  # SGLang's index of our node i
+    tree_mask = rows[:, S:][perm][:, perm]
+    pos = positions.cpu()[perm] - S
+    first, sibling = links[1, 0].tolist(), links[2, 0].tolist()
+    paths: list[list[int]] = []
+    stack = [[0]]
+    while stack:  # walk the links; a cycle or a link out of range is a wrong path, caught below
+        path = stack.pop()
+        if len(path) > N:
+            raise BufferViolation("leaf_paths", "the first-child / next-sibling links loop")
+        c, seen = first[path[-1]], 0
+        if c < 0:
+            paths.append(path)
+        while 0 <= c < N and seen <= N:
+            stack.append(path + [c])
+            c, seen = sibling[c], seen + 1
+    depth = max(len(p) for p in paths)
+    leaf = torch.full((len(paths), depth), -1, dtype=torch.long)
+    for r, path in enumerate(paths):
+        leaf[r, : len(path)] = torch.tensor([order[k] for k in path])
+    return TreeBuffers(tree_mask, pos, leaf)
+
+
 def chain_sampling(
     draft_token_ids: torch.Tensor,
     draft_probs: torch.Tensor | None,
@@ -219,4 +317,14 @@ def backends() -> list[dict[str, object]]:
             expect="pass",
             doc="the same kernel with block_verification=True",
         ),
+    ]
+
+
+def builders() -> list[dict[str, object]]:
+    return [
+        dict(
+            name="sglang.build_tree_kernel_efficient",
+            fn=build_tree,
+            doc="sglang spec_tree.sgl_build_tree_kernel_triton (an EAGLE-2 selection in)",
+        )
     ]
