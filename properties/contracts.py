@@ -36,6 +36,7 @@ VIOLATIONS: dict[str, str] = {
     "not_root_path": "accepted nodes are not a root path (node 0 first, each a child of the last)",
     "nondeterministic": "two calls with equally seeded generators gave different outputs",
     "ignores_generator": "the output does not depend on the generator (a fixed or global seed)",
+    "count": "a count the verifier reports disagrees with the tokens it emitted (raised by adapters)",
 }
 
 

@@ -252,6 +252,30 @@ def test_vllm_greedy_keeps_greedy_decoding_exactly(name: str):
         assert out[b].tolist() == want, (b, out[b].tolist(), want)
 
 
+@pytest.mark.parametrize(
+    "module, name, kind, processes",
+    [
+        ("flashinfer", "flashinfer.chain_speculative_sampling", "chain", ("iid_chain", "onehot_chain")),
+        (
+            "sglang_cuda",
+            "sglang.tree_speculative_sampling_target_only",
+            "tree",
+            ("onehot_siblings", "topk_siblings", "wor_siblings"),
+        ),
+    ],
+)
+def test_cuda_only_adapters_pass(module: str, name: str, kind: str, processes: tuple[str, ...]):
+    """FlashInfer's chain sampler and SGLang's CUDA tree sampler: skipped without CUDA."""
+    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+
+    ok, why = availability(next(a for a in ADAPTERS if a.module == module))
+    if not ok:
+        pytest.skip(why)
+    for process in processes:
+        res = _audit(name, kind, process, 20000)
+        assert res.verdict == "pass", res.summary()
+
+
 def test_hf_prompt_lookup_as_a_proposer_is_lossless_under_every_exact_rule():
     pytest.importorskip("transformers")
     from specproof.properties.backends.thirdparty.hf import PromptLookupDraft, proposers

@@ -27,6 +27,7 @@ class Adapter:
     package: str  # the distribution it needs
     imports: str  # a module whose import proves it usable, or a file of the distribution
     what: str
+    needs_cuda: bool = False  # its kernels exist only for CUDA
 
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -45,6 +46,20 @@ ADAPTERS: tuple[Adapter, ...] = (
         "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
         "vLLM's V1 rejection sampler and model runner V2 verifier (Triton)",
     ),
+    Adapter(
+        "sglang_cuda",
+        "sglang",
+        "sglang.kernels.ops.speculative.sampling",
+        "SGLang's CUDA tree sampler (target-only)",
+        needs_cuda=True,
+    ),
+    Adapter(
+        "flashinfer",
+        "flashinfer-python",
+        "flashinfer.sampling",
+        "FlashInfer's chain speculative sampling (CUDA)",
+        needs_cuda=True,
+    ),
 )
 
 
@@ -58,6 +73,11 @@ def availability(adapter: Adapter) -> tuple[bool, str]:
     # transformers does, through torch._dynamo, and Triton reads TRITON_INTERPRET at import.
     import specproof.optimized  # noqa: F401
 
+    if adapter.needs_cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False, f"{adapter.package} {version} is installed but its kernels need CUDA, absent here"
     if adapter.imports.endswith(".py"):
         path = importlib.metadata.distribution(adapter.package).locate_file(adapter.imports)
         if not Path(str(path)).is_file():

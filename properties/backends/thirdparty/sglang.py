@@ -103,18 +103,12 @@ def _tree_kernels() -> ModuleType:
                 sys.modules[k] = v
 
 
-def verify_tree_greedy(
-    parents: torch.Tensor,
-    tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    from specproof.optimized._device import kernel_device
+def tree_links(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """SGLang's tree layout: ``(retrive_next_token [B, N], retrive_next_sibling [B, N], depth)``,
+    first child and next sibling in child order (-1 for none), and the deepest node's depth."""
     from specproof.reference.tree import DraftTree
 
     B, N = parents.shape
-    dev = kernel_device() or torch.device("cpu")
     first_child = torch.full((B, N), -1, dtype=torch.long)
     next_sibling = torch.full((B, N), -1, dtype=torch.long)
     depth = 0
@@ -126,6 +120,39 @@ def verify_tree_greedy(
                 first_child[b, i] = kids[0]
             for a, c in zip(kids, kids[1:]):
                 next_sibling[b, a] = c
+    return first_child, next_sibling, depth
+
+
+def accepted_paths(
+    accept_index: torch.Tensor, accept_num: torch.Tensor, predicts: torch.Tensor, N: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's outputs as the tree contract's: accepted nodes (root first, -1 padded) and the
+    token written after the last one. ``accept_index`` holds global slots ``b * N + node``."""
+    B = accept_index.shape[0]
+    n = accept_num.cpu().long()
+    acc = accept_index.cpu().long()
+    pred = predicts.cpu().long()
+    out = torch.full((B, N), -1, dtype=torch.long)
+    nxt = torch.zeros(B, dtype=torch.long)
+    for b in range(B):
+        path = acc[b, : int(n[b]) + 1]
+        out[b, : len(path)] = path - b * N
+        nxt[b] = pred[int(path[-1])]
+    return out, nxt
+
+
+def verify_tree_greedy(
+    parents: torch.Tensor,
+    tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    from specproof.optimized._device import kernel_device
+
+    B, N = parents.shape
+    dev = kernel_device() or torch.device("cpu")
+    first_child, next_sibling, depth = tree_links(parents)
     S = depth + 1
     predicts = torch.full((B * N,), -1, dtype=torch.int32, device=dev)
     accept_index = torch.full((B, S), -1, dtype=torch.int32, device=dev)
@@ -142,16 +169,7 @@ def verify_tree_greedy(
         next_sibling.to(dev),
         target_predict.to(dev),
     )
-    n = accept_num.cpu().long()
-    acc = accept_index.cpu().long()
-    out = torch.full((B, N), -1, dtype=torch.long)
-    nxt = torch.zeros(B, dtype=torch.long)
-    pred = predicts.cpu().long()
-    for b in range(B):
-        path = acc[b, : int(n[b]) + 1]
-        out[b, : len(path)] = path - b * N
-        nxt[b] = pred[int(path[-1])]
-    return out, nxt
+    return accepted_paths(accept_index, accept_num, predicts, N)
 
 
 def encode_selection(parents: tuple[int, ...]) -> tuple[list[int], list[int], int, int, list[int]]:
