@@ -232,6 +232,32 @@ def test_vllm_audit_through_the_kernel_is_not_vacuous():
     assert res.verdict == "lossy", res.summary()
 
 
+def test_vllm_seeded_requests_do_not_depend_on_their_batch():
+    """A real bug class (seeds ignored; a batch mixing seeded and unseeded requests): a seeded
+    request's row is the same alone and beside other requests, seeded or not, in both samplers
+    (the bonus token, drawn by the adapter, is fixed by giving it a point mass)."""
+    _vllm()
+    from specproof.properties.backends.thirdparty.vllm import mrv2_rejection_sample, v1_rejection_sample
+
+    g = torch.Generator().manual_seed(3)
+    B, K, V = 4, 3, 6
+    p = torch.softmax(torch.randn(B, K + 1, V, generator=g, dtype=torch.float64), -1)
+    p[:, K] = torch.nn.functional.one_hot(torch.tensor(2), V).double()
+    q = torch.softmax(torch.randn(B, K, V, generator=g, dtype=torch.float64), -1)
+    ids = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(B, K)
+    rows = []
+    for trial in range(8):
+        seed = 1000 + trial
+        alone = v1_rejection_sample(ids[:1], q[:1], p[:1], g, seeds=[seed])
+        mixed = v1_rejection_sample(ids, q, p, g, seeds=[seed, None, 7, None])
+        assert torch.equal(alone[0], mixed[0]), (trial, alone, mixed)
+        alone2 = mrv2_rejection_sample(ids[:1], q[:1], p[:1], g, seeds=[seed])
+        mixed2 = mrv2_rejection_sample(ids, q, p, g, seeds=[seed, 5, 6, 7])
+        assert torch.equal(alone2[0], mixed2[0]), (trial, alone2, mixed2)
+        rows.append(tuple(alone[0].tolist()))
+    assert len(set(rows)) > 1  # and the seed does matter
+
+
 @pytest.mark.parametrize("name", ["vllm.v1.rejection_sample[greedy]", "vllm.mrv2.rejection_sample[greedy]"])
 def test_vllm_greedy_keeps_greedy_decoding_exactly(name: str):
     """At temperature 0 the accepted prefix is the drafts' agreement with the target's argmax,

@@ -200,7 +200,10 @@ def v1_rejection_sample(
     target_probs: torch.Tensor,
     generator: torch.Generator,
     greedy: bool = False,
+    seeds: list[int | None] | None = None,
 ) -> torch.Tensor:
+    """``seeds`` (one per request, None for an unseeded one) replaces the seeds drawn from
+    ``generator``; the bonus tokens are drawn from ``generator`` either way."""
     from specproof.optimized._device import kernel_device
 
     B, K, V = check_chain_inputs(draft_token_ids, draft_probs, target_probs)
@@ -214,12 +217,14 @@ def v1_rejection_sample(
         bonus = target_probs[:, K].double().argmax(-1)
     else:
         bonus = torch.multinomial(target_probs[:, K].double(), 1, generator=generator).squeeze(1)
-    seeds = _request_seeds(generator, B)
+    chosen = seeds if seeds is not None else _request_seeds(generator, B)
     metadata = SimpleNamespace(
         all_greedy=greedy,
         all_random=not greedy,
         temperature=torch.full((B,), 0.0 if greedy else 1.0, device=dev),
-        generators={b: torch.Generator(device=dev).manual_seed(s) for b, s in enumerate(seeds)},
+        generators={
+            b: torch.Generator(device=dev).manual_seed(s) for b, s in enumerate(chosen) if s is not None
+        },
     )
     # vLLM fills its coins from the global RNG, then overwrites them from the generators; numpy's
     # warnings come from the interpreter evaluating both sides of masked selects.
@@ -246,7 +251,9 @@ def mrv2_rejection_sample(
     generator: torch.Generator,
     block_verification: bool = False,
     greedy: bool = False,
+    seeds: list[int] | None = None,
 ) -> torch.Tensor:
+    """``seeds`` (one per request) replaces the seeds drawn from ``generator``."""
     from specproof.optimized._device import kernel_device
 
     B, K, V = check_chain_inputs(draft_token_ids, draft_probs, target_probs)
@@ -256,7 +263,7 @@ def mrv2_rejection_sample(
     logits = _log(target_probs).reshape(B * S, V).to(dev)
     draft_logits = None if draft_probs is None else _log(draft_probs).to(dev)
     inputs = torch.cat([torch.zeros(B, 1, dtype=torch.long), draft_token_ids.long()], 1)
-    seeds = torch.tensor(_request_seeds(generator, B), dtype=torch.int64)
+    seed_t = torch.tensor(seeds if seeds is not None else _request_seeds(generator, B), dtype=torch.int64)
     start = 17  # the verify pass's first position; any value, the seed is fresh per call
     with np.errstate(invalid="ignore", divide="ignore"):  # masked lanes under the interpreter
         sampled, num_sampled = utils.rejection_sample(
@@ -269,7 +276,7 @@ def mrv2_rejection_sample(
             torch.arange(B, dtype=torch.int32).repeat_interleave(S).to(dev),
             torch.arange(S, dtype=torch.int32).repeat(B).to(dev),
             torch.full((B,), 0.0 if greedy else 1.0, dtype=torch.float32).to(dev),
-            seeds.to(dev),
+            seed_t.to(dev),
             K,
             use_block_verification=block_verification,
         )
