@@ -28,23 +28,38 @@ class Adapter:
     imports: str  # a module whose import proves it usable, or a file of the distribution
     what: str
     needs_cuda: bool = False  # its kernels exist only for CUDA
+    install: str = ""  # how to install it, when not `pip install specproof[<module>]`
 
 
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter("hf", "transformers", "transformers.generation.utils", "HF transformers speculative sampling"),
-    Adapter("medusa", "medusa-llm", "medusa.model.utils", "Medusa-1 (FasterDecoding) buffers and posterior"),
-    Adapter("eagle", "eagle-llm", "eagle.model.utils", "EAGLE-1 (SafeAILab) buffers and posterior"),
+    Adapter(
+        "medusa",
+        "medusa-llm",
+        "medusa.model.utils",
+        "Medusa-1 (FasterDecoding) buffers and posterior",
+        install="pip install --no-deps medusa-llm==0.1",
+    ),
+    Adapter(
+        "eagle",
+        "eagle-llm",
+        "eagle.model.utils",
+        "EAGLE-1 (SafeAILab) buffers and posterior",
+        install="pip install transformers; pip install --no-deps eagle-llm==1.2.1",
+    ),
     Adapter(
         "sglang",
         "sglang",
         "sglang/kernels/ops/speculative/reject_sampling.py",
         "SGLang's Triton chain sampler (token-level and block verification)",
+        install="pip install --no-deps sglang==0.5.23",
     ),
     Adapter(
         "vllm",
         "vllm",
         "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
         "vLLM's V1 rejection sampler and model runner V2 verifier (Triton)",
+        install="pip install --no-deps vllm==0.33.0",
     ),
     Adapter(
         "sglang_cuda",
@@ -52,6 +67,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         "sglang.kernels.ops.speculative.sampling",
         "SGLang's CUDA tree sampler (target-only)",
         needs_cuda=True,
+        install="sglang with its CUDA kernels, on a CUDA machine",
     ),
     Adapter(
         "flashinfer",
@@ -59,6 +75,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         "flashinfer.sampling",
         "FlashInfer's chain speculative sampling (CUDA)",
         needs_cuda=True,
+        install="pip install flashinfer-python==0.7.4, on a CUDA machine",
     ),
 )
 
@@ -68,7 +85,8 @@ def availability(adapter: Adapter) -> tuple[bool, str]:
     try:
         version = importlib.metadata.version(adapter.package)
     except importlib.metadata.PackageNotFoundError:
-        return False, f"{adapter.package} is not installed (pip install specproof[{adapter.module}])"
+        how = adapter.install or f"pip install specproof[{adapter.module}]"
+        return False, f"{adapter.package} is not installed ({how})"
     # Decide Triton's mode (the interpreter without CUDA) before a package imports Triton:
     # transformers does, through torch._dynamo, and Triton reads TRITON_INTERPRET at import.
     import specproof.optimized  # noqa: F401
@@ -82,6 +100,16 @@ def availability(adapter: Adapter) -> tuple[bool, str]:
         path = importlib.metadata.distribution(adapter.package).locate_file(adapter.imports)
         if not Path(str(path)).is_file():
             return False, f"{adapter.package} {version} has no {adapter.imports}"
+        # Adapters that load files with stand-ins say here whether that still works.
+        probe = getattr(importlib.import_module(f"{__name__}.{adapter.module}"), "probe", None)
+        if probe is not None:
+            try:
+                probe()
+            except Exception as e:
+                return (
+                    False,
+                    f"{adapter.package} {version}: its files do not load as the adapter expects: {e}",
+                )
         return True, version
     try:
         importlib.import_module(adapter.imports)

@@ -185,6 +185,11 @@ def _load() -> dict[str, ModuleType]:
     return loaded
 
 
+def probe() -> None:
+    """Raise unless the audited files load (a vLLM release that moved a name fails here)."""
+    _load()
+
+
 def _request_seeds(generator: torch.Generator, B: int) -> list[int]:
     return [int(s) for s in torch.randint(0, 2**62, (B,), generator=generator)]
 
