@@ -61,6 +61,41 @@ def test_eagle_buffers_conform():
     assert b.verdict == "pass" and b.checked == len(b.outcomes) - 1, b.summary()  # all but the root-only tree
 
 
+def test_eagle_candidates_are_the_tokens_and_draft_probabilities_along_each_path():
+    """EAGLE's ``generate_candidates``, fed the draft as its drafting loop lays it out (one row of
+    top-k tokens per expanded node), puts at every retrieve path the tokens of that path's nodes
+    and their draft probabilities, on every battery tree EAGLE can express, random tokens."""
+    pytest.importorskip("eagle.model.utils")
+    from specproof.properties.backends.thirdparty.eagle import _buffers, _candidates
+    from specproof.properties.buffers import Unsupported, battery
+
+    g = torch.Generator().manual_seed(0)
+    checked = 0
+    for _, parents in battery():
+        try:
+            buf, ids = _buffers(parents)
+        except Unsupported:
+            continue
+        N, V = len(parents), 50
+        back = {e: ours for ours, e in enumerate(ids)}
+        order = [back[e] for e in range(N)]
+        tok = torch.randint(0, V, (N,), generator=g)
+        q = torch.softmax(torch.randn(N, V, generator=g), -1)
+        cart, cart_prob, tree_cand, _ = _candidates(parents, tok, q)
+        assert tree_cand[0].tolist() == tok[order].tolist()
+        for row, prow, path in zip(cart.tolist(), cart_prob.tolist(), buf["retrieve_indices"].tolist()):
+            for t, pr, e in zip(row, prow, path):
+                if e < 0:
+                    assert t == -1 and pr == 1.0
+                    continue
+                node = back[e]
+                assert t == int(tok[node])
+                want = 1.0 if node == 0 else float(q[parents[node], tok[node]])
+                assert pr == pytest.approx(want, abs=0), (parents, node)
+        checked += 1
+    assert checked >= 15
+
+
 def test_eagle_posterior_has_the_law_of_the_reproduction():
     pytest.importorskip("eagle.model.utils")
     from specproof.properties.backends.thirdparty.eagle import evaluate_posterior

@@ -13,9 +13,11 @@ ours, so the contract's numbering holds.
   the children of the accepted node in rank order, accepting child x with probability
   ``p(x) / q(x)``; after a rejection p becomes ``norm((p - q')+)`` with q' the parent's draft
   law without the children already tried. Its inputs are built as EAGLE builds them: the
-  candidates and their draft probabilities along every retrieve path, the target's logits at
-  each node, and ``op``, the draft law of every expanded node grouped by depth in the order of
-  the choices list. It draws from Python's ``random`` (seeded here from the contract's generator,
+  candidates and their draft probabilities along every retrieve path come from EAGLE's own
+  ``generate_candidates``, fed one row of top-k tokens and probabilities per expanded node as
+  its drafting loop ``topK_genrate`` lays them out; the target's logits at each node; and
+  ``op``, the draft law of every expanded node grouped by depth in the order of the choices
+  list. It draws from Python's ``random`` (seeded here from the contract's generator,
   the caller's state restored); the next token is sampled from the law it returns, as EAGLE's
   ``update_inference_inputs`` does. EAGLE drafts the top-k tokens of q and hands q to this
   rule: the process ``topk_siblings`` (expected lossy: the matrix's ``rrs x topk_siblings``);
@@ -75,6 +77,46 @@ def generate_buffers(parents: tuple[int, ...]) -> TreeBuffers:
     return TreeBuffers(mask, pos, torch.tensor(paths))
 
 
+def draft_rows(parents: tuple[int, ...]) -> list[int]:
+    """EAGLE's drafting order: the nodes with children, by depth, then in choices-list order (the
+    rows of ``tree_logits`` and, per depth, of ``op``)."""
+    tree = DraftTree(parents)
+    _, ids = choices_of(parents)
+    back = {e: ours for ours, e in enumerate(ids)}
+    rows: list[int] = []
+    for e in range(1, tree.n):
+        u = parents[back[e]]
+        if u not in rows:
+            rows.append(u)
+    return rows
+
+
+def _candidates(
+    parents: tuple[int, ...], tok: torch.Tensor, q: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """EAGLE's ``generate_candidates`` on the draft as EAGLE's ``topK_genrate`` lays it out: one
+    row of TOPK tokens and draft probabilities per expanded node (child of rank r at column r;
+    unused columns hold token 0 at probability 0), the root's token as ``sample_token``.
+    Returns its candidates, their probabilities, its tree candidates, and ``op`` (per depth, the
+    draft laws of the expanded nodes)."""
+    from eagle.model.utils import generate_candidates
+
+    tree = DraftTree(parents)
+    buf, _ = _buffers(parents)
+    rows = draft_rows(parents)
+    tokens = torch.zeros(len(rows), TOPK, dtype=torch.long)
+    probs = torch.zeros(len(rows), TOPK)
+    for r, u in enumerate(rows):
+        for rank, c in enumerate(tree.children[u]):
+            tokens[r, rank] = tok[c]
+            probs[r, rank] = q[u, tok[c]]
+    cart, cart_prob, tree_candidates = generate_candidates(
+        (tokens, probs), buf["tree_indices"], buf["retrieve_indices"], tok[:1][None], lambda _ids, x: x
+    )
+    op = [torch.stack([q[u] for u in rows if tree.depth[u] == d - 1]) for d in range(1, tree.max_depth + 1)]
+    return cart, cart_prob, tree_candidates, op
+
+
 def evaluate_posterior(
     parents: torch.Tensor,
     tokens: torch.Tensor,
@@ -97,28 +139,11 @@ def evaluate_posterior(
         back = {e: ours for ours, e in enumerate(ids)}
         order = [back[e] for e in range(N)]  # our node at each EAGLE id
         tok = tokens[b].long()
-        tree_candidates = tok[order][None]
-        qx = torch.ones(N)
-        for i in range(1, N):
-            qx[i] = draft_probs[b, par[i], tok[i]].float()
+        candidates, cand_prob, tree_candidates, op = _candidates(par, tok, draft_probs[b].float())
         retrieve = buf["retrieve_indices"]
-        ext_tok = torch.cat([tree_candidates[0], torch.tensor([-1])])
-        ext_q = torch.cat([qx[order], torch.ones(1)])
-        candidates = ext_tok[retrieve]
-        cand_prob = ext_q[retrieve]
         logp = torch.log(target_probs[b].double()).float()
         ext_logits = torch.cat([logp[order], torch.zeros(1, logp.shape[1])])
         logits = ext_logits[retrieve]
-        # op[d - 1][g]: the draft law at the g-th parent of depth-d nodes, in choices-list order
-        depth = DraftTree(par).depth
-        op = []
-        for d in range(1, max(depth) + 1):
-            seen: list[int] = []
-            for e in range(1, N):
-                node = back[e]
-                if depth[node] == d and par[node] not in seen:
-                    seen.append(par[node])
-            op.append(torch.stack([draft_probs[b, p].float() for p in seen]))
         state = random.getstate()
         try:
             random.seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
