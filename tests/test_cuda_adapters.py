@@ -134,3 +134,26 @@ def test_flashinfer_adapter_plumbing(monkeypatch, process: str):
     res = _run(_backend(flashinfer, name="flashinfer[count after rejection]"), "iid_chain", 3000)
     assert res.verdict == "contract_violation", res.summary()  # type: ignore[attr-defined]
     assert res.violation["kind"] == "count"  # type: ignore[attr-defined]
+
+
+def test_adapters_say_why_they_are_unavailable(monkeypatch):
+    """Each adapter's reason names its package and how to install it; a CUDA-only one whose
+    package is present says that CUDA is missing (and is not imported)."""
+    import importlib.metadata
+
+    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+
+    def absent(package: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(package)
+
+    monkeypatch.setattr(importlib.metadata, "version", absent)
+    for a in ADAPTERS:
+        ok, why = availability(a)
+        assert not ok and a.package in why and (a.install or f"specproof[{a.module}]") in why, (a, why)
+    monkeypatch.setattr(importlib.metadata, "version", lambda package: "9.9")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cuda_only = [a for a in ADAPTERS if a.needs_cuda]
+    assert {a.module for a in cuda_only} == {"flashinfer", "sglang_cuda"}
+    for a in cuda_only:
+        ok, why = availability(a)
+        assert not ok and "CUDA" in why, (a, why)
