@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from .battery import Models, child_hash
+
+K = TypeVar("K")
 
 
 @dataclass
@@ -88,6 +91,21 @@ def _single_sequence(models: Models, h: int, sub: int, depth: int, horizon: int)
     return True
 
 
+def split_children(
+    kids: list[tuple[float, K]], n: int, min_count: float
+) -> tuple[list[tuple[float, K]], list[tuple[float, K]]]:
+    """The expansion rule for one node: ``kids`` as ``(probability, key)``, most likely first.
+    Children expected at least ``min_count`` times are kept as their own cells, the others
+    pooled in a rest cell; while the rest is expected fewer than ``min_count`` times, the least
+    likely kept child joins it. Returns ``(keep, rest)``. Shared with
+    :func:`specproof.properties.sequence_test.trie_cells`."""
+    keep = [k for k in kids if n * k[0] >= min_count]
+    rest = [k for k in kids if n * k[0] < min_count]
+    while rest and keep and n * sum(k[0] for k in rest) < min_count:
+        rest.append(keep.pop())
+    return keep, rest
+
+
 def build_partition(
     models: Models, n: int, sub: int = 0, min_count: float = 10.0, max_cells: int = 128
 ) -> Partition:
@@ -124,10 +142,7 @@ def build_partition(
             continue
         kids = [(prob * px, x) for px, x in models.law_py(h, sub)]
         kids.sort(key=lambda t: (-t[0], t[1]))
-        keep = [k for k in kids if n * k[0] >= min_count]
-        rest = [k for k in kids if n * k[0] < min_count]
-        while rest and keep and n * sum(k[0] for k in rest) < min_count:
-            rest.append(keep.pop())
+        keep, rest = split_children(kids, n, min_count)
         new_cells = len(keep) + (1 if rest else 0)
         if not keep or n_cells - 1 + new_cells > max_cells:
             pending[tie] = node

@@ -30,6 +30,7 @@ import numpy as np
 
 from specproof.reference.models import LM, greedy_sequence, sequence_law
 
+from .partition import split_children
 from .stats import detectable_tv, pearson
 
 Seq = tuple[int, ...]
@@ -79,10 +80,8 @@ def trie_cells(law: dict[Seq, float], n: int, min_count: float = 10.0, max_cells
     while frontier:
         _, node = heapq.heappop(frontier)
         children = sorted(kids.get(node, ()), key=lambda c: (-mass[c], c))
-        keep = [c for c in children if n * mass[c] >= min_count]
-        rest = [c for c in children if n * mass[c] < min_count]
-        while rest and keep and n * sum(mass[c] for c in rest) < min_count:
-            rest.append(keep.pop())
+        kept, pooled = split_children([(mass[c], c) for c in children], n, min_count)
+        keep, rest = [c for _, c in kept], [c for _, c in pooled]
         new = len(keep) + (1 if rest else 0)
         if len(node) == m or not keep or count - 1 + new > max_cells:
             leaf_nodes.append(node)
