@@ -195,6 +195,13 @@ def check_tree_output(
     return emitted, lengths
 
 
+def draw_seeds(generator: torch.Generator, n: int = 1) -> list[int]:
+    """``n`` seeds drawn from a contract's ``generator``, for a verifier whose randomness comes
+    from elsewhere (numpy, Python's ``random``, torch's global RNG, a CUDA generator, a
+    per-request seed): the audit's seed then fixes its draws too."""
+    return [int(s) for s in torch.randint(0, 2**62, (n,), generator=generator)]
+
+
 def call_verifier(fn: Callable[..., Any], *args: Any) -> Any:
     """Call a verifier; any exception it raises becomes a ``raised`` contract violation."""
     try:

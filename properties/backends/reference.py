@@ -23,11 +23,8 @@ from specproof.reference.rules import Rule
 from specproof.reference.step import make_step
 from specproof.reference.tree import DraftTree
 
+from ..contracts import draw_seeds
 from .torch_chain import check_chain_inputs
-
-
-def _seed(generator: torch.Generator) -> int:
-    return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
 def _row(
@@ -63,7 +60,7 @@ def chain_backend(rule: Rule) -> Callable[..., torch.Tensor]:
         generator: torch.Generator,
     ) -> torch.Tensor:
         B, K, V = check_chain_inputs(draft_token_ids, draft_probs, target_probs)
-        rng = np.random.default_rng(_seed(generator))
+        rng = np.random.default_rng(draw_seeds(generator)[0])
         x = draft_token_ids.long().numpy()
         tp = target_probs.double().numpy()
         dp = None if draft_probs is None else draft_probs.double().numpy()
@@ -93,7 +90,7 @@ def tree_backend(rule: Rule) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         B, N = parents.shape
-        rng = np.random.default_rng(_seed(generator))
+        rng = np.random.default_rng(draw_seeds(generator)[0])
         par = parents.long().numpy()
         tok = tokens.long().numpy()
         tp = target_probs.double().numpy()

@@ -35,6 +35,7 @@ import torch
 from specproof.reference.tree import DraftTree
 
 from ...buffers import TreeBuffers, Unsupported
+from ...contracts import draw_seeds
 
 TOPK = 10  # eagle.model.utils.TOPK: ranks at or above it collide in its tree indices
 
@@ -146,7 +147,7 @@ def evaluate_posterior(
         logits = ext_logits[retrieve]
         state = random.getstate()
         try:
-            random.seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+            random.seed(draw_seeds(generator)[0])
             best, n_acc, sample_p = eagle_posterior(
                 logits,
                 candidates,

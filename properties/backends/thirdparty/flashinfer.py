@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ...contracts import ContractViolation
+from ...contracts import ContractViolation, draw_seeds
 from ..torch_chain import check_chain_inputs
 
 
@@ -44,7 +44,7 @@ def chain_speculative_sampling(
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     ids = draft_token_ids.long()
     q = draft_probs if draft_probs is not None else torch.nn.functional.one_hot(ids, V)
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    (seed,) = draw_seeds(generator)
     cuda_gen = torch.Generator(device=dev).manual_seed(seed)
     out, _, emitted = _kernel()(
         q.float().contiguous().to(dev),

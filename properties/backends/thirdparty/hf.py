@@ -18,11 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from ...contracts import draw_seeds
 from ..torch_chain import check_chain_inputs
-
-
-def _seed(generator: torch.Generator) -> int:
-    return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
 def speculative_sampling(
@@ -42,7 +39,7 @@ def speculative_sampling(
     out = torch.full((B, K + 1), -1, dtype=torch.long)
     for b in range(B):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_seed(generator))
+            torch.manual_seed(draw_seeds(generator)[0])
             kwargs = {} if ensemble is None else {"assistant_ensemble_weight": ensemble}
             tokens, _ = _speculative_sampling(ids[b][None], q_logits[b][None], K, p_logits[b][None], **kwargs)
         row = tokens.reshape(-1)

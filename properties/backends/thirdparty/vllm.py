@@ -45,6 +45,7 @@ from types import ModuleType, SimpleNamespace
 import numpy as np
 import torch
 
+from ...contracts import draw_seeds
 from ..torch_chain import check_chain_inputs
 
 
@@ -190,10 +191,6 @@ def probe() -> None:
     _load()
 
 
-def _request_seeds(generator: torch.Generator, B: int) -> list[int]:
-    return [int(s) for s in torch.randint(0, 2**62, (B,), generator=generator)]
-
-
 def _log(probs: torch.Tensor) -> torch.Tensor:
     """Laws as float32 logits, ``-inf`` where p = 0 (softmax maps them back to p)."""
     return torch.log(probs.double()).float().contiguous()
@@ -222,7 +219,7 @@ def v1_rejection_sample(
         bonus = target_probs[:, K].double().argmax(-1)
     else:
         bonus = torch.multinomial(target_probs[:, K].double(), 1, generator=generator).squeeze(1)
-    chosen = seeds if seeds is not None else _request_seeds(generator, B)
+    chosen = seeds if seeds is not None else draw_seeds(generator, B)
     metadata = SimpleNamespace(
         all_greedy=greedy,
         all_random=not greedy,
@@ -268,7 +265,7 @@ def mrv2_rejection_sample(
     logits = _log(target_probs).reshape(B * S, V).to(dev)
     draft_logits = None if draft_probs is None else _log(draft_probs).to(dev)
     inputs = torch.cat([torch.zeros(B, 1, dtype=torch.long), draft_token_ids.long()], 1)
-    seed_t = torch.tensor(seeds if seeds is not None else _request_seeds(generator, B), dtype=torch.int64)
+    seed_t = torch.tensor(seeds if seeds is not None else draw_seeds(generator, B), dtype=torch.int64)
     start = 17  # the verify pass's first position; any value, the seed is fresh per call
     with np.errstate(invalid="ignore", divide="ignore"):  # masked lanes under the interpreter
         sampled, num_sampled = utils.rejection_sample(
