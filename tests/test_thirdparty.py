@@ -35,6 +35,15 @@ def _audit(name: str, kind: str, process: str, samples: int, cases: int = 4):
     return audit(backend, config)
 
 
+def _need(module: str) -> None:
+    """Skip, with the adapter's own reason, unless its package is usable here."""
+    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+
+    ok, why = availability(next(a for a in ADAPTERS if a.module == module))
+    if not ok:
+        pytest.skip(why)
+
+
 def test_hf_speculative_sampling_passes_and_its_ensemble_is_flagged():
     pytest.importorskip("transformers")
     ok = _audit("hf.speculative_sampling", "chain", "iid_chain", 3000)
@@ -157,11 +166,7 @@ def test_medusa_posterior_returns_exactly_the_reproductions_output():
 
 def test_sglang_chain_sampler_passes_token_level_and_block_verification():
     """Interpreted on CPU (tens of ms a row): two small cases at 400 steps each, alpha 1e-6."""
-    from specproof.properties.backends.thirdparty import ADAPTERS, availability
-
-    ok, why = availability(next(a for a in ADAPTERS if a.module == "sglang"))
-    if not ok:
-        pytest.skip(why)
+    _need("sglang")
     for name in (
         "sglang.chain_speculative_sampling",
         "sglang.chain_speculative_sampling[block_verification]",
@@ -171,11 +176,7 @@ def test_sglang_chain_sampler_passes_token_level_and_block_verification():
 
 
 def test_sglang_greedy_tree_verifier_preserves_greedy_decoding():
-    from specproof.properties.backends.thirdparty import ADAPTERS, availability
-
-    ok, why = availability(next(a for a in ADAPTERS if a.module == "sglang"))
-    if not ok:
-        pytest.skip(why)
+    _need("sglang")
     from specproof.properties.backends.thirdparty.sglang import verify_tree_greedy
 
     res = _audit("sglang.verify_tree_greedy", "tree", "onehot_siblings", 200, cases=3)
@@ -192,11 +193,7 @@ def test_sglang_tree_builder_conforms_and_a_wrong_encoding_is_caught(monkeypatch
     """SGLang's Triton tree builder, fed each battery tree as an EAGLE-2 selection, returns the
     reference's buffers on all of them; with the selection's slots read at the wrong ``topk``
     (the parent of a slot is ``slot // topk``) the same check names violations."""
-    from specproof.properties.backends.thirdparty import ADAPTERS, availability
-
-    ok, why = availability(next(a for a in ADAPTERS if a.module == "sglang"))
-    if not ok:
-        pytest.skip(why)
+    _need("sglang")
     from specproof.properties.backends.thirdparty import sglang
 
     assert sglang.encode_selection((-1, 0, 0, 1, 1, 2, 3)) == (
@@ -221,14 +218,6 @@ def test_sglang_tree_builder_conforms_and_a_wrong_encoding_is_caught(monkeypatch
     assert bad.verdict != "pass" and kinds & {"mask", "positions", "leaf_paths"}, bad.summary()
 
 
-def _vllm() -> None:
-    from specproof.properties.backends.thirdparty import ADAPTERS, availability
-
-    ok, why = availability(next(a for a in ADAPTERS if a.module == "vllm"))
-    if not ok:
-        pytest.skip(why)
-
-
 @pytest.mark.parametrize(
     "name, process, samples",
     [
@@ -240,7 +229,7 @@ def _vllm() -> None:
 )
 def test_vllm_samplers_pass(name: str, process: str, samples: int):
     """Interpreted on CPU (V1 about 16 ms a row, MRV2 70-100 ms): two small cases, alpha 1e-6."""
-    _vllm()
+    _need("vllm")
     res = _audit(name, "chain", process, samples, cases=2)
     assert res.verdict == "pass", res.summary()
 
@@ -251,7 +240,7 @@ def test_vllm_samplers_pass(name: str, process: str, samples: int):
 def test_vllm_mrv2_passes_with_power_on_one_case(name: str):
     """One case given the time (iid drafts, K = 2, V = 8; 1,500 steps, about 2-3 min
     interpreted): a pass that detects TV 0.14 on its cells at power 0.99."""
-    _vllm()
+    _need("vllm")
     backend = dataclasses.replace(REGISTRY[("chain", name)], processes=("iid_chain",))
     case = next(c for c in default_cases(backend, 0) if c.name == "iid/K2/V8")
     res = audit(
@@ -266,7 +255,7 @@ def test_vllm_audit_through_the_kernel_is_not_vacuous():
     the vocabulary; the drafts were sampled from q). (Declaring sampled drafts one-hot would not
     do: accepting x with probability p(x) and otherwise drawing from p without x emits p for any
     law of x.)"""
-    _vllm()
+    _need("vllm")
     from specproof.properties.backends import Backend
     from specproof.properties.backends.thirdparty.vllm import v1_rejection_sample
 
@@ -285,7 +274,7 @@ def test_vllm_seeded_requests_do_not_depend_on_their_batch():
     """A real bug class (seeds ignored; a batch mixing seeded and unseeded requests): a seeded
     request's row is the same alone and beside other requests, seeded or not, in both samplers
     (the bonus token, drawn by the adapter, is fixed by giving it a point mass)."""
-    _vllm()
+    _need("vllm")
     from specproof.properties.backends.thirdparty.vllm import mrv2_rejection_sample, v1_rejection_sample
 
     g = torch.Generator().manual_seed(3)
@@ -311,7 +300,7 @@ def test_vllm_seeded_requests_do_not_depend_on_their_batch():
 def test_vllm_greedy_keeps_greedy_decoding_exactly(name: str):
     """At temperature 0 the accepted prefix is the drafts' agreement with the target's argmax,
     then the argmax: checked output for output on random laws (ties excluded by construction)."""
-    _vllm()
+    _need("vllm")
     fn = REGISTRY[("chain", name)].fn
     g = torch.Generator().manual_seed(0)
     B, K, V = 32, 3, 6
@@ -341,11 +330,7 @@ def test_vllm_greedy_keeps_greedy_decoding_exactly(name: str):
 )
 def test_cuda_only_adapters_pass(module: str, name: str, kind: str, processes: tuple[str, ...]):
     """FlashInfer's chain sampler and SGLang's CUDA tree sampler: skipped without CUDA."""
-    from specproof.properties.backends.thirdparty import ADAPTERS, availability
-
-    ok, why = availability(next(a for a in ADAPTERS if a.module == module))
-    if not ok:
-        pytest.skip(why)
+    _need(module)
     for process in processes:
         res = _audit(name, kind, process, 20000)
         assert res.verdict == "pass", res.summary()
