@@ -1,4 +1,8 @@
-"""The exceptions raised on malformed input.
+"""The exceptions of specproof, and those raised on malformed input.
+
+Every exception the project raises derives from :class:`SpecproofError`, so a caller can catch
+"anything specproof raised" in one clause. Errors about an argument are also ``ValueError``
+subclasses (through :class:`SpecproofInputError`), so existing ``except ValueError`` keeps working.
 
 Every public entry of specproof validates its arguments before computing anything. A
 malformed argument raises a subclass of :class:`SpecproofInputError` (itself a
@@ -25,7 +29,11 @@ The classes, one per problem:
 from __future__ import annotations
 
 
-class SpecproofInputError(ValueError):
+class SpecproofError(Exception):
+    """The root of every exception specproof raises."""
+
+
+class SpecproofInputError(SpecproofError, ValueError):
     """A malformed argument. ``argument`` names it; the message says what is wrong."""
 
     def __init__(self, argument: str, problem: str) -> None:

@@ -1,0 +1,57 @@
+"""One vocabulary of verdicts, shared by the audit, the matrix, ``e2e``, ``conform`` and the
+engine audit, with the exit status each one gives on the command line.
+
+==================  ====  =====================================================================
+verdict             exit  meaning
+==================  ====  =====================================================================
+pass                0     every case ran its plan: no deviation, at the stated power
+lossy               1     a deviation from the preserved law was found (with a witness)
+contract_violation  2     the black box broke its contract (shape, padding, ids, determinism,
+                          a hang, an exception on valid input)
+underpowered        3     no deviation found, but some case ran short of its plan (budget, not
+                          run): the report lists them and the TV the run can vouch for
+error               4     a usage error (bad option, missing file) or an internal error
+interrupted         4     stopped by the user (Ctrl-C); what ran is written out
+==================  ====  =====================================================================
+
+``Verdict`` is a ``str`` enum: ``Verdict.PASS == "pass"``, and it serializes to JSON as its value.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    LOSSY = "lossy"
+    CONTRACT_VIOLATION = "contract_violation"
+    UNDERPOWERED = "underpowered"
+    ERROR = "error"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:  # f-strings and print show the value, as for a plain string
+        return self.value
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self]
+
+
+EXIT_CODES: dict[Verdict, int] = {
+    Verdict.PASS: 0,
+    Verdict.LOSSY: 1,
+    Verdict.CONTRACT_VIOLATION: 2,
+    Verdict.UNDERPOWERED: 3,
+    Verdict.ERROR: 4,
+    Verdict.INTERRUPTED: 4,
+}
+USAGE_ERROR = 4  # the exit status of a usage or internal error, for every subcommand
+
+EXIT_TABLE = """\
+exit status:
+  0  pass: every case ran its plan, no deviation at the stated power
+  1  lossy: a deviation from the preserved law, with a witness
+  2  contract_violation: wrong shape/padding/ids, nondeterminism, a hang, an exception
+  3  underpowered: no deviation found, but some case ran short of its plan
+  4  usage or internal error, or interrupted"""
