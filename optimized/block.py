@@ -14,8 +14,10 @@ import torch
 import triton
 
 from ._contract import chain_verifier
-from ._device import default_block, on_kernel_device
+from ._device import on_kernel_device
+from ._split import LAUNCH, block_size, choose_path, chunking, counters
 from .kernels.block_chain import block_chain_kernel
+from .kernels.block_split import block_level_kernel
 from .validate import check_chain_call
 
 
@@ -28,31 +30,51 @@ def block(
     u_final: torch.Tensor,
     block: int | None = None,
     validate: bool = True,
+    path: str = "auto",
+    chunk: int | None = None,
+    num_warps: int | None = None,
 ) -> torch.Tensor:
-    """``output_token_ids [B, K+1]``: accepted drafts X_1..X_tau, then Y, then -1."""
-    # validate=False: inputs already checked by the caller (or a benchmark)
+    """``output_token_ids [B, K+1]``: accepted drafts X_1..X_tau, then Y, then -1.
+
+    ``path``: "row" (one program per row, bit-identical to the reference under the
+    interpreter), "split" (each level's row split over ``chunk``-sized programs, K + 1
+    launches; see :mod:`.kernels.block_split`) or "auto" (split on a GPU when V >= 8192).
+    ``validate=False``: inputs already checked by the caller (or a benchmark).
+    """
     B, K, V = check_chain_call(
         draft_token_ids, draft_probs, target_probs, ("u_eta", u_eta), u_final, validate
     )
+    path = choose_path(path, V)
+    block = block_size(block)
     device = target_probs.device
-    out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
+    if path == "split":  # the deciding program writes the whole row
+        out = torch.empty((B, K + 1), dtype=torch.int64, device=device)
+    else:
+        out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
     if B == 0:
         return out
+    x = draft_token_ids.to(device=device, dtype=torch.int64).contiguous()
     p = target_probs.contiguous()
     q = draft_probs.contiguous() if draft_probs is not None else p  # never read without HAS_Q
-    block_chain_kernel[(B,)](
-        draft_token_ids.to(device=device, dtype=torch.int64).contiguous(),
-        q,
-        p,
-        u_eta.to(device, torch.float64).contiguous(),
-        u_final.to(device, torch.float64).contiguous(),
-        out,
-        K,
-        V,
-        HAS_Q=draft_probs is not None,
-        KB=max(1, triton.next_power_of_2(K)),
-        BLOCK=block or default_block(),
-    )
+    ue = u_eta.to(device, torch.float64).contiguous()
+    uf = u_final.to(device, torch.float64).contiguous()
+    has_q = draft_probs is not None
+    KB = max(1, triton.next_power_of_2(K))
+    opts = dict(LAUNCH, **({"num_warps": num_warps} if num_warps else {}))
+    if path == "row":
+        block_chain_kernel[(B,)](x, q, p, ue, uf, out, K, V, HAS_Q=has_q, KB=KB, BLOCK=block, **opts)
+        return out
+    chunk, C, CB = chunking(V, target_probs.element_size(), block, chunk)
+    pw = torch.empty(B, K + 1, dtype=torch.float64, device=device)
+    state = torch.empty(B, dtype=torch.int32, device=device)  # written at LEVEL = K
+    parts = torch.empty(B, C, dtype=torch.float64, device=device)
+    cnt = counters(B, device)
+    KB1 = triton.next_power_of_2(K + 1)
+    for level in range(K, -1, -1):
+        block_level_kernel[(B, C)](
+            x, q, p, ue, uf, out, pw, state, parts, cnt, K, V, C, chunk, level,
+            HAS_Q=has_q, KB=KB, KB1=KB1, CB=CB, BLOCK=block, **opts,
+        )  # fmt: skip
     return out
 
 

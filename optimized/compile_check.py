@@ -16,11 +16,9 @@ import sys
 import time
 from typing import Any
 
-os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "0")
-
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
 
 
 def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
@@ -156,39 +154,49 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
         )
     )
     specs.extend(attention_specs())
-    from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel
+    specs.extend(_split_specs())
+    return specs
 
+
+def _split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
+    """The split paths' kernels (one launch per pass, the last chunk program draws)."""
+    from .kernels.block_split import block_level_kernel
+    from .kernels.token_split import token_split_kernel
+
+    specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
     for dt in ("fp32", "bf16"):
-        ptrs = {"x_ptr": "*i64", "q_ptr": f"*{dt}", "p_ptr": f"*{dt}", "ua_ptr": "*fp64"}
-        consts = {"HAS_Q": True, "KB": 8, "BLOCK": 1024}
-        sig = {
-            **ptrs,
-            "out_ptr": "*i64",
-            "part_ptr": "*fp64",
-            "K": "i32",
-            "V": "i32",
-            "C": "i32",
-            "CH": "i32",
-        }
-        specs.append(
-            (
-                f"token_split_partials[{dt}]",
-                stop_row_partials_kernel,
-                {**sig, **dict.fromkeys(consts, "constexpr")},
-                consts,
+        for has_q in (True, False):
+            ptrs = {
+                "x_ptr": "*i64",
+                "q_ptr": f"*{dt}",
+                "p_ptr": f"*{dt}",
+                "ua_ptr": "*fp64",
+                "uf_ptr": "*fp64",
+            }
+            consts = {"HAS_Q": has_q, "KB": 8, "CB": 64, "BLOCK": 1024}
+            sig = {**ptrs, "out_ptr": "*i64", "part_ptr": "*fp64", "cnt_ptr": "*i32",
+                   "K": "i32", "V": "i32", "C": "i32", "CH": "i32"}  # fmt: skip
+            specs.append(
+                (
+                    f"token_split[{dt},has_q={has_q}]",
+                    token_split_kernel,
+                    {**sig, **dict.fromkeys(consts, "constexpr")},
+                    consts,
+                )
             )
-        )
-        consts2 = {"HAS_Q": True, "KB": 8, "CB": 32, "BLOCK": 1024}
-        sig2 = {**ptrs, "uf_ptr": "*fp64", "part_ptr": "*fp64", "out_ptr": "*i64", "K": "i32", "V": "i32",
-                "C": "i32", "CH": "i32"}  # fmt: skip
-        specs.append(
-            (
-                f"token_split_pick[{dt}]",
-                stop_row_pick_kernel,
-                {**sig2, **dict.fromkeys(consts2, "constexpr")},
-                consts2,
+            bptrs = {("ue_ptr" if k == "ua_ptr" else k): v for k, v in ptrs.items()}
+            consts = {"HAS_Q": has_q, "KB": 8, "KB1": 16, "CB": 64, "BLOCK": 1024}
+            sig = {**bptrs, "out_ptr": "*i64", "pw_ptr": "*fp64", "state_ptr": "*i32",
+                   "part_ptr": "*fp64", "cnt_ptr": "*i32", "K": "i32", "V": "i32", "C": "i32",
+                   "CH": "i32", "LEVEL": "i32"}  # fmt: skip
+            specs.append(
+                (
+                    f"block_split[{dt},has_q={has_q}]",
+                    block_level_kernel,
+                    {**sig, **dict.fromkeys(consts, "constexpr")},
+                    consts,
+                )
             )
-        )
     return specs
 
 
@@ -211,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         try:
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target)
+            src = ASTSource(fn=fn, signature=sig, constexprs=consts)
+            k = triton.compile(src, target=target, options={"enable_fp_fusion": False})
             print(f"ok    {name}  ({time.perf_counter() - t0:.1f} s, {len(k.asm['cubin'])} bytes of cubin)")
         except Exception as e:  # report every kernel, then fail
             failed += 1

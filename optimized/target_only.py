@@ -18,9 +18,10 @@ import torch
 from specproof.reference.rules.target_only import check_thresholds
 
 from ._contract import tree_verifier
-from ._device import default_block, on_kernel_device
+from ._device import on_kernel_device
+from ._split import LAUNCH, block_size, choose_path, chunking, counters
 from ._tree import f64, prepare
-from .kernels.target_only_tree import target_only_tree_kernel
+from .kernels.target_only_tree import target_only_split_kernel, target_only_tree_kernel
 
 
 @on_kernel_device
@@ -33,7 +34,11 @@ def target_only(
     threshold_single: float = 1.0,
     threshold_acc: float = 1.0,
     block: int | None = None,
+    path: str = "auto",
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``path``: "row" (one program per row), "split" (the stop node's row spread over
+    ``chunk``-sized programs, one launch) or "auto" (split on a GPU when V >= 8192)."""
     check_thresholds(threshold_single, threshold_acc)
     t = prepare(
         parents, tokens, None, target_probs, {"u_coin": (u_coin, "node"), "u_final": (u_final, "row")}
@@ -41,7 +46,9 @@ def target_only(
     if t.B == 0:
         return t.accepted, t.next_token
     device = t.target.device
-    target_only_tree_kernel[(t.B,)](
+    path = choose_path(path, t.V)
+    block = block_size(block)
+    args = (
         t.parents,
         t.tokens,
         t.target,
@@ -49,13 +56,18 @@ def target_only(
         f64(u_final, device),
         t.accepted,
         t.next_token,
-        t.N,
-        t.V,
-        float(threshold_single),
-        float(threshold_acc),
-        NB=t.NB,
-        BLOCK=block or default_block(),
     )
+    if path == "row":
+        target_only_tree_kernel[(t.B,)](
+            *args, t.N, t.V, float(threshold_single), float(threshold_acc), NB=t.NB, BLOCK=block, **LAUNCH
+        )
+    else:
+        chunk, C, CB = chunking(t.V, t.target.element_size(), block, chunk)
+        parts = torch.empty(t.B, C, dtype=torch.float64, device=device)
+        target_only_split_kernel[(t.B, C)](
+            *args, parts, counters(t.B, device), t.N, t.V, float(threshold_single), float(threshold_acc),
+            C, chunk, NB=t.NB, CB=CB, BLOCK=block, **LAUNCH,
+        )  # fmt: skip
     return t.accepted, t.next_token
 
 

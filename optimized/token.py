@@ -15,19 +15,12 @@ from __future__ import annotations
 import torch
 import triton
 
-from specproof.reference.errors import BadParameterError
-
 from ._contract import chain_verifier
-from ._device import interpreted, on_kernel_device
+from ._device import on_kernel_device
+from ._split import LAUNCH, block_size, choose_path, chunking, counters
 from .kernels.token_chain import token_chain_kernel
-from .kernels.token_split import stop_row_partials_kernel, stop_row_pick_kernel
+from .kernels.token_split import token_split_kernel
 from .validate import check_chain_call
-
-BLOCK = 128  # under the interpreter
-BLOCK_GPU = 1024
-SPLIT_MIN_V = 8192  # on a GPU, rows at least this long take the split path
-CHUNK_BYTES = 8192  # per law row and chunk: 2048 float32 or 4096 bfloat16 entries (the
-# fastest of the chunk sizes timed on an H200, docs/measurements/tune-split-h200.md)
 
 
 @on_kernel_device
@@ -41,25 +34,24 @@ def token(
     path: str = "auto",
     chunk: int | None = None,
     validate: bool = True,
+    num_warps: int | None = None,
 ) -> torch.Tensor:
     """``output_token_ids [B, K+1]``: accepted drafts, the corrected or bonus token, then -1.
 
     ``path``: "row" (one program per row, bit-identical to the reference under the
     interpreter), "split" (the stop row split over ``chunk``-sized programs, one pass over its
-    bytes; see :mod:`.kernels.token_split`) or "auto" (split on a GPU when V >= 8192).
-    ``validate=False`` skips the input checks (a caller that has validated once, or a
-    benchmark of the kernels alone); malformed input then gives undefined tokens.
+    bytes and one launch; see :mod:`.kernels.token_split`) or "auto" (split on a GPU when
+    V >= 8192). ``validate=False`` skips the input checks (a caller that has validated once,
+    or a benchmark of the kernels alone); malformed input then gives undefined tokens.
+    ``num_warps`` is a GPU tuning knob (Triton's default when None).
     """
-    if path not in ("auto", "row", "split"):
-        raise BadParameterError("path", f"must be 'auto', 'row' or 'split', got {path!r}")
     B, K, V = check_chain_call(
         draft_token_ids, draft_probs, target_probs, ("u_accept", u_accept), u_final, validate
     )
-    block = block or (BLOCK if interpreted() else BLOCK_GPU)
-    if path == "auto":
-        path = "split" if not interpreted() and V >= SPLIT_MIN_V else "row"
+    path = choose_path(path, V)
+    block = block_size(block)
     device = target_probs.device
-    if path == "split":  # its kernels write every position, padding included
+    if path == "split":  # its kernel writes every position, padding included
         out = torch.empty((B, K + 1), dtype=torch.int64, device=device)
     else:
         out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
@@ -71,22 +63,17 @@ def token(
     ua = u_accept.to(device, torch.float64).contiguous()
     uf = u_final.to(device, torch.float64).contiguous()
     KB = max(1, triton.next_power_of_2(K))
-    if path == "row":
-        token_chain_kernel[(B,)](
-            x, q, p, ua, uf, out, K, V, HAS_Q=draft_probs is not None, KB=KB, BLOCK=block
-        )
-        return out
-    chunk = chunk or max(block, CHUNK_BYTES // target_probs.element_size())
-    if chunk % block:
-        raise BadParameterError("chunk", f"must be a multiple of block ({block}), got {chunk}")
-    C = triton.cdiv(V, chunk)
-    parts = torch.empty(B, C, dtype=torch.float64, device=device)
     has_q = draft_probs is not None
-    stop_row_partials_kernel[(B, C)](x, q, p, ua, out, parts, K, V, C, chunk, HAS_Q=has_q, KB=KB, BLOCK=block)
-    CB = max(1, triton.next_power_of_2(C))
-    stop_row_pick_kernel[(B,)](
-        x, q, p, ua, uf, parts, out, K, V, C, chunk, HAS_Q=has_q, KB=KB, CB=CB, BLOCK=block
-    )
+    opts = dict(LAUNCH, **({"num_warps": num_warps} if num_warps else {}))
+    if path == "row":
+        token_chain_kernel[(B,)](x, q, p, ua, uf, out, K, V, HAS_Q=has_q, KB=KB, BLOCK=block, **opts)
+        return out
+    chunk, C, CB = chunking(V, target_probs.element_size(), block, chunk)
+    parts = torch.empty(B, C, dtype=torch.float64, device=device)
+    token_split_kernel[(B, C)](
+        x, q, p, ua, uf, out, parts, counters(B, device), K, V, C, chunk,
+        HAS_Q=has_q, KB=KB, CB=CB, BLOCK=block, **opts,
+    )  # fmt: skip
     return out
 
 

@@ -3,7 +3,9 @@
 At each visited node one coin chooses among "child 1, ..., child k, none" with the weights the
 reference builds from the children's gathered ``p(x_j)`` (two passes over the children, no row
 read). Only the node where the walk stops is read in full: its "none" law, p without the
-children's tokens (or p at a leaf).
+children's tokens (or p at a leaf). ``target_only_tree_kernel`` is one program per row;
+``target_only_split_kernel`` (rows x chunks, one launch) spreads that row over chunk programs,
+each redoing the cheap walk, and the last program of a row draws (:mod:`.split`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import triton
 import triton.language as tl
 
 from .sampling import inverse_cdf
+from .split import arrive, crossing_chunk, pick_step
 
 
 @triton.jit
@@ -26,29 +29,16 @@ def child_weight(px, bound, accv, stopped, ts, ta):
 
 
 @triton.jit
-def target_only_tree_kernel(
-    par_ptr,
-    tok_ptr,
-    p_ptr,
-    uc_ptr,
-    uf_ptr,
-    acc_ptr,
-    nxt_ptr,
-    N,
-    V,
-    ts,
-    ta,
-    NB: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    b = tl.program_id(0).to(tl.int64)
+def walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, write, NB: tl.constexpr):
+    """The walk over the tree with one coin per visited node, from the children's gathered
+    ``p(x)`` alone. Returns ``(node, done, pars)``: done is 2 when no child of ``node`` was
+    accepted, 1 at a leaf. Stores the accepted path into ``acc`` when ``write``."""
     ns = tl.arange(0, NB)
     pars = tl.load(par_ptr + b * N + ns, mask=ns < N, other=-2).to(tl.int64)
-    toks = tl.load(tok_ptr + b * N + ns, mask=ns < N, other=0).to(tl.int64)
     node = tl.zeros((), dtype=tl.int64)
     depth = tl.zeros((), dtype=tl.int64)
     done = tl.zeros((), dtype=tl.int32)
-    tl.store(acc_ptr + b * N, 0)
+    tl.store(acc_ptr + b * N, 0, mask=write)
     for _ in range(0, N):
         if done == 0:
             p_row = p_ptr + (b * N + node) * V
@@ -98,9 +88,32 @@ def target_only_tree_kernel(
                 if chosen >= 0:
                     node = chosen
                     depth += 1
-                    tl.store(acc_ptr + b * N + depth, node)
+                    tl.store(acc_ptr + b * N + depth, node, mask=write)
                 else:
                     done = 2
+    return node, done, pars
+
+
+@triton.jit
+def target_only_tree_kernel(
+    par_ptr,
+    tok_ptr,
+    p_ptr,
+    uc_ptr,
+    uf_ptr,
+    acc_ptr,
+    nxt_ptr,
+    N,
+    V,
+    ts,
+    ta,
+    NB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    ns = tl.arange(0, NB)
+    toks = tl.load(tok_ptr + b * N + ns, mask=ns < N, other=0).to(tl.int64)
+    node, done, pars = walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, True, NB)
     p_row = p_ptr + (b * N + node) * V
     uf = tl.load(uf_ptr + b).to(tl.float64)
     if done == 2:  # no child accepted: p without the children's tokens
@@ -111,3 +124,51 @@ def target_only_tree_kernel(
     else:
         y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 0, BLOCK)
     tl.store(nxt_ptr + b, y.to(tl.int64))
+
+
+@triton.jit
+def dropped(p_row, offs, mask, drop):
+    """``p`` with the ids in ``drop`` (entries < 0 ignored) set to 0; 0 outside ``mask``."""
+    p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
+    hit = tl.sum(tl.where(offs[:, None] == drop[None, :], 1, 0), 1) > 0
+    return tl.where(mask & ~hit, p, 0.0)
+
+
+@triton.jit
+def target_only_split_kernel(
+    par_ptr, tok_ptr, p_ptr, uc_ptr, uf_ptr, acc_ptr, nxt_ptr, part_ptr, cnt_ptr, N, V, ts, ta, C, CH,
+    NB: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Rows x chunks: every program redoes its row's walk (gathers only), sums its chunk of the
+    stop node's final law; the last program of the row draws (:mod:`.split`)."""
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    ns = tl.arange(0, NB)
+    toks = tl.load(tok_ptr + b * N + ns, mask=ns < N, other=0).to(tl.int64)
+    node, done, pars = walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, c == 0, NB)
+    p_row = p_ptr + (b * N + node) * V
+    drop = tl.where((pars == node) & (ns > 0) & (done == 2), toks, -1)
+    total = tl.zeros((BLOCK,), dtype=tl.float64)
+    for start in range(0, CH, BLOCK):
+        offs = c * CH + start + tl.arange(0, BLOCK)
+        total += dropped(p_row, offs, (offs < V) & (start + tl.arange(0, BLOCK) < CH), drop)
+    tl.store(part_ptr + b * C + c, tl.sum(total, 0))
+    if arrive(cnt_ptr + b, C):
+        u = tl.load(uf_ptr + b).to(tl.float64)
+        total, target, cc, carry = crossing_chunk(part_ptr + b * C, C, u, CB)
+        first = tl.full((), 2**62, tl.int64)
+        last = tl.full((), -1, tl.int64)
+        if total > 0:
+            end = tl.minimum(V, cc * CH + CH)
+            for start in range(0, CH, BLOCK):
+                offs = cc * CH + start + tl.arange(0, BLOCK)
+                mask = (offs < V) & (start + tl.arange(0, BLOCK) < CH)
+                w = dropped(p_row, offs, mask, drop)
+                carry, first, last = pick_step(
+                    w, offs, mask, cc * CH + start, end, carry, target, first, last, BLOCK
+                )
+            y = tl.where(first < 2**62, first, last)
+        else:  # the children carry all of p's mass: the reference draws from p
+            y = inverse_cdf(p_row, p_row, 0, 1.0, u, V, 0, BLOCK).to(tl.int64)
+        tl.store(nxt_ptr + b, y)
+        tl.store(cnt_ptr + b, 0)

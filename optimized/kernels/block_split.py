@@ -1,0 +1,109 @@
+"""Block verification split over many programs per row, one launch per level, for a GPU.
+
+Block verification reads the coins from i = K downwards; each ``h_i`` (i < K) needs
+``Z_{i+1} = sum_x (p_i p(x|X_<=i) - q(x|X_<=i))+``, a full pass over rows i of p and q, and a
+row below the stopping level tau is never needed. So the passes are sequential per batch row,
+and the floor is rows tau..K-1 (plus p_K for a bonus). This path launches ``block_level_kernel``
+for LEVEL = K, K-1, ..., 0, each over (rows x chunks):
+
+* LEVEL = K: every program computes the weights ``p_i`` from the 2K gathered values and the
+  coin ``eta_K < p_K``; chunk 0 stores the weights and whether the row stopped. Rows that
+  stopped (tau = K) sum their chunk of p_K, and the last program to finish draws the bonus.
+* LEVEL = i < K: rows already decided exit at once (one load). The others sum their chunk of
+  ``(p_i p_row_i - q_row_i)+``; the last program to finish forms ``Z_{i+1}`` from the chunk
+  sums, ``h_i = Z / (Z + 1 - p_i)``, and tests ``eta_i < h_i``. On success tau = i and the
+  residual at tau has exactly those weights, so it draws from the same chunk sums (re-reading
+  one chunk). LEVEL 0 has no coin: the rows left stop there, with ``p_0 = 1``.
+
+The deciding program writes the whole output row (drafts X_1..X_tau, Y, -1 padding). Each row
+reads only its floor's rows, once, plus one chunk per draw; launches are K + 1, each cheap for
+the rows that exit. Coupling: as for the split token path, sums are grouped by chunks, so a
+coin or a token can differ from the reference's only when ``eta_i`` lies within rounding of
+``h_i`` or ``u * total`` within rounding of a partial sum (proofs_notes/optimized_coupling.md).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .sampling import gather_drafts, inverse_cdf
+from .split import arrive, chunk_sum, chunk_total, pick_weights
+
+
+@triton.jit
+def block_weights(px, qx, ks, K, KB: tl.constexpr):
+    """``pws[j] = p_{j+1}``: ``p_i = min(1, p_{i-1} p(X_i) / q(X_i))``, ``p_0 = 1``, in the
+    reference's order."""
+    pws = tl.full((KB,), 1.0, tl.float64)
+    prev = tl.full((), 1.0, tl.float64)
+    for j in range(0, K):
+        r = prev * tl.sum(tl.where(ks == j, px, 0.0), 0) / tl.sum(tl.where(ks == j, qx, 0.0), 0)
+        prev = tl.minimum(r, 1.0)
+        pws = tl.where(ks == j, prev, pws)
+    return pws
+
+
+@triton.jit
+def write_row(x_ptr, out_ptr, b, K, tau, y, KB1: tl.constexpr):
+    """``out[b] = X_1..X_tau, y, -1, ...``."""
+    ks = tl.arange(0, KB1)
+    xs = tl.load(x_ptr + b * K + ks, mask=ks < tl.minimum(tau, K), other=-1).to(tl.int64)
+    row = tl.where(ks < tau, xs, tl.where(ks == tau, y, -1))
+    tl.store(out_ptr + b * (K + 1) + ks, row, mask=ks < K + 1)
+
+
+@triton.jit
+def block_level_kernel(
+    x_ptr, q_ptr, p_ptr, ue_ptr, uf_ptr, out_ptr, pw_ptr, state_ptr, part_ptr, cnt_ptr,
+    K, V, C, CH, LEVEL,
+    HAS_Q: tl.constexpr, KB: tl.constexpr, KB1: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    u = tl.load(uf_ptr + b).to(tl.float64)
+    if LEVEL == K:
+        ks, x, px, qx = gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q, KB)
+        pws = block_weights(px, qx, ks, K, KB)
+        p_K = tl.sum(tl.where(ks == K - 1, pws, 0.0), 0)
+        p_K = tl.where(K > 0, p_K, 1.0)
+        eta = tl.load(ue_ptr + b * (K + 1) + K).to(tl.float64)
+        bonus = (K == 0) | (eta < p_K)
+        if c == 0:  # for the lower levels: the weights, and whether this row is decided
+            tl.store(pw_ptr + b * (K + 1) + 1 + ks, pws, mask=ks < K)
+            tl.store(pw_ptr + b * (K + 1), 1.0)
+            tl.store(state_ptr + b, bonus.to(tl.int32))
+        if bonus:
+            p_row = p_ptr + (b * (K + 1) + K) * V
+            no = tl.zeros((), dtype=tl.int1)
+            tl.store(part_ptr + b * C + c, chunk_sum(p_row, p_row, 0, c, V, CH, 1.0, no, False, BLOCK))
+            if arrive(cnt_ptr + b, C):
+                y, total = pick_weights(
+                    p_row, p_row, 0, part_ptr + b * C, C, V, CH, u, 1.0, no, False, CB, BLOCK
+                )
+                write_row(x_ptr, out_ptr, b, K, K, y, KB1)
+                tl.store(cnt_ptr + b, 0)
+    else:
+        if tl.load(state_ptr + b, volatile=True) == 0:
+            i = LEVEL
+            a = tl.load(pw_ptr + b * (K + 1) + i)  # p_i
+            p_row = p_ptr + (b * (K + 1) + i) * V
+            q_row = q_ptr + (b * K + i) * V
+            x_next = tl.load(x_ptr + b * K + i).to(tl.int64)  # X_{i+1}: q one-hot there without HAS_Q
+            yes = tl.full((), 1, tl.int1)
+            tl.store(part_ptr + b * C + c, chunk_sum(p_row, q_row, x_next, c, V, CH, a, yes, HAS_Q, BLOCK))
+            if arrive(cnt_ptr + b, C):
+                Z = chunk_total(part_ptr + b * C, C, CB)
+                den = Z + 1.0 - a
+                h = tl.where(den > 0, Z / tl.where(den > 0, den, 1.0), 1.0)
+                h = tl.minimum(h, 1.0)
+                eta = tl.load(ue_ptr + b * (K + 1) + i).to(tl.float64)
+                if (i == 0) | (eta < h):  # tau = i: Y from norm((p_i p - q)+), the same weights
+                    y, total = pick_weights(
+                        p_row, q_row, x_next, part_ptr + b * C, C, V, CH, u, a, yes, HAS_Q, CB, BLOCK
+                    )
+                    if total <= 0:  # no residual mass: the reference falls back to p itself
+                        y = inverse_cdf(p_row, q_row, x_next, 1.0, u, V, 0, BLOCK).to(tl.int64)
+                    write_row(x_ptr, out_ptr, b, K, i, y, KB1)
+                    tl.store(state_ptr + b, 1)
+                tl.store(cnt_ptr + b, 0)
