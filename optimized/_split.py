@@ -9,6 +9,7 @@ replays it correctly); under the interpreter a fresh one is made per call.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -62,3 +63,33 @@ def counters(n: int, device: torch.device) -> torch.Tensor:
         buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
         _COUNTERS[key] = buf
     return buf
+
+
+def tree_shapes(parents: torch.Tensor) -> list[tuple[int, ...]]:
+    """The distinct parent arrays of a [B, N] batch (usually one: a static tree)."""
+    return [tuple(r) for r in torch.unique(parents.detach().to("cpu", torch.int64), dim=0).tolist()]
+
+
+@functools.lru_cache(maxsize=256)
+def depth(parents: tuple[int, ...]) -> int:
+    """The tree's largest node depth (0 for the root alone)."""
+    d = [0] * len(parents)
+    for c in range(1, len(parents)):
+        d[c] = d[parents[c]] + 1
+    return max(d)
+
+
+@functools.lru_cache(maxsize=256)
+def multi_draft_passes(parents: tuple[int, ...]) -> int:
+    """The most full-row passes a multi-draft walk can need on this tree: one per rejected child
+    (its residual's mass), one for the final law when the walk ends by an acceptance at a leaf,
+    and one spare after the last rejection for the fallback when a residual has no mass.
+    ``g(v) = max(n_v + 1, max_j (j + g(child_j)))``, a leaf's g being 1."""
+    N = len(parents)
+    kids: list[list[int]] = [[] for _ in range(N)]
+    for c in range(1, N):
+        kids[parents[c]].append(c)
+    g = [1] * N
+    for v in range(N - 1, -1, -1):
+        g[v] = max([len(kids[v]) + 1] + [j + g[c] for j, c in enumerate(kids[v])])
+    return g[0]

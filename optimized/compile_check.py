@@ -197,6 +197,57 @@ def _split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
                     consts,
                 )
             )
+    specs.extend(_tree_split_specs())
+    return specs
+
+
+def _tree_split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
+    from .kernels.greedy_tree import greedy_level_kernel
+    from .kernels.multi_draft import multi_draft_level_kernel
+    from .kernels.target_only_tree import target_only_split_kernel
+
+    specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
+    tree = {"par_ptr": "*i64", "tok_ptr": "*i64"}
+    for dt in ("fp32", "bf16"):
+        consts = {"NB": 16, "CB": 64, "BLOCK": 1024}
+        sig = {**tree, "p_ptr": f"*{dt}", "uc_ptr": "*fp64", "uf_ptr": "*fp64", "acc_ptr": "*i64",
+               "nxt_ptr": "*i64", "part_ptr": "*fp64", "cnt_ptr": "*i32", "N": "i32", "V": "i32",
+               "ts": "fp64", "ta": "fp64", "C": "i32", "CH": "i32"}  # fmt: skip
+        specs.append(
+            (
+                f"target_only_split[{dt}]",
+                target_only_split_kernel,
+                {**sig, **dict.fromkeys(consts, "constexpr")},
+                consts,
+            )
+        )
+        sig = {**tree, "p_ptr": f"*{dt}", "acc_ptr": "*i64", "nxt_ptr": "*i64", "node_ptr": "*i64",
+               "part_v_ptr": "*fp64", "part_i_ptr": "*i64", "cnt_ptr": "*i32", "N": "i32", "V": "i32",
+               "C": "i32", "CH": "i32", "LEVEL": "i32"}  # fmt: skip
+        specs.append(
+            (
+                f"greedy_split[{dt}]",
+                greedy_level_kernel,
+                {**sig, **dict.fromkeys(consts, "constexpr")},
+                consts,
+            )
+        )
+        for has_q in (True, False):
+            for wor in (False, True):
+                consts2 = {"HAS_Q": has_q, "WITHOUT_REPLACEMENT": wor, "NB": 16, "CB": 64, "BLOCK": 1024}
+                sig = {**tree, "q_ptr": f"*{dt}", "p_ptr": f"*{dt}", "ua_ptr": "*fp64", "uf_ptr": "*fp64",
+                       "acc_ptr": "*i64", "nxt_ptr": "*i64", "st_ptr": "*i64", "hx_ptr": "*i64",
+                       "hz_ptr": "*fp64", "hs_ptr": "*fp64", "part_ptr": "*fp64", "part_s_ptr": "*fp64",
+                       "cnt_ptr": "*i32", "N": "i32", "V": "i32", "C": "i32", "CH": "i32",
+                       "LEVEL": "i32"}  # fmt: skip
+                specs.append(
+                    (
+                        f"multi_draft_split[{dt},has_q={has_q},wor={wor}]",
+                        multi_draft_level_kernel,
+                        {**sig, **dict.fromkeys(consts2, "constexpr")},
+                        consts2,
+                    )
+                )
     return specs
 
 

@@ -13,12 +13,27 @@ from __future__ import annotations
 import torch
 
 from ._contract import tree_verifier
-from ._device import default_block, on_kernel_device
+from ._device import on_kernel_device
+from ._split import LAUNCH, block_size, choose_path, chunking, counters, multi_draft_passes, tree_shapes
 from ._tree import f64, prepare
-from .kernels.multi_draft import multi_draft_kernel
+from .kernels.multi_draft import multi_draft_kernel, multi_draft_level_kernel
 
 
-def multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, without_replacement, block):
+def multi_draft(
+    parents,
+    tokens,
+    draft_probs,
+    target_probs,
+    u_accept,
+    u_final,
+    without_replacement,
+    block,
+    path="auto",
+    chunk=None,
+):
+    """The shared launcher of mss and rrs. ``path``: "row" (one program per row), "split" (one
+    launch per full-row pass of the walk, each row's pass spread over ``chunk``-sized
+    programs) or "auto" (split on a GPU when V >= 8192)."""
     t = prepare(
         parents,
         tokens,
@@ -29,24 +44,32 @@ def multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, w
     if t.B == 0:
         return t.accepted, t.next_token
     device = t.target.device
-    scratch = torch.empty(2, t.B, t.V, dtype=torch.float64, device=device)
-    multi_draft_kernel[(t.B,)](
-        t.parents,
-        t.tokens,
-        t.draft if t.draft is not None else t.target,  # never read without HAS_Q
-        t.target,
-        f64(u_accept, device),
-        f64(u_final, device),
-        scratch[0],
-        scratch[1],
-        t.accepted,
-        t.next_token,
-        t.N,
-        t.V,
-        HAS_Q=t.draft is not None,
-        WITHOUT_REPLACEMENT=without_replacement,
-        BLOCK=block or default_block(),
-    )
+    path = choose_path(path, t.V)
+    block = block_size(block)
+    q = t.draft if t.draft is not None else t.target  # never read without HAS_Q
+    ua, uf = f64(u_accept, device), f64(u_final, device)
+    if path == "row":
+        scratch = torch.empty(2, t.B, t.V, dtype=torch.float64, device=device)
+        multi_draft_kernel[(t.B,)](
+            t.parents, t.tokens, q, t.target, ua, uf, scratch[0], scratch[1], t.accepted, t.next_token,
+            t.N, t.V, HAS_Q=t.draft is not None, WITHOUT_REPLACEMENT=without_replacement, BLOCK=block, **LAUNCH,
+        )  # fmt: skip
+        return t.accepted, t.next_token
+    chunk, C, CB = chunking(t.V, t.target.element_size(), block, chunk)
+    passes = max(multi_draft_passes(s) for s in tree_shapes(parents))
+    state = torch.empty(t.B, 4, dtype=torch.int64, device=device)
+    hx = torch.empty(t.B, t.NB, dtype=torch.int64, device=device)
+    hz = torch.empty(t.B, t.NB, dtype=torch.float64, device=device)
+    hs = torch.empty(t.B, t.NB, dtype=torch.float64, device=device)
+    parts = torch.empty(2, t.B, C, dtype=torch.float64, device=device)
+    cnt = counters(t.B, device)
+    for level in range(passes):
+        multi_draft_level_kernel[(t.B, C)](
+            t.parents, t.tokens, q, t.target, ua, uf, t.accepted, t.next_token, state, hx, hz, hs,
+            parts[0], parts[1], cnt, t.N, t.V, C, chunk, level,
+            HAS_Q=t.draft is not None, WITHOUT_REPLACEMENT=without_replacement, NB=t.NB, CB=CB, BLOCK=block,
+            **LAUNCH,
+        )  # fmt: skip
     return t.accepted, t.next_token
 
 
@@ -59,8 +82,12 @@ def mss(
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
     block: int | None = None,
+    path: str = "auto",
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, False, block)
+    return multi_draft(
+        parents, tokens, draft_probs, target_probs, u_accept, u_final, False, block, path, chunk
+    )
 
 
 mss_verifier = tree_verifier(mss, "u_accept")

@@ -25,8 +25,12 @@ def rrs(
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
     block: int | None = None,
+    path: str = "auto",
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return multi_draft(parents, tokens, draft_probs, target_probs, u_accept, u_final, True, block)
+    return multi_draft(
+        parents, tokens, draft_probs, target_probs, u_accept, u_final, True, block, path, chunk
+    )
 
 
 rrs_verifier = tree_verifier(rrs, "u_accept")

@@ -33,8 +33,39 @@ from specproof.reference.errors import (
 
 token_module = importlib.import_module("specproof.optimized.token")
 
+#: A split path may differ from the reference only where the reference's own run passes within
+#: this distance of a decision boundary (a coin's probability, or a partial sum of a draw).
+BOUNDARY = 1e-9
 
-def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept"):
+
+class MarginReader(TapeReader):
+    """A TapeReader that records how close each draw came to flipping: ``|u - p|`` for a coin,
+    ``min_i |u - cdf_i|`` for a categorical (cdf over the normalized partial sums)."""
+
+    def __init__(self, tape):
+        super().__init__(tape)
+        self.margin = float("inf")
+
+    def bernoulli(self, p, site):
+        u = self._tape[site[0]][site[1]]
+        self.margin = min(self.margin, abs(float(u) - float(p)))
+        return super().bernoulli(p, site)
+
+    def categorical(self, weights, site):
+        u = float(self._tape[site[0]][site[1]])
+        w = np.asarray([float(v) for v in weights], dtype=np.float64)
+        cdf = np.cumsum(w) / w.sum()
+        self.margin = min(self.margin, float(np.min(np.abs(u - cdf[w > 0]))))
+        return super().categorical(weights, site)
+
+
+def split_agrees(got, want, margins):
+    """Every row equal, except rows whose reference run came within BOUNDARY of a decision."""
+    for b, (g, w) in enumerate(zip(got, want)):
+        assert g == w or margins[b] < BOUNDARY, (b, g, w, margins[b])
+
+
+def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept", margins=None):
     B, K = x.shape
     out = []
     for b in range(B):
@@ -45,8 +76,11 @@ def reference_rows(x, dp, tp, ua, uf, dtype, rule="token", site="accept"):
             [r.tolist() for r in tp[b].double()],
             tol=tolerance(dtype, tp.shape[-1]),
         )
-        oc = RULES[rule](TapeReader({site: ua[b].tolist(), "final": [float(uf[b])]}), step)
+        reader = MarginReader({site: ua[b].tolist(), "final": [float(uf[b])]})
+        oc = RULES[rule](reader, step)
         out.append(list(oc.emitted(step)))
+        if margins is not None:
+            margins.append(reader.margin)
     return out
 
 
@@ -125,6 +159,92 @@ def test_split_token_path_agrees_with_the_reference(
         cdf = torch.cumsum(w, 0) / w.sum()
         lo = min(got[b][-1], want[b][-1])
         assert abs(float(uf[b]) - float(cdf[lo])) < 1e-9, (got[b], want[b])
+
+
+@chain_cases
+def test_split_block_path_agrees_with_the_reference(
+    B, K, V, dtype, deterministic, style, draft_is_target, seed
+):
+    # One launch per level (K..0), chunk sums instead of left-to-right sums: each coin compares
+    # eta_i with h_i computed from a differently rounded Z, so a row may differ only where the
+    # reference's own run came within BOUNDARY of a coin's probability or of a draw's partial sum.
+    dt = DTYPES[dtype]
+    x, dp, tp, ue, uf = chain_inputs(B, K, V, dt, deterministic, style, draft_is_target, seed)
+    small = {} if V > 1000 else {"chunk": 16, "block": 8}
+    got = unpad(block(x, dp, tp, ue, uf, path="split", **small))
+    margins: list[float] = []
+    want = reference_rows(x, dp, tp, ue, uf, dt, rule="block", site="eta", margins=margins)
+    split_agrees(got, want, margins)
+
+
+def test_split_paths_leave_their_counters_at_zero_and_write_every_position():
+    # the check-in counters are reused across calls (on a GPU, one buffer per stream): the last
+    # program of each row must reset its counter, and the split output starts uninitialized
+    from specproof.optimized import _split
+
+    seen = []
+    real = _split.counters
+
+    def spy(n, device):
+        c = real(n, device)
+        seen.append(c)
+        return c
+
+    rng = np.random.default_rng(11)
+    x, dp, tp, ua, uf = chain_inputs(3, 4, 70, torch.float32, False, "random", False, 11)
+    for name in ("token", "block"):
+        mod = importlib.import_module(f"specproof.optimized.{name}")
+        orig = mod.counters
+        mod.counters = spy
+        try:
+            fn = token if name == "token" else block
+            for _ in range(2):
+                out = fn(x, dp, tp, ua, uf, path="split", chunk=16, block=8)
+                assert int(seen[-1].abs().sum()) == 0
+                want = reference_rows(
+                    x, dp, tp, ua, uf, torch.float32, rule=name, site="accept" if name == "token" else "eta"
+                )
+                assert unpad(out) == want
+                assert all(v == -1 for row in out.tolist() for v in row[len(row) - (row.count(-1)) :])
+                ua = torch.tensor(rng.random((3, 5)))
+        finally:
+            mod.counters = orig
+
+
+def test_split_block_agreement_check_rejects_a_wrong_level_order():
+    # The mutant: after level K, the levels run bottom-up (0, 1, ..., K-1) instead of K-1..0, so
+    # every row the bonus coin rejects stops at tau = 0. With eta_K = 0.999 and the other coins
+    # at 0.01 the reference stops high; the agreement check must flag the mutant.
+    from specproof.optimized.kernels import block_split
+
+    x, dp, tp, ue, uf = chain_inputs(4, 4, 40, torch.float32, False, "random", False, 5)
+    ue = torch.full_like(ue, 0.01)
+    ue[:, -1] = 0.999
+    mod = importlib.import_module("specproof.optimized.block")
+    calls = []
+
+    class BottomUp:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                calls.append((args, kw))
+                if args[14] == 0:  # the wrapper's last launch: run K, then 0..K-1
+                    for a, k in [calls[0], *reversed(calls[1:])]:
+                        block_split.block_level_kernel[grid](*a, **k)
+
+            return launch
+
+    orig = mod.block_level_kernel
+    mod.block_level_kernel = BottomUp()
+    try:
+        got = unpad(block(x, dp, tp, ue, uf, path="split", chunk=16, block=8))
+    finally:
+        mod.block_level_kernel = orig
+    margins: list[float] = []
+    want = reference_rows(x, dp, tp, ue, uf, torch.float32, rule="block", site="eta", margins=margins)
+    assert any(len(w) > 1 for w in want), "the reference must stop above level 0 somewhere"
+    with pytest.raises(AssertionError):
+        split_agrees(got, want, margins)
+    split_agrees(unpad(block(x, dp, tp, ue, uf, path="split", chunk=16, block=8)), want, margins)
 
 
 def test_typical_chain_wrapper_matches_the_reference_chain_adapter_layout():

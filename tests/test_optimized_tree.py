@@ -15,13 +15,14 @@ import importlib
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from optimized_helpers import DTYPES, FULL, STYLES, laws
+from test_optimized_coupled import MarginReader, split_agrees
 
 from specproof.optimized import greedy, mss, rrs, target_only, typical
 from specproof.optimized.validate import tolerance
-from specproof.reference import TapeReader, make_step
+from specproof.reference import make_step
 from specproof.reference.errors import (
     CycleError,
     ForwardParentError,
@@ -78,7 +79,7 @@ def draw_batch(seed, parents_list, V, dtype, style, sampled, distinct):
     return torch.tensor(parents_list), torch.tensor(tokens), dp, tp
 
 
-def reference(rule, par, tok, dp, tp, tape, dtype, **params):
+def reference(rule, par, tok, dp, tp, tape, dtype, margins=None, **params):
     acc, nxt = [], []
     for b in range(par.shape[0]):
         step = make_step(
@@ -88,9 +89,12 @@ def reference(rule, par, tok, dp, tp, tape, dtype, **params):
             [r.tolist() for r in tp[b].double()],
             tol=tolerance(dtype, tp.shape[-1]),
         )
-        oc = rule(TapeReader({k: v[b] for k, v in tape.items()}), step, **params)
+        reader = MarginReader({k: v[b] for k, v in tape.items()})
+        oc = rule(reader, step, **params)
         acc.append(list(oc.accepted))
         nxt.append(oc.next_token)
+        if margins is not None:
+            margins.append(reader.margin)
     return acc, nxt
 
 
@@ -173,6 +177,83 @@ def test_a_batch_of_different_trees_is_verified_row_by_row(parents, V, seed):
     acc, nxt = mss(par, tok, dp, tp, ua, uf, block=BLOCK)
     tape = {"accept": [r.tolist() for r in ua], "final": [[float(u)] for u in uf]}
     assert (unpad(acc), nxt.tolist()) == reference(ref_mss, par, tok, dp, tp, tape, torch.float32)
+
+
+SPLIT = {} if FULL else {"path": "split", "chunk": 16, "block": 8}  # FULL: the GPU's own choice
+SPLIT_VOCABS = [3, 13, 50] + ([32000] if FULL else [])
+split_common = dict(common, V=st.sampled_from(SPLIT_VOCABS))
+
+
+def split_rows(acc, nxt):
+    return [(a, n) for a, n in zip(unpad(acc), nxt.tolist())]
+
+
+@settings(max_examples=25)
+@given(**split_common, sampled=st.booleans(), wor=st.booleans())
+def test_split_multi_draft_agrees_with_the_reference(parents, B, V, dtype, style, seed, sampled, wor):
+    # One launch per full-row pass; no scratch rows: the current laws after k rejections are
+    # recomputed from p, q and the recorded masses. Masses are chunk sums, so a row may differ
+    # only where the reference's run came within BOUNDARY of a coin or of a draw's partial sum.
+    fn, ref = (rrs, ref_rrs) if wor else (mss, ref_mss)
+    par, tok, dp, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, sampled, distinct=wor)
+    rng = np.random.default_rng(seed + 1)
+    ua, uf = torch.tensor(rng.random((B, len(parents)))), torch.tensor(rng.random(B))
+    acc, nxt = fn(par, tok, dp, tp, ua, uf, **SPLIT)
+    assert (nxt >= 0).all(), "every row must finish within the launched passes"
+    tape = {"accept": [r.tolist() for r in ua], "final": [[float(u)] for u in uf]}
+    margins: list[float] = []
+    want_acc, want_nxt = reference(ref, par, tok, dp, tp, tape, DTYPES[dtype], margins)
+    split_agrees(split_rows(acc, nxt), list(zip(want_acc, want_nxt)), margins)
+
+
+@settings(max_examples=25)
+@given(**split_common, knobs=st.sampled_from([(1.0, 1.0), (0.3, 1.0), (0.25, 0.75)]))
+def test_split_target_only_agrees_with_the_reference(parents, B, V, dtype, style, seed, knobs):
+    # every chunk program replays the walk on gathered values (the reference's numbers), so
+    # the path is exact; only the final draw's partial sums are grouped by chunks
+    par, tok, _, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, False, distinct=True)
+    rng = np.random.default_rng(seed + 1)
+    uc, uf = torch.tensor(rng.random((B, len(parents)))), torch.tensor(rng.random(B))
+    acc, nxt = target_only(par, tok, tp, uc, uf, *knobs, **SPLIT)
+    tape = {"coin": [r.tolist() for r in uc], "final": [[float(u)] for u in uf]}
+    params = {"threshold_single": knobs[0], "threshold_acc": knobs[1]}
+    margins: list[float] = []
+    want_acc, want_nxt = reference(
+        ref_target_only, par, tok, None, tp, tape, DTYPES[dtype], margins, **params
+    )
+    assert unpad(acc) == want_acc
+    split_agrees(split_rows(acc, nxt), list(zip(want_acc, want_nxt)), margins)
+
+
+@settings(max_examples=25)
+@given(**split_common)
+def test_split_greedy_equals_the_reference(parents, B, V, dtype, style, seed):
+    # argmax per chunk, then the first chunk holding the maximum: exact, ties to the smallest id
+    par, tok, _, tp = draw_batch(seed, [parents] * B, V, DTYPES[dtype], style, False, distinct=True)
+    rng = np.random.default_rng(seed + 2)
+    for b in range(B):
+        for c in range(1, len(parents)):
+            if rng.random() < 0.7:
+                tok[b, c] = int(tp[b, parents[c]].double().argmax())
+    acc, nxt = greedy(par, tok, tp, **SPLIT)
+    assert (unpad(acc), nxt.tolist()) == reference(ref_greedy, par, tok, None, tp, {}, DTYPES[dtype])
+
+
+def test_split_multi_draft_check_rejects_a_stale_draft_law():
+    # The mutant: rrs's split path run as mss (the draft law keeps the rejected tokens), on
+    # siblings drawn without replacement; the agreement check against rrs must flag it.
+    parents = [-1, 0, 0, 0, 0]
+    par, tok, dp, tp = draw_batch(2, [parents] * 6, 13, torch.float32, "random", True, distinct=True)
+    ua = torch.full((6, 5), 0.97, dtype=torch.float64)  # reject often: the draft law matters
+    uf = torch.tensor(np.random.default_rng(4).random(6))
+    tape = {"accept": [r.tolist() for r in ua], "final": [[float(u)] for u in uf]}
+    margins: list[float] = []
+    want = list(zip(*reference(ref_rrs, par, tok, dp, tp, tape, torch.float32, margins)))
+    split_agrees(split_rows(*rrs(par, tok, dp, tp, ua, uf, path="split", chunk=16, block=8)), want, margins)
+    with pytest.raises(AssertionError):
+        split_agrees(
+            split_rows(*mss(par, tok, dp, tp, ua, uf, path="split", chunk=16, block=8)), want, margins
+        )
 
 
 def _tree_inputs():

@@ -1,6 +1,8 @@
 """Greedy verification on a tree, one program per row (reference: ``rules/greedy.py``).
 
 Reads one full row per visited node (its argmax) and the tree's parents and tokens.
+``greedy_tree_kernel`` is one program per row; ``greedy_level_kernel`` takes one level of the
+walk for all rows at once, each visited row split over chunk programs (one launch per level).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import triton
 import triton.language as tl
 
 from .sampling import argmax_row
+from .split import arrive
 
 
 @triton.jit
@@ -35,3 +38,51 @@ def greedy_tree_kernel(
             else:
                 done = 1
     tl.store(nxt_ptr + b, y)
+
+
+@triton.jit
+def greedy_level_kernel(
+    par_ptr, tok_ptr, p_ptr, acc_ptr, nxt_ptr, node_ptr, part_v_ptr, part_i_ptr, cnt_ptr, N, V, C, CH, LEVEL,
+    NB: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One level of the walk for every row still walking, its row split over chunk programs:
+    each program takes its chunk's argmax; the last one of the row combines them (first chunk
+    holding the largest value, so ties still go to the smallest id), then moves to the child
+    carrying that token or stops. ``node[b]`` is the row's current node, -1 once stopped."""
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    node = tl.zeros((), dtype=tl.int64)
+    if LEVEL > 0:
+        node = tl.load(node_ptr + b, volatile=True)
+    if node >= 0:
+        p_row = p_ptr + (b * N + node) * V
+        best_v = tl.full((BLOCK,), -1.0, tl.float64)
+        best_i = tl.zeros((BLOCK,), dtype=tl.int64)
+        for start in range(0, CH, BLOCK):
+            offs = c * CH + start + tl.arange(0, BLOCK)
+            mask = (offs < V) & (start + tl.arange(0, BLOCK) < CH)
+            p = tl.load(p_row + offs, mask=mask, other=-1.0).to(tl.float64)
+            better = p > best_v  # strictly: an earlier block keeps its tie
+            best_i = tl.where(better, offs, best_i)
+            best_v = tl.where(better, p, best_v)
+        m = tl.max(best_v, 0)
+        tl.store(part_v_ptr + b * C + c, m)
+        tl.store(part_i_ptr + b * C + c, tl.min(tl.where(best_v == m, best_i, 2**62), 0))
+        if arrive(cnt_ptr + b, C):
+            cs = tl.arange(0, CB)
+            vs = tl.load(part_v_ptr + b * C + cs, mask=cs < C, other=-2.0, volatile=True)
+            ids = tl.load(part_i_ptr + b * C + cs, mask=cs < C, other=2**62, volatile=True)
+            y = tl.min(tl.where(vs == tl.max(vs, 0), ids, 2**62), 0)
+            ns = tl.arange(0, NB)
+            pars = tl.load(par_ptr + b * N + ns, mask=ns < N, other=-2).to(tl.int64)
+            toks = tl.load(tok_ptr + b * N + ns, mask=ns < N, other=-1).to(tl.int64)
+            nxt = tl.min(tl.where((pars == node) & (ns > 0) & (toks == y), ns, NB), 0).to(tl.int64)
+            if LEVEL == 0:
+                tl.store(acc_ptr + b * N, 0)
+            if nxt < NB:
+                tl.store(acc_ptr + b * N + LEVEL + 1, nxt)
+                tl.store(node_ptr + b, nxt)
+            else:
+                tl.store(nxt_ptr + b, y)
+                tl.store(node_ptr + b, -1)
+            tl.store(cnt_ptr + b, 0)

@@ -7,6 +7,11 @@ children of the new node. It reads the gathered ``p(x)``, ``q(x)`` of each teste
 rejection rewrites the residual ``norm((p - q)+)`` (and, without replacement, ``q`` with the
 rejected token removed) into the row's float64 scratch, one pass over the row. The final draw
 reads the current law once more.
+
+``multi_draft_level_kernel`` (the split path) writes no scratch row: after k rejections at a
+node the current laws at any id are recomputed from the original ``p``, ``q`` and the k
+recorded masses, with the same operations in the same order (:func:`current_laws`). Each
+launch does one full-row pass per walking row, spread over chunk programs.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .sampling import acceptance, inverse_cdf, last_of, residual_mass, residual_terms, running_sums
+from .split import arrive, chunk_total, crossing_chunk, pick_step
 
 
 @triton.jit
@@ -137,3 +143,157 @@ def multi_draft_kernel(
     else:
         y = inverse_cdf(p_ptr + (b * N + node) * V, pw, 0, 1.0, uf, V, 0, BLOCK)
     tl.store(nxt_ptr + b, y.to(tl.int64))
+
+
+@triton.jit
+def pick(vec, j):
+    """Entry j of a small vector (a scalar)."""
+    return tl.sum(tl.where(tl.arange(0, vec.shape[0]) == j, vec, tl.zeros_like(vec)), 0)
+
+
+@triton.jit
+def current_laws(p, q, y, k, hx, hz, hs, HAS_Q: tl.constexpr, WITHOUT_REPLACEMENT: tl.constexpr):
+    """The node's current target and draft values at ids ``y`` after its first k rejections,
+    recomputed from the original values ``p(y)``, ``q(y)`` and the history (rejected ids hx,
+    residual masses hz, rrs draft masses hs) with the reference's operations in its order:
+    ``p <- (p - q)+ / Z`` (unchanged when Z = 0, the fallback), then, without replacement,
+    ``q <- (q without x) / S`` (unnormalized when S = 0). So no scratch row is written."""
+    for j in range(0, k):
+        xj = pick(hx, j)
+        zj = pick(hz, j)
+        if HAS_Q:
+            qj = q
+        else:
+            qj = tl.where(y == xj, 1.0, 0.0)
+        p = tl.where(zj > 0, tl.maximum(p - qj, 0.0) / tl.where(zj > 0, zj, 1.0), p)
+        if HAS_Q and WITHOUT_REPLACEMENT:
+            sj = pick(hs, j)
+            q = tl.where(y == xj, 0.0, q)
+            q = tl.where(sj > 0, q / tl.where(sj > 0, sj, 1.0), q)
+    return p, q
+
+
+@triton.jit
+def pass_weights(
+    p_row, q_row, offs, mask, k, hx, hz, hs, reject, x_rej,
+    HAS_Q: tl.constexpr, WITHOUT_REPLACEMENT: tl.constexpr,
+):  # fmt: skip
+    """One block of a pass: ``(p_k - q_k)+`` after rejecting x_rej (q one-hot at x_rej without
+    HAS_Q) or ``p_k`` for the final law; and ``q_k`` without x_rej (the rrs renormalizer)."""
+    p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
+    if HAS_Q:
+        q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
+    else:
+        q = tl.zeros_like(p)
+    p, q = current_laws(p, q, offs, k, hx, hz, hs, HAS_Q, WITHOUT_REPLACEMENT)
+    if HAS_Q:
+        qt = q
+    else:
+        qt = tl.where(offs == x_rej, 1.0, 0.0)
+    w = tl.where(reject, tl.maximum(p - qt, 0.0), p)
+    return tl.where(mask, w, 0.0), tl.where(mask & (offs != x_rej), q, 0.0)
+
+
+@triton.jit
+def multi_draft_level_kernel(
+    par_ptr, tok_ptr, q_ptr, p_ptr, ua_ptr, uf_ptr, acc_ptr, nxt_ptr,
+    st_ptr, hx_ptr, hz_ptr, hs_ptr, part_ptr, part_s_ptr, cnt_ptr, N, V, C, CH, LEVEL,
+    HAS_Q: tl.constexpr, WITHOUT_REPLACEMENT: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """One full-row pass of the multi-draft walk for every row still walking, split over chunk
+    programs. Each program replays the row's cheap part from the state (node, next child to
+    test, depth, k rejections and their history): it tests children on gathered values until
+    one is rejected (a pass over the residual's mass is due) or none is left (a pass over the
+    final law is due), sums its chunk of that pass, and the last program of the row folds the
+    result into the state, or draws the token (:mod:`.split`). ``st[b] = (node, next child,
+    depth, k)``, node -1 once the row is done."""
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    js = tl.arange(0, NB)
+    node = tl.zeros((), dtype=tl.int64)
+    cur = tl.full((), 1, tl.int64)
+    depth = tl.zeros((), dtype=tl.int64)
+    k = tl.zeros((), dtype=tl.int64)
+    if LEVEL > 0:
+        node = tl.load(st_ptr + b * 4, volatile=True)
+        cur = tl.load(st_ptr + b * 4 + 1, volatile=True)
+        depth = tl.load(st_ptr + b * 4 + 2, volatile=True)
+        k = tl.load(st_ptr + b * 4 + 3, volatile=True)
+    elif c == 0:
+        tl.store(acc_ptr + b * N, 0)
+    if node >= 0:
+        hx = tl.load(hx_ptr + b * NB + js, mask=js < k, other=-1)
+        hz = tl.load(hz_ptr + b * NB + js, mask=js < k, other=0.0)
+        hs = tl.load(hs_ptr + b * NB + js, mask=js < k, other=0.0)
+        reject = tl.zeros((), dtype=tl.int1)
+        c_rej = tl.zeros((), dtype=tl.int64)
+        x_rej = tl.full((), -1, tl.int64)
+        for cc in range(1, N):
+            if (cc >= cur) & (reject == 0):
+                par = tl.load(par_ptr + b * N + cc).to(tl.int64)
+                if par == node:
+                    x = tl.load(tok_ptr + b * N + cc).to(tl.int64)
+                    px = tl.load(p_ptr + (b * N + node) * V + x).to(tl.float64)
+                    if HAS_Q:
+                        qx = tl.load(q_ptr + (b * N + node) * V + x).to(tl.float64)
+                    else:
+                        qx = tl.zeros_like(px)
+                    px, qx = current_laws(px, qx, x, k, hx, hz, hs, HAS_Q, WITHOUT_REPLACEMENT)
+                    if not HAS_Q:
+                        qx = tl.full((), 1.0, tl.float64)
+                    u = tl.load(ua_ptr + b * N + cc).to(tl.float64)
+                    if u < acceptance(px, qx):
+                        node = tl.zeros((), dtype=tl.int64) + cc
+                        depth += 1
+                        k = tl.zeros((), dtype=tl.int64)
+                        tl.store(acc_ptr + b * N + depth, node, mask=c == 0)
+                    else:
+                        reject = tl.full((), 1, tl.int1)
+                        c_rej = tl.zeros((), dtype=tl.int64) + cc
+                        x_rej = x
+        p_row = p_ptr + (b * N + node) * V
+        q_row = q_ptr + (b * N + node) * V
+        total = tl.zeros((BLOCK,), dtype=tl.float64)
+        total_s = tl.zeros((BLOCK,), dtype=tl.float64)
+        for start in range(0, CH, BLOCK):
+            offs = c * CH + start + tl.arange(0, BLOCK)
+            mask = (offs < V) & (start + tl.arange(0, BLOCK) < CH)
+            w, s = pass_weights(
+                p_row, q_row, offs, mask, k, hx, hz, hs, reject, x_rej, HAS_Q, WITHOUT_REPLACEMENT
+            )
+            total += w
+            total_s += s
+        tl.store(part_ptr + b * C + c, tl.sum(total, 0))
+        tl.store(part_s_ptr + b * C + c, tl.sum(total_s, 0))
+        if arrive(cnt_ptr + b, C):
+            ns = tl.arange(0, NB)
+            pars = tl.load(par_ptr + b * N + ns, mask=ns < N, other=-2).to(tl.int64)
+            more = tl.sum(tl.where((pars == node) & (ns > c_rej), 1, 0), 0) > 0
+            Z = chunk_total(part_ptr + b * C, C, CB)
+            if reject & (more | (Z <= 0)):  # record the rejection; the walk goes on
+                tl.store(hx_ptr + b * NB + k, x_rej)
+                tl.store(hz_ptr + b * NB + k, tl.where(Z > 0, Z, 0.0))
+                tl.store(hs_ptr + b * NB + k, chunk_total(part_s_ptr + b * C, C, CB))
+                tl.store(st_ptr + b * 4, node)
+                tl.store(st_ptr + b * 4 + 1, c_rej + 1)
+                tl.store(st_ptr + b * 4 + 2, depth)
+                tl.store(st_ptr + b * 4 + 3, k + 1)
+            else:  # draw: from the last residual (every child rejected), or from the final law
+                u = tl.load(uf_ptr + b).to(tl.float64)
+                tot, target, ch, carry = crossing_chunk(part_ptr + b * C, C, u, CB)
+                first = tl.full((), 2**62, tl.int64)
+                last = tl.full((), -1, tl.int64)
+                end = tl.minimum(V, ch * CH + CH)
+                for start in range(0, CH, BLOCK):
+                    offs = ch * CH + start + tl.arange(0, BLOCK)
+                    mask = (offs < V) & (start + tl.arange(0, BLOCK) < CH)
+                    w, _ = pass_weights(
+                        p_row, q_row, offs, mask, k, hx, hz, hs, reject, x_rej, HAS_Q, WITHOUT_REPLACEMENT
+                    )
+                    carry, first, last = pick_step(
+                        w, offs, mask, ch * CH + start, end, carry, target, first, last, BLOCK
+                    )
+                tl.store(nxt_ptr + b, tl.where(first < 2**62, first, last))
+                tl.store(st_ptr + b * 4, -1)
+            tl.store(cnt_ptr + b, 0)

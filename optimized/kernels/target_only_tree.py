@@ -155,10 +155,10 @@ def target_only_split_kernel(
     tl.store(part_ptr + b * C + c, tl.sum(total, 0))
     if arrive(cnt_ptr + b, C):
         u = tl.load(uf_ptr + b).to(tl.float64)
-        total, target, cc, carry = crossing_chunk(part_ptr + b * C, C, u, CB)
+        tot, target, cc, carry = crossing_chunk(part_ptr + b * C, C, u, CB)
         first = tl.full((), 2**62, tl.int64)
         last = tl.full((), -1, tl.int64)
-        if total > 0:
+        if tot > 0:
             end = tl.minimum(V, cc * CH + CH)
             for start in range(0, CH, BLOCK):
                 offs = cc * CH + start + tl.arange(0, BLOCK)
