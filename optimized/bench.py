@@ -10,8 +10,9 @@ steps per second for the same three engines.
 GPU (when CUDA is present): chain verification at realistic sizes, with the bytes each call
 must move (the floor: gathered ``p(x_i)``, ``q(x_i)``, and one full row per batch row where
 its step stops, counted from the actual outputs) over the measured time, against the device's
-copy bandwidth measured in the same run; and FlashInfer's ``chain_speculative_sampling`` on the
-same inputs where it is installed.
+copy bandwidth measured in the same run, for the split paths (the GPU default) and the
+one-program-per-row paths; then the side by side of :mod:`.bench_peers` (FlashInfer, vLLM and
+SGLang on the same inputs, versions recorded).
 
 Speed is never asserted in a test: this command and ``tox -e bench`` (pytest-benchmark) only
 measure.
@@ -232,7 +233,12 @@ def gpu_section(
                     "optimized, one program per row",
                     functools.partial(token, validate=False, path="row"),
                 ),
-                ("block", "optimized, one program per row", functools.partial(block, validate=False)),
+                ("block", "optimized, auto path", functools.partial(block, validate=False)),
+                (
+                    "block",
+                    "optimized, one program per row",
+                    functools.partial(block, validate=False, path="row"),
+                ),
             ]
             big = (B == 256 and V >= 128256) or not on_gpu
             if big:
@@ -260,34 +266,25 @@ def gpu_section(
                         f"  gpu {rule:6s} {label:52s} {shape:28s} {sec * 1e6:9.1f} us"
                         f"  floor {fb / 1e6:8.2f} MB  {extra['x_floor']:6.2f}x floor"
                     )
-            rows.extend(_flashinfer(x, dp, tp, shape, bw, report))
             del x, dp, tp
             if on_gpu:
                 torch.cuda.empty_cache()
     return rows
 
 
-def _flashinfer(x, dp, tp, shape, bw, report) -> list[Row]:
-    try:
-        from flashinfer.sampling import chain_speculative_sampling
-    except Exception as e:  # not installed, or no matching build
-        report(f"  flashinfer: not available ({type(e).__name__})")
-        return []
-    if tp.dtype != torch.float32:
-        return []
-    B, K = x.shape
-    ua = torch.rand(B, K + 1, device="cuda", dtype=torch.float32)
+def peers_section(quick: bool, report: Callable[[str], None]) -> list[Row]:
+    """The side by side with FlashInfer, vLLM and SGLang (:mod:`.bench_peers`), as bench rows."""
+    from . import bench_peers
 
-    def call():
-        return chain_speculative_sampling(dp, x.int(), ua, tp)
-
-    try:
-        sec, n = _time(call, 10, 1.0, torch.cuda.synchronize)
-    except Exception as e:  # an API that changed: say so, do not guess
-        report(f"  flashinfer: call failed ({type(e).__name__}: {e})")
-        return []
-    report(f"  gpu token  {shape:30s} {sec * 1e6:9.1f} us  (flashinfer chain_speculative_sampling)")
-    return [Row("gpu", "token", "flashinfer", shape, sec * 1e3, n)]
+    env, results = bench_peers.run(quick, report=report)
+    rows = [Row("peers", "env", "versions", "", 0.0, 0, extra=env)]
+    for r in results:
+        extra = {k: v for k, v in asdict(r).items() if k not in ("rule", "engine", "calls")}
+        ms = r.us / 1e3 if r.us is not None else float("nan")
+        rows.append(
+            Row("peers", r.rule, r.engine, f"{r.shape} {r.dtype}", ms, r.calls, r.x_ours, "ours", extra)
+        )
+    return rows
 
 
 def markdown(rows: list[Row]) -> str:
@@ -327,6 +324,16 @@ def markdown(rows: list[Row]) -> str:
             out.append(
                 f"| {r.rule} | {r.shape} | {r.engine} | {r.ms_per_call * 1e3:.1f} | {fb} | {xf} | {bwf} |"
             )
+    peers = [r for r in rows if r.section == "peers"]
+    if peers:
+        from . import bench_peers
+
+        env = peers[0].extra
+        results = [
+            bench_peers.Result(r.rule, r.engine, **{k: v for k, v in r.extra.items()}, calls=r.calls)
+            for r in peers[1:]
+        ]
+        out += ["", bench_peers.markdown(env, results)]
     return "\n".join(out)
 
 
@@ -342,6 +349,8 @@ def run(quick: bool = False, sections: tuple[str, ...] = ("cpu", "audit", "gpu")
         if torch.cuda.is_available():
             report("GPU: bandwidth against the byte floor")
             rows += gpu_section(quick, report)
+            report("GPU: side by side with FlashInfer, vLLM and SGLang")
+            rows += peers_section(quick, report)
         else:
             report("GPU: skipped (no CUDA device)")
     return rows

@@ -351,3 +351,19 @@ def test_optimized_token_backend_meets_the_contract_and_passes_a_small_audit():
     result = audit(REGISTRY[("chain", "optimized.token")], AuditConfig(samples=64, cases=cases))
     assert result.verdict == "pass", result.summary()
     assert [c.n for c in result.cases] == [64, 64]
+
+
+def test_side_by_side_smoke_run_times_ours_and_names_why_a_peer_is_not_timed():
+    # The GPU side by side (optimized.bench_peers) on CPU at a tiny size: our kernels are timed
+    # (interpreted), and every peer is either timed or listed with the reason it is not.
+    from specproof.optimized import bench_peers
+
+    rows = bench_peers.chain_rows(2, 2, 40, torch.float32, "cpu", None, 0.0, lambda s: None)
+    ours = [r for r in rows if r.engine.startswith("optimized.")]
+    assert {r.rule for r in ours} == {"token", "block"} and all(r.us and r.us > 0 for r in ours)
+    peers = [r for r in rows if not r.engine.startswith("optimized.")]
+    assert {r.engine.split()[0] for r in peers} == {"flashinfer", "vllm", "sglang"}
+    for r in peers:
+        assert r.us is not None or (r.note.startswith("not timed: ") and len(r.note) > 15), r
+    table = bench_peers.markdown(bench_peers.versions(), rows)
+    assert "flashinfer-python" in table and table.count("\n| ") == len(rows) + 1
