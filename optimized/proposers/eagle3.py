@@ -1,0 +1,42 @@
+"""EAGLE-3's draft network, batched (reference: ``reference/proposers/eagle3.py``).
+
+As EAGLE-1 (:class:`.eagle1.FeatureDraft`: committed positions cached, the tree drafted one
+batched forward per depth), with the committed feature ``g_i = FC_fuse([l_i ; m_i ; h_i])``
+(the target's embeddings, middle and top hidden states), its own outputs fed back below node 0,
+and its own head. It drafts EAGLE-2's dynamic tree.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specproof.reference.proposers.eagle3 import Eagle3Net
+from specproof.reference.transformer import TinyTransformer
+
+from .eagle1 import FeatureDraft
+from .selfdraft import OwnHeadWeights, fused, fused_layers
+
+
+class Eagle3(FeatureDraft):
+    def __init__(
+        self,
+        net: Eagle3Net,
+        target: TinyTransformer,
+        dtype: torch.dtype = torch.float64,
+        block_size: int = 16,
+        num_blocks: int = 512,
+        poison: bool = False,
+    ) -> None:
+        fuse = net.fuse.detach().to(dtype).clone()
+        super().__init__(
+            target,
+            net.block,
+            net.fc,
+            fused_layers(target),
+            lambda h: fused(h) @ fuse,
+            OwnHeadWeights(net.head, dtype),
+            dtype,
+            block_size,
+            num_blocks,
+            poison,
+        )

@@ -1,0 +1,53 @@
+"""Medusa heads, batched (reference: ``reference/proposers/medusa.py``).
+
+Head ``j`` on the target's final-normed top hidden state ``h`` at the last cached position:
+``softmax((h + SiLU(h W_j)) U_j)``. A node at depth d drafts from head d + 1 whatever its path,
+so :meth:`begin` computes every head's law for every row in one batched pass and
+:meth:`expand` only looks them up. ``h`` comes from the loop's commits (:meth:`observe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from specproof.reference.proposers.medusa import MedusaHeads
+from specproof.reference.transformer import TinyTransformer, rms_norm
+
+from .selfdraft import BatchedDrafter, Node, need_two, to_law
+
+
+class Medusa(BatchedDrafter):
+    reads_features = True
+
+    def __init__(self, net: MedusaHeads, target: TinyTransformer, dtype: torch.dtype = torch.float64) -> None:
+        self.vocab = target.vocab
+        self.max_depth = net.max_depth
+        self.res = net.res.detach().to(dtype).clone()  # [heads, W, W]
+        self.out = net.out.detach().to(dtype).clone()  # [heads, W, V]
+        self.norm = target.norm.detach().to(dtype).clone()
+        self.last: dict[Hashable, torch.Tensor] = {}
+        self._laws: torch.Tensor | None = None
+
+    def release(self, rid: Hashable) -> None:
+        self.last.pop(rid, None)
+
+    def observe(self, rid: Hashable, hidden: list[torch.Tensor]) -> None:
+        if hidden[-1].shape[0]:
+            self.last[rid] = hidden[-1][-1]
+
+    def begin(self, rids: Sequence[Hashable], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
+        for r, c in zip(rids, contexts):
+            need_two(r, len(c))
+        h = rms_norm(torch.stack([self.last[r] for r in rids]), self.norm)  # [B, W]
+        z = h[None] + torch.nn.functional.silu(torch.einsum("bw,jwv->jbv", h, self.res))  # [heads, B, W]
+        self._laws = to_law(torch.einsum("jbw,jwv->bjv", z, self.out))  # [B, heads, V]
+        return self._laws[:, 0]
+
+    def expand(self, nodes: Sequence[Node]) -> torch.Tensor:
+        assert self._laws is not None, "expand before begin"
+        return self._laws[[n.row for n in nodes], [n.depth for n in nodes]]
+
+    def end(self) -> None:
+        self._laws = None
