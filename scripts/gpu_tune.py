@@ -1,4 +1,4 @@
-"""Chunk and block sizes of the split token path on a GPU (CUDA-graph replay, B=256, K=8).
+"""Chunk, block and warp counts of the split token path on a GPU (CUDA-graph replay, B=256, K=8).
 
 Usage: python3 scripts/gpu_tune.py OUT.md   (run by scripts/gpu_check.sh on a CUDA machine)
 """
@@ -20,21 +20,32 @@ def main(path: str) -> None:
         f"copy bandwidth {bw / 1e9:.0f} GB/s; B=256, K=8; "
         "CUDA-graph replay of token(path='split', validate=False)",
         "",
-        "| V | dtype | chunk | block | us / call | time / floor time |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| V | dtype | chunk | block | warps | us / call | time / floor time |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for V in (128256, 152064):
+    configs = [
+        (2048, 1024, 4),
+        (2048, 1024, 8),
+        (4096, 1024, 4),
+        (4096, 1024, 8),
+        (4096, 2048, 8),
+        (8192, 2048, 8),
+    ]
+    for V in (128256,):
         for dtype in (torch.float32, torch.bfloat16):
             x, dp, tp = chain_inputs(256, 8, V, dtype, "cuda")
             ua = torch.rand(256, 9, dtype=torch.float64, device="cuda")
             uf = torch.rand(256, dtype=torch.float64, device="cuda")
             out = token(x, dp, tp, ua, uf)
             fb = floor_bytes(out, 8, V, tp.element_size(), True)
-            for chunk, block in ((2048, 1024), (4096, 1024), (8192, 1024), (8192, 2048), (16384, 2048)):
-                fn = functools.partial(token, path="split", chunk=chunk, block=block, validate=False)
-                sec, _ = _time(graphed(fn, (x, dp, tp, ua, uf)), 10, 0.5, torch.cuda.synchronize)
+            for chunk, block, warps in configs:
+                fn = functools.partial(
+                    token, path="split", chunk=chunk, block=block, validate=False, num_warps=warps
+                )
+                sec, _ = _time(graphed(fn, (x, dp, tp, ua, uf)), 10, 0.3, torch.cuda.synchronize)
                 name = str(dtype).split(".")[-1]
-                row = f"| {V} | {name} | {chunk} | {block} | {sec * 1e6:.1f} | {sec / (fb / bw):.2f}x |"
+                cells = [V, name, chunk, block, warps, f"{sec * 1e6:.1f}", f"{sec / (fb / bw):.2f}x"]
+                row = "| " + " | ".join(map(str, cells)) + " |"
                 print(row, flush=True)
                 lines.append(row)
             del x, dp, tp
