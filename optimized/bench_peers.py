@@ -307,7 +307,7 @@ def chain_rows(
     uf = torch.rand(B, dtype=torch.float64, device=device)
     elt = tp.element_size()
     shape, dname = f"B={B} K={K} V={V}", str(dtype).split(".")[-1]
-    small = {} if on_gpu else {"path": "split", "chunk": 16, "block": 8}
+    small: dict[str, Any] = {} if on_gpu else {"path": "split", "chunk": 16, "block": 8}
     ours = {
         "token": functools.partial(token, validate=False, **small),
         "block": functools.partial(block, validate=False, **small),
@@ -368,13 +368,13 @@ def _run_peer(peer: Peer, shape, dname, fb, bw, base, on_gpu, seconds) -> Result
 
 
 def tree_rows(
-    B: int, V: int, dtype: torch.dtype, device: str, bw: float, seconds: float, report
+    B: int, V: int, dtype: torch.dtype, device: str, bw: float | None, seconds: float, report
 ) -> list[Result]:
     from . import greedy, mss, rrs, target_only
     from .bench import _laws
 
     on_gpu = device == "cuda"
-    small = {} if on_gpu else {"path": "split", "chunk": 16, "block": 8}
+    small: dict[str, Any] = {} if on_gpu else {"path": "split", "chunk": 16, "block": 8}
     rows: list[Result] = []
     dname = str(dtype).split(".")[-1]
     for tname, par_list in TREES.items():
@@ -447,7 +447,7 @@ def run(
     on_gpu = device == "cuda"
     env = versions()
     bw = copy_bandwidth(device) if on_gpu else None
-    env["copy_GB_per_s"] = f"{bw / 1e9:.0f}" if on_gpu else "not measured (no GPU)"
+    env["copy_GB_per_s"] = f"{bw / 1e9:.0f}" if bw is not None else "not measured (no GPU)"
     where = env.get("device", "CPU (interpreter smoke run)")
     report(f"side by side on {where}; copy bandwidth {env['copy_GB_per_s']}")
     report("  " + ", ".join(f"{k} {v}" for k, v in env.items()))
