@@ -58,6 +58,7 @@ from specproof.reference.rules import RULES
 from specproof.reference.transformer import TinyTransformer
 from specproof.reference.tree import DraftTree
 
+from ._device import kernel_device
 from .block import block as block_kernel
 from .greedy import greedy as greedy_kernel
 from .mss import mss as mss_kernel
@@ -207,7 +208,9 @@ class OptimizedDecoder:
             raise BadParameterError("temperature", f"must be >= 0, got {temperature!r}")
         self.temperature = float(temperature)
         self.dtype = dtype
-        self.target = PagedTransformer(target, dtype)
+        #: where the engine's tensors live: the GPU when the kernels are compiled for one
+        self.device = kernel_device() or torch.device("cpu")
+        self.target = PagedTransformer(verifying_target(ref, target, trained), dtype, self.device)
         self.cache = self.target.new_cache(num_blocks, block_size, poison)
         self.drafter: BatchedDrafter = twin(
             ref,
@@ -217,6 +220,7 @@ class OptimizedDecoder:
             block_size=block_size,
             num_blocks=num_blocks,
             poison=poison,
+            device=self.device,
         )
         self.dynamic = isinstance(self.process, DynamicTree)
         #: uniforms per step: draft sites (shape nodes) and tree nodes
@@ -416,6 +420,13 @@ class OptimizedDecoder:
         return [Verified([a for a in row if a >= 0], int(x)) for row, x in zip(acc.tolist(), nxt.tolist())]
 
 
+def verifying_target(proposer: Proposer, target: TinyTransformer, trained: bool) -> TinyTransformer:
+    """The model that verifies ``proposer``'s drafts: ``target``, or the backbone a proposer
+    fine-tunes with its heads (Medusa-2), as the reference proposer declares it."""
+    get = getattr(proposer, "verifying_target", None)
+    return target if get is None else get(target, trained)
+
+
 def _overlaps(prop: RowProposal, laws: torch.Tensor) -> list[float]:
     """``sum_x min(p, q)`` at each node with children (q its draft law, or one-hot at its first
     child): that child's token-level acceptance probability (the reference loop's overlaps)."""
@@ -578,7 +589,7 @@ def reference_decode_on_tape(
 
     with _reference_samplers(sampler):
         out = decode(
-            target,
+            verifying_target(ref, target, trained),
             ref.make_drafter(target, trained),
             proc,
             rule,

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from specproof.reference.errors import ShapeError, SpecproofInputError
 
-from ._device import interpreted
+from ._device import interpreted, on_kernel_device
 from .kernels.paged_attention import paged_attention_kernel, paged_commit_kernel
 from .tree_buffers import tree_buffers, words_for
 
@@ -279,6 +279,7 @@ def write_kv(cache: PagedKVCache, layer: int, batch: QueryBatch, k: torch.Tensor
     cache.v[layer][blk, :, off, :] = v.to(cache.v.dtype)
 
 
+@on_kernel_device
 def paged_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: QueryBatch) -> torch.Tensor:
     """``[T, H, D]``: each query token's attention over the slots it sees (module doc). The
     batch's own K/V must have been written (:func:`write_kv`) first."""
@@ -293,6 +294,8 @@ def paged_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: Que
         return out
     QB = max(2, min(512 if interpreted() else 16, triton.next_power_of_2(R)))
     NB = max(2, triton.next_power_of_2(int(batch.ntree.max())))
+    bs = cache.block_size
+    KT = max(bs, min(256, triton.next_power_of_2(int(batch.vis.max())))) if interpreted() else bs
     paged_attention_kernel[(triton.cdiv(R, QB),)](
         q.contiguous(),
         cache.k[layer],
@@ -312,7 +315,8 @@ def paged_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: Que
         W=batch.mask.shape[1],
         DB=max(2, triton.next_power_of_2(D)),
         QB=QB,
-        BSZ=cache.block_size,
+        BSZ=bs,
+        KT=KT,
         NB=NB,
         ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,
     )
@@ -324,6 +328,7 @@ def commit_moves(accepted: Sequence[int]) -> list[tuple[int, int]]:
     return [(a, j) for j, a in enumerate(accepted) if a != j]
 
 
+@on_kernel_device
 def commit(
     cache: PagedKVCache, rids: Sequence[Hashable], paths: Sequence[Sequence[int]], bases: Sequence[int]
 ) -> None:
@@ -392,7 +397,7 @@ def compile_specs() -> list[tuple[str, object, dict[str, str], dict[str, object]
     """The kernels' signatures for :mod:`specproof.optimized.compile_check` (via tree_attention)."""
     specs: list[tuple[str, object, dict[str, str], dict[str, object]]] = []
     for dt, acc in (("fp32", tl.float32), ("fp64", tl.float64)):
-        consts: dict[str, object] = {"W": 1, "DB": 64, "QB": 16, "BSZ": 16, "NB": 16, "ACC": acc}
+        consts: dict[str, object] = {"W": 1, "DB": 64, "QB": 16, "BSZ": 16, "KT": 16, "NB": 16, "ACC": acc}
         sig = {
             **{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")},
             **{

@@ -42,9 +42,9 @@ class BlockWeights:
     down: torch.Tensor
 
     @classmethod
-    def of(cls, blk: Block, dtype: torch.dtype) -> BlockWeights:
+    def of(cls, blk: Block, dtype: torch.dtype, device: torch.device | None = None) -> BlockWeights:
         def w(t: torch.Tensor) -> torch.Tensor:
-            return t.detach().to(dtype).clone()
+            return t.detach().to(device or t.device, dtype).clone()
 
         return cls(w(blk.norm1), w(blk.qkv), w(blk.out), w(blk.norm2), w(blk.gate), w(blk.up), w(blk.down))
 
@@ -78,15 +78,18 @@ def block_forward(
 class PagedTransformer:
     """A TinyTransformer's weights run batched over a paged cache (module doc)."""
 
-    def __init__(self, model: TinyTransformer, dtype: torch.dtype = torch.float64) -> None:
+    def __init__(
+        self, model: TinyTransformer, dtype: torch.dtype = torch.float64, device: torch.device | None = None
+    ) -> None:
         if dtype not in (torch.float64, torch.float32):
             raise ValueError(f"dtype: float64 or float32, got {dtype}")
         self.model = model
         self.config = model.config
         self.dtype = dtype
-        self.embed = model.embed.detach().to(dtype).clone()
-        self.blocks = [BlockWeights.of(b, dtype) for b in model.blocks]
-        self.norm = model.norm.detach().to(dtype).clone()
+        self.device = torch.device(device or "cpu")
+        self.embed = model.embed.detach().to(self.device, dtype).clone()
+        self.blocks = [BlockWeights.of(b, dtype, self.device) for b in model.blocks]
+        self.norm = model.norm.detach().to(self.device, dtype).clone()
 
     @property
     def vocab(self) -> int:
@@ -101,6 +104,7 @@ class PagedTransformer:
             block_size=block_size,
             num_blocks=num_blocks,
             dtype=self.dtype,
+            device=self.device,
             poison=poison,
         )
 

@@ -9,7 +9,9 @@ flattened batch, whatever rows they belong to: query r is token ``r // H`` at he
 of row ``row[r // H]``, and reads keys through that row's block table. A query token sees the
 slots ``[0, vis)`` (its committed prefix, or the causal prefix of a chain) and the slots
 ``base + j`` of its row's tree region whose bit ``j`` is set in its packed mask row (its tree
-ancestors and itself). Online softmax over the prefix blocks, then over the tree slots;
+ancestors and itself). Online softmax over tiles of ``KT`` prefix slots (one cache block on a
+GPU; every block at once under the interpreter, whose cost is per operation), then over the
+tree slots;
 accumulates in ``ACC`` (float64 for float64 inputs, float32 otherwise).
 
 ``paged_commit_kernel``: one program per ``RB`` rows, every layer and head at once. After a
@@ -46,6 +48,7 @@ def paged_attention_kernel(
     DB: tl.constexpr,
     QB: tl.constexpr,
     BSZ: tl.constexpr,
+    KT: tl.constexpr,
     NB: tl.constexpr,
     ACC: tl.constexpr,
 ):
@@ -55,7 +58,6 @@ def paged_attention_kernel(
     hd = rs % H
     ds = tl.arange(0, DB)
     dmask = ds < D
-    offs_b = tl.arange(0, BSZ)
     js = tl.arange(0, NB)
     row = tl.load(row_ptr + tok, mask=rmask, other=0).to(tl.int64)
     base = tl.load(base_ptr + row, mask=rmask, other=0).to(tl.int64)
@@ -68,11 +70,12 @@ def paged_attention_kernel(
     den = tl.zeros((QB,), ACC)
     acc = tl.zeros((QB, DB), ACC)
     top = tl.max(vis, 0)
-    for s0 in range(0, top, BSZ):
-        live = rmask & (s0 < vis)
-        blk = tl.load(table_ptr + row * MAXB + s0 // BSZ, mask=live, other=0).to(tl.int64)  # [QB]
-        seen = ((s0 + offs_b)[None, :] < vis[:, None]) & live[:, None]  # [QB, BSZ]
-        rows = (blk[:, None] * H + hd[:, None]) * BSZ + offs_b[None, :]
+    offs_k = tl.arange(0, KT)
+    for s0 in range(0, top, KT):
+        slot = s0 + offs_k  # [KT] a tile of KT slots, over one or more cache blocks
+        seen = (slot[None, :] < vis[:, None]) & rmask[:, None]  # [QB, KT]
+        blk = tl.load(table_ptr + row[:, None] * MAXB + slot[None, :] // BSZ, mask=seen, other=0).to(tl.int64)
+        rows = (blk * H + hd[:, None]) * BSZ + (slot % BSZ)[None, :]
         kvm = seen[:, :, None] & dmask[None, None, :]
         k = tl.load(k_ptr + rows[:, :, None] * D + ds[None, None, :], mask=kvm, other=0.0).to(ACC)
         s = tl.sum(q[:, None, :] * k, 2) * scale

@@ -6,6 +6,7 @@ name     module                          drafts (batched over requests)
 draft    :mod:`.draft_model`             the draft transformer on its own paged cache
 ngram    :mod:`.ngram`                   prompt lookup, all rows in one tensor pass
 medusa   :mod:`.medusa`                  every head for every row in one pass
+medusa2  :mod:`.medusa`                  the same heads, on Medusa-2's fine-tuned backbone
 eagle1   :mod:`.eagle1`                  feature draft block over a paged cache, tree per depth
 eagle2   :mod:`.eagle1` + dynamic tree   the same network, EAGLE-2's tree (:mod:`.processes`)
 eagle3   :mod:`.eagle3`                  fused features, own head, dynamic tree
@@ -51,7 +52,7 @@ from .selfdraft import BatchedDrafter, Node
 
 #: the batched twin of each reference draft network class
 NETS: dict[type, Callable[..., BatchedDrafter]] = {
-    MedusaHeads: lambda net, target, dtype, **kw: Medusa(net, target, dtype),
+    MedusaHeads: lambda net, target, dtype, device=None, **kw: Medusa(net, target, dtype, device),
     Eagle1Net: Eagle1,
     Eagle3Net: Eagle3,
     MTPModules: MTP,
@@ -68,6 +69,7 @@ def twin(
     block_size: int = 16,
     num_blocks: int = 512,
     poison: bool = False,
+    device: torch.device | None = None,
 ) -> BatchedDrafter:
     """The batched drafter of ``proposer`` (a name of ``PROPOSERS`` or a reference
     :class:`~specproof.reference.proposers.Proposer`) over ``target``, on the same weights."""
@@ -76,18 +78,25 @@ def twin(
             raise BadParameterError("proposer", f"{proposer!r} is unknown; available: {', '.join(PROPOSERS)}")
         proposer = PROPOSERS[proposer]
     probe: Any = proposer.make_drafter(target, trained)((0, 0))  # a step's draft model
-    kw: dict[str, Any] = {"block_size": block_size, "num_blocks": num_blocks, "poison": poison}
+    kw: dict[str, Any] = {
+        "block_size": block_size,
+        "num_blocks": num_blocks,
+        "poison": poison,
+        "device": device,
+    }
     if isinstance(probe, BoundDraft):
         if probe.temperature != 1.0:
             raise BadParameterError("proposer", "batched drafters draft at temperature 1, as the reference's")
         make = next((m for cls, m in NETS.items() if isinstance(probe.net, cls)), None)
         if make is None:
             raise BadParameterError("proposer", f"no batched twin of {type(probe.net).__name__} yet")
-        return make(probe.net, target, dtype, **kw)
+        # the network reads the features of the model it was bound to (Medusa-2: the fine-tuned
+        # backbone, which is also the model that verifies)
+        return make(probe.net, probe.target, dtype, **kw)
     if isinstance(probe, TransformerLM):
         return DraftModel(probe, dtype, **kw)
     if isinstance(probe, NgramLM):
-        return Ngram(probe, dtype)
+        return Ngram(probe, dtype, device)
     raise BadParameterError("proposer", f"no batched twin of a {type(probe).__name__} drafter")
 
 

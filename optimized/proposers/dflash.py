@@ -42,15 +42,16 @@ class DFlash(BatchedDrafter):
         block_size: int = 16,
         num_blocks: int = 512,
         poison: bool = False,
+        device: torch.device | None = None,
     ) -> None:
         self.vocab = target.vocab
         self.max_depth = net.max_depth
         self.B = int(net.max_depth or 0)
-        self.ctx = net.ctx.detach().to(dtype).clone()
-        self.mask_row = net.mask.detach().to(dtype).clone()
-        self.embed = target.embed.detach().to(dtype).clone()
-        self.net = BlockNet([net.block], target, dtype)
-        self.head = OwnHeadWeights(net.head, dtype)
+        self.ctx = net.ctx.detach().to(device, dtype).clone()
+        self.mask_row = net.mask.detach().to(device, dtype).clone()
+        self.embed = target.embed.detach().to(device, dtype).clone()
+        self.net = BlockNet([net.block], target, dtype, device)
+        self.head = OwnHeadWeights(net.head, dtype, device)
         self.cache = self.net.cache(num_blocks, block_size, poison)
         self.features = Features(fused_layers(target))
         self._laws: torch.Tensor | None = None
@@ -88,7 +89,7 @@ class DFlash(BatchedDrafter):
         batch = QueryBatch.build(self.cache, rids, rows)
         out = self.net.run(torch.cat(xs), batch, self.cache)
         first = batch.start + batch.count - self.B  # block row 1 of each row
-        idx = first[:, None] + torch.arange(self.B)[None, :]
+        idx = first[:, None] + torch.arange(self.B, device=first.device)[None, :]
         self._laws = to_law(self.head(out[idx]))  # [B rows, block, V]
         for r, c in zip(rids, contexts):
             self.cache.set_length(r, len(c) - 1)

@@ -30,8 +30,9 @@ class DraftModel(BatchedDrafter):
         block_size: int = 16,
         num_blocks: int = 512,
         poison: bool = False,
+        device: torch.device | None = None,
     ) -> None:
-        self.model = PagedTransformer(lm.model, dtype)
+        self.model = PagedTransformer(lm.model, dtype, device)
         self.temperature = lm.temperature
         self.vocab = lm.vocab
         self.cache = self.model.new_cache(num_blocks, block_size, poison)

@@ -45,11 +45,12 @@ class FeatureDraft(BatchedDrafter):
         block_size: int,
         num_blocks: int,
         poison: bool,
+        device: torch.device | None = None,
     ) -> None:
         self.vocab = target.vocab
-        self.embed = target.embed.detach().to(dtype).clone()
-        self.fc = fc.detach().to(dtype).clone()
-        self.net = BlockNet([block], target, dtype)
+        self.embed = target.embed.detach().to(device, dtype).clone()
+        self.fc = fc.detach().to(device, dtype).clone()
+        self.net = BlockNet([block], target, dtype, device)
         self.cache = self.net.cache(num_blocks, block_size, poison)
         self.features = Features(layers)
         self.feature, self.head = feature, head
@@ -122,6 +123,7 @@ class Eagle1(FeatureDraft):
         block_size: int = 16,
         num_blocks: int = 512,
         poison: bool = False,
+        device: torch.device | None = None,
     ) -> None:
         L = target.config.layers
         super().__init__(
@@ -130,9 +132,10 @@ class Eagle1(FeatureDraft):
             net.fc,
             [L],
             lambda h: h[0],
-            TargetHead(target, dtype),
+            TargetHead(target, dtype, device),
             dtype,
             block_size,
             num_blocks,
             poison,
+            device,
         )

@@ -26,17 +26,19 @@ class Eagle3(FeatureDraft):
         block_size: int = 16,
         num_blocks: int = 512,
         poison: bool = False,
+        device: torch.device | None = None,
     ) -> None:
-        fuse = net.fuse.detach().to(dtype).clone()
+        fuse = net.fuse.detach().to(device, dtype).clone()
         super().__init__(
             target,
             net.block,
             net.fc,
             fused_layers(target),
             lambda h: fused(h) @ fuse,
-            OwnHeadWeights(net.head, dtype),
+            OwnHeadWeights(net.head, dtype, device),
             dtype,
             block_size,
             num_blocks,
             poison,
+            device,
         )

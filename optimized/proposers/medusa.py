@@ -21,12 +21,18 @@ from .selfdraft import BatchedDrafter, Node, need_two, to_law
 class Medusa(BatchedDrafter):
     reads_features = True
 
-    def __init__(self, net: MedusaHeads, target: TinyTransformer, dtype: torch.dtype = torch.float64) -> None:
+    def __init__(
+        self,
+        net: MedusaHeads,
+        target: TinyTransformer,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | None = None,
+    ) -> None:
         self.vocab = target.vocab
         self.max_depth = net.max_depth
-        self.res = net.res.detach().to(dtype).clone()  # [heads, W, W]
-        self.out = net.out.detach().to(dtype).clone()  # [heads, W, V]
-        self.norm = target.norm.detach().to(dtype).clone()
+        self.res = net.res.detach().to(device, dtype).clone()  # [heads, W, W]
+        self.out = net.out.detach().to(device, dtype).clone()  # [heads, W, V]
+        self.norm = target.norm.detach().to(device, dtype).clone()
         self.last: dict[Hashable, torch.Tensor] = {}
         self._laws: torch.Tensor | None = None
 

@@ -37,17 +37,18 @@ class MTP(BatchedDrafter):
         block_size: int = 16,
         num_blocks: int = 512,
         poison: bool = False,
+        device: torch.device | None = None,
     ) -> None:
         self.vocab = target.vocab
         self.max_depth = net.max_depth
         self.K = int(net.max_depth or 0)
-        self.proj = [p.detach().to(dtype).clone() for p in net.proj]
-        self.norm_h = net.norm_h.detach().to(dtype).clone()
-        self.norm_e = net.norm_e.detach().to(dtype).clone()
-        self.embed = target.embed.detach().to(dtype).clone()
-        self.net = BlockNet(list(net.blocks), target, dtype)
+        self.proj = [p.detach().to(device, dtype).clone() for p in net.proj]
+        self.norm_h = net.norm_h.detach().to(device, dtype).clone()
+        self.norm_e = net.norm_e.detach().to(device, dtype).clone()
+        self.embed = target.embed.detach().to(device, dtype).clone()
+        self.net = BlockNet(list(net.blocks), target, dtype, device)
         self.cache = self.net.cache(num_blocks, block_size, poison)
-        self.head = TargetHead(target, dtype)
+        self.head = TargetHead(target, dtype, device)
         self.top = Features([target.config.layers])
         self.h: dict[Hashable, list[torch.Tensor]] = {}  # h[rid][k - 1]: module k's committed outputs
         self._rids: list[Hashable] = []
@@ -58,7 +59,7 @@ class MTP(BatchedDrafter):
     def admit(self, rid: Hashable, prompt: Sequence[int]) -> None:
         self.cache.admit(rid)
         self.top.admit(rid)
-        self.h[rid] = [torch.zeros(0, self.embed.shape[1], dtype=self.embed.dtype) for _ in range(self.K)]
+        self.h[rid] = [self.embed.new_zeros(0, self.embed.shape[1]) for _ in range(self.K)]
 
     def release(self, rid: Hashable) -> None:
         self.cache.release(rid)
@@ -119,7 +120,7 @@ class MTP(BatchedDrafter):
             if n.row in seen:
                 raise NotAChainError("shape", "MTP drafts chains: one node per depth and row")
             seen.add(n.row)
-        out = torch.empty(len(nodes), self.vocab, dtype=self.embed.dtype)
+        out = self.embed.new_empty(len(nodes), self.vocab)
         for d in sorted({n.depth for n in nodes}):
             group = [i for i, n in enumerate(nodes) if n.depth == d]
             m = d + 1  # module m gives the law after a path of length d

@@ -44,13 +44,16 @@ def lookup(contexts: Sequence[Sequence[int]], max_n: int) -> torch.Tensor:
 
 
 class Ngram(BatchedDrafter):
-    def __init__(self, lm: NgramLM, dtype: torch.dtype = torch.float64) -> None:
+    def __init__(
+        self, lm: NgramLM, dtype: torch.dtype = torch.float64, device: torch.device | None = None
+    ) -> None:
         self.vocab, self.max_n, self.dtype = lm.vocab, lm.max_n, dtype
+        self.device = device or torch.device("cpu")
         self._paths: dict[tuple[int, int], list[int]] = {}
 
     def _laws(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:
         x = lookup(contexts, self.max_n)
-        return torch.nn.functional.one_hot(x, self.vocab).to(self.dtype)
+        return torch.nn.functional.one_hot(x, self.vocab).to(self.device, self.dtype)
 
     def begin(self, rids: Sequence[Hashable], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
         self._paths = {(b, 0): list(c) for b, c in enumerate(contexts)}

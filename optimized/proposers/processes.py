@@ -125,11 +125,11 @@ def propose(
             q = torch.stack([laws[b][i] for b, i, _ in frontier]).double()
             kids = [len(shape.children[s]) for _, _, s in frontier]
             width = max(kids)
-            u = torch.zeros(len(frontier), width, dtype=torch.float64)
+            u = torch.zeros(len(frontier), width, dtype=torch.float64)  # filled on the host
             for m, (b, _, s) in enumerate(frontier):
                 sites = shape.children[s]
                 u[m, : len(sites)] = u_draft[b, list(sites)]
-            picked = choose(kind, q, kids, u)
+            picked = choose(kind, q, kids, u.to(q.device))
             new: list[Node] = []
             shapes: list[int] = []
             for (b, i, s), toks in zip(frontier, picked):
@@ -153,7 +153,7 @@ def propose(
     if process.gives_draft_probs:
         for b, p in enumerate(props):
             V = root.shape[-1]
-            d = torch.zeros(len(p.parents), V, dtype=root.dtype)
+            d = root.new_zeros(len(p.parents), V)
             for i, law in laws[b].items():
                 if i in set(p.parents[1:]):
                     d[i] = law
@@ -180,8 +180,9 @@ def propose_dynamic(
     B = len(rids)
     try:
         beam_laws = drafter.begin(rids, contexts).double()[:, None, :]  # [B, beam, V]
-        beam_idx = torch.full((B, 1), -1, dtype=torch.int64)
-        beam_lv = torch.zeros(B, 1, dtype=torch.float64)
+        dev = beam_laws.device
+        beam_idx = torch.full((B, 1), -1, dtype=torch.int64, device=dev)
+        beam_lv = torch.zeros(B, 1, dtype=torch.float64, device=dev)
         par, tok, lvs = [], [], []
         count = 0
         for d in range(1, depth + 1):
@@ -192,7 +193,7 @@ def propose_dynamic(
             layer_par = beam_idx[:, :, None].expand(B, nb, k).reshape(B, nb * k)
             layer_tok = top.reshape(B, nb * k)
             layer_lv = lv.reshape(B, nb * k)
-            ids = count + torch.arange(nb * k)
+            ids = count + torch.arange(nb * k, device=dev)
             par.append(layer_par)
             tok.append(layer_tok)
             lvs.append(layer_lv)

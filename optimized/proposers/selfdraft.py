@@ -141,9 +141,9 @@ def need_two(rid: Hashable, n: int) -> None:
 class OwnHeadWeights:
     """A draft network's own head (EAGLE-3, DFlash) in the engine's dtype."""
 
-    def __init__(self, head: OwnHead, dtype: torch.dtype) -> None:
-        self.norm = head.norm.detach().to(dtype).clone()
-        self.weight = head.weight.detach().to(dtype).clone()
+    def __init__(self, head: OwnHead, dtype: torch.dtype, device: torch.device | None = None) -> None:
+        self.norm = head.norm.detach().to(device, dtype).clone()
+        self.weight = head.weight.detach().to(device, dtype).clone()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm) @ self.weight
@@ -152,9 +152,11 @@ class OwnHeadWeights:
 class TargetHead:
     """The target's own head (final RMSNorm, tied embedding / sqrt(width)) in the engine's dtype."""
 
-    def __init__(self, target: TinyTransformer, dtype: torch.dtype) -> None:
-        self.norm = target.norm.detach().to(dtype).clone()
-        self.embed = target.embed.detach().to(dtype).clone()
+    def __init__(
+        self, target: TinyTransformer, dtype: torch.dtype, device: torch.device | None = None
+    ) -> None:
+        self.norm = target.norm.detach().to(device, dtype).clone()
+        self.embed = target.embed.detach().to(device, dtype).clone()
         self.scale = math.sqrt(target.config.width)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -217,10 +219,15 @@ class BlockNet:
     """One decoder block of a draft network run over its own paged cache (one layer per block)."""
 
     def __init__(
-        self, blocks: Sequence[torch.nn.Module], target: TinyTransformer, dtype: torch.dtype
+        self,
+        blocks: Sequence[torch.nn.Module],
+        target: TinyTransformer,
+        dtype: torch.dtype,
+        device: torch.device | None = None,
     ) -> None:
         cfg = target.config
-        self.w = [BlockWeights.of(b, dtype) for b in blocks]
+        self.device = torch.device(device or "cpu")
+        self.w = [BlockWeights.of(b, dtype, self.device) for b in blocks]
         self.heads, self.rope_base = cfg.heads, cfg.rope_base
         self.width = cfg.width
         self.dtype = dtype
@@ -233,6 +240,7 @@ class BlockNet:
             block_size=block_size,
             num_blocks=num_blocks,
             dtype=self.dtype,
+            device=self.device,
             poison=poison,
         )
 
