@@ -273,6 +273,34 @@ class ReferenceEngine:
         return self._law.law(tuple(int(x) for x in context))
 
 
+class DirectEngine:
+    """No speculation: each new token drawn from the target's own law by inverse CDF on a
+    uniform of ``numpy.random.default_rng(seed)``. Exact by construction: the baseline the engine
+    audit's false-alarm rate is measured on."""
+
+    def __init__(self, lm: LM) -> None:
+        self.vocab = lm.vocab
+        self._law = lm
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        rng = np.random.default_rng(seed)
+        ctx = tuple(prompt_ids)
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            cdf = np.cumsum([float(v) for v in self._law.law(ctx + tuple(out))])
+            out.append(int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab - 1)))
+        return out
+
+    def target_law(self, context: Sequence[int]) -> Sequence[float]:
+        return [float(v) for v in self._law.law(tuple(int(x) for x in context))]
+
+
+def direct_engine(sampling: Sampling) -> DirectEngine:
+    if sampling.top_k is not None or sampling.top_p is not None:
+        raise BadParameterError("sampling", "the direct sampler samples with a temperature only")
+    return DirectEngine(TransformerLM(engine_target(), sampling.temperature))
+
+
 def reference_engine(proposer: Proposer, rule: str, sampling: Sampling) -> ReferenceEngine:
     target = engine_target()
     greedy = RULES[rule].preserves == "greedy"
@@ -289,6 +317,17 @@ def reference_engine(proposer: Proposer, rule: str, sampling: Sampling) -> Refer
 def _register_reference() -> None:
     from .e2e import applicable_rules
 
+    register(
+        EngineSpec(
+            "reference.direct",
+            "reference",
+            "no speculation: every token drawn from the target's law (the calibration baseline)",
+            direct_engine,
+            engine_target().vocab,
+            REFERENCE_PROMPTS,
+            (T1, T07),
+        )
+    )
     for p in PROPOSERS.values():
         for rule in applicable_rules(p):
             greedy = RULES[rule].preserves == "greedy"

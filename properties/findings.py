@@ -18,16 +18,25 @@ target's law there (``generate_candidates`` makes it the next tree's root), even
 :data:`MEDUSA_TYPICAL` is the reference's typical rule with its final draw replaced by the
 mode; it is deterministic, so the package's function must return exactly its output
 (tests/test_thirdparty.py), and the oracle finds it lossy even with one draft and q = p.
+
+HF transformers' engines (found by the engine audit, ``specproof audit engine hf.*``): Gemma 4's
+assistant drafts argmax tokens but tells the verifier their soft law (:data:`ARGMAX_TOLD_Q`);
+universal speculative decoding tells the verifier a permutation of the law its drafts were drawn
+from (:func:`permuted_draft_law`). tests/test_engines_hf.py checks the packages' own code paths
+against these mechanisms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from specproof.reference.choices import Choices, Site
 from specproof.reference.laws import acceptance, normalize, onehot, residual, without
+from specproof.reference.models import LM
+from specproof.reference.processes import PROCESSES, Process, Proposal
 from specproof.reference.rules import Rule
 from specproof.reference.rules.typical import typical
 from specproof.reference.step import Outcome, Step
@@ -101,3 +110,58 @@ MEDUSA_WITNESS = Instance(vocab=3, shape=(-1, 0), target_seed=0, overlap=Fractio
 
 def medusa_typical_witness() -> OracleResult:
     return check(MEDUSA_TYPICAL, "onehot_siblings", MEDUSA_WITNESS)
+
+
+# --------------------------------------------------------------------------- engine findings
+# Found by the engine audit (properties/engine_audit.py) on HF transformers 5.24's generate
+# loop; reproduced here as a reference process differing from an exact one by one line, and
+# checked by the exact oracle (proofs_notes/thirdparty.md, "HF transformers' engines").
+
+#: Gemma 4's assistant (``SinglePositionMultiTokenCandidateGenerator``) drafts the *argmax* of
+#: its logits but hands the verifier the logits themselves, so token-level verification divides
+#: by q(x) = softmax(logits)(x) for a token that was drawn with probability 1. The reference
+#: ``onehot_chain`` with that one change: the draft law is given (``gives_draft_probs``).
+ARGMAX_TOLD_Q = Process(
+    "argmax chain, verifier given q",
+    PROCESSES["onehot_chain"].choose,
+    True,
+    True,
+    "the draft model's argmax chain, but the verifier is given the draft's soft law q",
+)
+
+#: Two tokens are enough; with q == p the loop becomes greedy decoding (every draft accepted).
+ARGMAX_WITNESS = Instance(vocab=3, shape=(-1, 0))
+
+
+def argmax_told_q_witness() -> OracleResult:
+    """The exact oracle: token-level verification under :data:`ARGMAX_TOLD_Q` (TV 1/2 here)."""
+    return check("token", ARGMAX_TOLD_Q, ARGMAX_WITNESS)
+
+
+@dataclass(frozen=True)
+class PermutedDraftLaw(Process):
+    """A process whose verifier is given ``q(perm[y])`` at token y instead of ``q(y)``: HF's
+    ``UniversalSpeculativeDecodingGenerator`` with an assistant tokenizer whose ``get_vocab()``
+    order is not ascending by id (its pruned head's logits land on the wrong target ids)."""
+
+    perm: tuple[int, ...] = ()
+
+    def draft_probs(self, prefix: tuple[int, ...], proposal: Proposal, draft: LM) -> list[Any] | None:
+        laws = Process.draft_probs(self, prefix, proposal, draft)
+        if laws is None:
+            return None
+        return [None if q is None else tuple(q[self.perm[y]] for y in range(len(q))) for q in laws]
+
+
+def permuted_draft_law(perm: tuple[int, ...]) -> PermutedDraftLaw:
+    base = PROCESSES["iid_chain"]
+    return PermutedDraftLaw(f"iid chain, verifier given q o {perm}", base.choose, True, True, base.doc, perm)
+
+
+#: One draft on 3 tokens, the law told to the verifier rotated by one.
+PERMUTED_WITNESS = Instance(vocab=3, shape=(-1, 0))
+
+
+def permuted_draft_law_witness(perm: tuple[int, ...] = (1, 2, 0)) -> OracleResult:
+    """The exact oracle: token-level verification told a permuted draft law (TV 3/26 here)."""
+    return check("token", permuted_draft_law(perm), PERMUTED_WITNESS)

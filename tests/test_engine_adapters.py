@@ -1,0 +1,148 @@
+"""The vLLM and SGLang engine adapters' plumbing, against stand-ins (their engines need CUDA).
+
+The stand-ins take the adapters' calls exactly as vLLM's ``LLM``/``SamplingParams`` and SGLang's
+``Engine`` would (same constructor keywords, same request fields) and decode with specproof's
+reference loop (token-level verification, exact) or, for the option a package documents as not
+lossless, with the mutant loop whose drafts are argmax but verified against the soft draft law.
+What is checked: the request each adapter builds (per-request seed, M new tokens with EOS
+ignored, sampling settings, the draft model's path) and that the engine audit through the adapter
+passes the exact stand-in and flags the lossy one (fixed seeds and sample sizes, alpha 1e-3).
+The real engines: ``specproof audit engine --engine-group vllm`` / ``sglang`` on a GPU machine.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from specproof.properties.backends.thirdparty import sglang_engine, vllm_engine
+from specproof.properties.engine_audit import EngineAuditConfig, audit_engine
+from specproof.properties.engines import ENGINES, T07, T1, EngineSpec, Sampling, _ensure_registered
+from specproof.properties.verdicts import Verdict
+
+PATHS = {"target": "/models/target", "draft": "/models/draft"}
+
+
+def _reference(lossy: bool, temperature: float) -> Any:
+    _ensure_registered()
+    name = "mutant.greedy_draft_soft_law" if lossy else "reference.draft.token"
+    return ENGINES[name].build(Sampling(temperature))
+
+
+class FakeParams:
+    last: dict[str, Any] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+        FakeParams.last = kwargs
+
+
+class FakeLLM:
+    """vLLM's ``LLM`` as the adapter calls it, decoding with the reference loop."""
+
+    made: list[dict[str, Any]] = []
+
+    def __init__(self, model: str, speculative_config: dict[str, Any], **kwargs: Any) -> None:
+        FakeLLM.made.append({"model": model, "speculative_config": speculative_config, **kwargs})
+        self.lossy = speculative_config.get("rejection_sample_method") == "synthetic"
+        self.engines: dict[float, Any] = {}
+
+    def generate(self, prompts: list[dict[str, Any]], params: FakeParams, use_tqdm: bool) -> list[Any]:
+        assert len(prompts) == 1 and set(prompts[0]) == {"prompt_token_ids"} and not use_tqdm
+        assert params.ignore_eos and params.min_tokens == params.max_tokens and params.n == 1
+        e = self.engines.setdefault(params.temperature, _reference(self.lossy, params.temperature))
+        tokens = e.generate(prompts[0]["prompt_token_ids"], params.max_tokens, params.seed)
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens)])]
+
+
+class FakeSGLang:
+    """SGLang's ``Engine`` as the adapter calls it, decoding with the reference loop."""
+
+    made: list[dict[str, Any]] = []
+
+    def __init__(self, model_path: str, **kwargs: Any) -> None:
+        FakeSGLang.made.append({"model_path": model_path, **kwargs})
+        self.lossy = kwargs.get("speculative_algorithm") == "LOSSY-STAND-IN"
+        self.engines: dict[float, Any] = {}
+
+    def generate(self, input_ids: list[list[int]], sampling_params: dict[str, Any]) -> list[dict[str, Any]]:
+        p = sampling_params
+        assert p["ignore_eos"] and p["min_new_tokens"] == p["max_new_tokens"]
+        e = self.engines.setdefault(p["temperature"], _reference(self.lossy, p["temperature"]))
+        return [{"output_ids": e.generate(input_ids[0], p["max_new_tokens"], p["sampling_seed"])}]
+
+
+def _law(temperature: float) -> Any:
+    return _reference(False, temperature).target_law
+
+
+def _vllm_spec(config: dict[str, Any]) -> EngineSpec:
+    def build(s: Sampling) -> vllm_engine.VLLMEngine:
+        return vllm_engine.VLLMEngine(
+            s, config, llm_cls=FakeLLM, params_cls=FakeParams, law=_law(s.temperature), paths=PATHS
+        )
+
+    return EngineSpec("vllm.stand-in", "vllm", "", build, 8, ((0, 6),), (T1, T07))
+
+
+def _sglang_spec(args: dict[str, Any]) -> EngineSpec:
+    def build(s: Sampling) -> sglang_engine.SGLangEngine:
+        return sglang_engine.SGLangEngine(
+            s, args, engine_cls=FakeSGLang, law=_law(s.temperature), paths=PATHS
+        )
+
+    return EngineSpec("sglang.stand-in", "sglang", "", build, 8, ((0, 6),), (T1, T07))
+
+
+CONFIG = EngineAuditConfig(alpha=1e-3, samples=100, seed=0)
+
+
+def test_vllm_adapter_builds_the_users_request_and_the_audit_sees_through_it():
+    res = audit_engine(_vllm_spec(vllm_engine.DRAFT), CONFIG)
+    assert res.verdict == Verdict.PASS, res.summary()
+    made = FakeLLM.made[-1]
+    assert made["model"] == PATHS["target"] and made["skip_tokenizer_init"]
+    assert made["speculative_config"] == {**vllm_engine.DRAFT, "model": PATHS["draft"]}
+    p = FakeParams.last
+    assert p["max_tokens"] == p["min_tokens"] == 4 and p["ignore_eos"] and isinstance(p["seed"], int)
+    assert p["top_k"] == 0 and p["top_p"] == 1.0 and not p["detokenize"]
+    bad = audit_engine(_vllm_spec({**vllm_engine.DRAFT, "rejection_sample_method": "synthetic"}), CONFIG)
+    assert bad.verdict == Verdict.LOSSY, bad.summary()
+    e = vllm_engine.VLLMEngine(
+        Sampling(0.7, top_k=3, top_p=0.9),
+        {"method": "ngram"},
+        llm_cls=FakeLLM,
+        params_cls=FakeParams,
+        law=_law(0.7),
+        paths=PATHS,
+    )
+    params = e.params(5, 11)
+    assert (params.temperature, params.top_k, params.top_p, params.seed) == (0.7, 3, 0.9, 11)
+    assert "model" not in FakeLLM.made[-1]["speculative_config"]  # n-gram lookup needs no draft model
+
+
+def test_sglang_adapter_builds_the_users_request_and_the_audit_sees_through_it():
+    res = audit_engine(_sglang_spec(sglang_engine.STANDALONE), CONFIG)
+    assert res.verdict == Verdict.PASS, res.summary()
+    made = FakeSGLang.made[-1]
+    assert made["model_path"] == PATHS["target"] and made["speculative_draft_model_path"] == PATHS["draft"]
+    assert made["skip_tokenizer_init"] and made["speculative_algorithm"] == "STANDALONE"
+    bad = audit_engine(_sglang_spec({"speculative_algorithm": "LOSSY-STAND-IN"}), CONFIG)
+    assert bad.verdict == Verdict.LOSSY, bad.summary()
+    e = sglang_engine.SGLangEngine(
+        Sampling(1.0), {"speculative_algorithm": "NGRAM"}, engine_cls=FakeSGLang, law=_law(1.0), paths=PATHS
+    )
+    sp = e.sampling_params(4, 7)
+    assert sp["top_k"] == -1 and sp["sampling_seed"] == 7 and sp["max_new_tokens"] == 4
+
+
+def test_without_cuda_the_engines_are_listed_unavailable_with_the_install_line():
+    import torch
+
+    _ensure_registered()
+    for group, module in (("vllm", vllm_engine), ("sglang", sglang_engine)):
+        specs = [s for s in ENGINES.values() if s.group == group]
+        assert specs, group
+        ok, why = specs[0].available()
+        if not torch.cuda.is_available():
+            assert not ok and ("CUDA" in why or module.INSTALL in why), why
