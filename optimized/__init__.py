@@ -8,8 +8,10 @@ and a generator-based wrapper implements the chain contract of
 :mod:`specproof.properties.contracts`.
 
 Triton kernels run on CUDA tensors when a GPU is present; on CPU tensors they run under Triton's
-interpreter, which this package switches on (``TRITON_INTERPRET=1``) when CUDA is absent and
-the variable is unset. It must be set before Triton is first imported.
+interpreter, chosen when CUDA is absent and ``TRITON_INTERPRET`` is unset. That choice, and
+compiling without FP fusion, apply to specproof's kernels only, in scope
+(:func:`specproof._triton.own_kernels`): importing this package leaves Triton's environment as it
+was.
 
 Rules: ``token`` and ``block`` (chains), ``mss``, ``rrs``, ``target_only``, ``greedy`` and
 ``typical`` (trees; a chain is a tree). Each module's ``*_verifier`` draws the uniforms from a
@@ -18,27 +20,26 @@ Rules: ``token`` and ``block`` (chains), ``mss``, ``rrs``, ``target_only``, ``gr
 
 from __future__ import annotations
 
-import os
+import importlib
+import pkgutil
 
-import torch
+from specproof._triton import own_kernels
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-# No fused multiply-add: the kernels round every product and sum as the reference does.
-os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "0")
+# Every kernel module is imported (and its @triton.jit functions decorated) inside the scope of
+# specproof's own Triton settings: the interpreter when CUDA is absent. Nothing of it outlives
+# the import (specproof._triton); each public entry re-enters the scope to run.
+with own_kernels():
+    from . import kernels as _kernels
 
-if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-    from ._interpreter import install as _install_interpreter_shortcut
-
-    _install_interpreter_shortcut()
-
-from .block import block, block_verifier  # noqa: E402
-from .greedy import greedy, greedy_verifier  # noqa: E402
-from .mss import mss, mss_verifier  # noqa: E402
-from .rrs import rrs, rrs_verifier  # noqa: E402
-from .target_only import target_only, target_only_verifier  # noqa: E402
-from .token import token, token_verifier  # noqa: E402
-from .typical import typical, typical_chain_verifier, typical_verifier  # noqa: E402
+    for _mod in pkgutil.iter_modules(_kernels.__path__):
+        importlib.import_module(f"{__name__}.kernels.{_mod.name}")
+    from .block import block, block_verifier
+    from .greedy import greedy, greedy_verifier
+    from .mss import mss, mss_verifier
+    from .rrs import rrs, rrs_verifier
+    from .target_only import target_only, target_only_verifier
+    from .token import token, token_verifier
+    from .typical import typical, typical_chain_verifier, typical_verifier
 
 __all__ = [
     "block",

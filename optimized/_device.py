@@ -1,26 +1,32 @@
-"""Where the kernels run, and moving CPU inputs there.
+"""Where the kernels run, and moving CPU inputs there (inside specproof's Triton settings).
 
 Kernels run on CUDA when Triton compiles them (a GPU is present and ``TRITON_INTERPRET`` is
 off); otherwise the interpreter runs them on CPU tensors. Callers (the audit, tests, users) may
 hand CPU tensors either way: :func:`on_kernel_device` moves them to the GPU for the call and
-brings tensor results back, so the same code and tests run on both kinds of machine.
+brings tensor results back, so the same code and tests run on both kinds of machine, and runs
+the call inside :func:`specproof._triton.own_kernels` (no FP fusion, the interpreter shortcut).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 
+from specproof._triton import interpret_wanted, own_kernels
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Do specproof's kernels run under the interpreter here (decided once, at import)?"""
+    return INTERPRETED
+
+
+INTERPRETED = interpret_wanted()
 
 
 def kernel_device() -> torch.device | None:
@@ -50,15 +56,16 @@ def on_kernel_device(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        dev = kernel_device()
-        values = list(args) + list(kwargs.values())
-        if dev is None or not any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in values):
-            return fn(*args, **kwargs)
+        with own_kernels(interpret=INTERPRETED):
+            dev = kernel_device()
+            values = list(args) + list(kwargs.values())
+            if dev is None or not any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in values):
+                return fn(*args, **kwargs)
 
-        def move(a: Any) -> Any:
-            return a.to(dev) if isinstance(a, torch.Tensor) else a
+            def move(a: Any) -> Any:
+                return a.to(dev) if isinstance(a, torch.Tensor) else a
 
-        out = fn(*[move(a) for a in args], **{k: move(v) for k, v in kwargs.items()})
-        return to_cpu(out)
+            out = fn(*[move(a) for a in args], **{k: move(v) for k, v in kwargs.items()})
+            return to_cpu(out)
 
     return wrapper  # type: ignore[return-value]

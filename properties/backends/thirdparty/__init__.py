@@ -87,10 +87,6 @@ def availability(adapter: Adapter) -> tuple[bool, str]:
     except importlib.metadata.PackageNotFoundError:
         how = adapter.install or f"pip install specproof[{adapter.module}]"
         return False, f"{adapter.package} is not installed ({how})"
-    # Decide Triton's mode (the interpreter without CUDA) before a package imports Triton:
-    # transformers does, through torch._dynamo, and Triton reads TRITON_INTERPRET at import.
-    import specproof.optimized  # noqa: F401
-
     if adapter.needs_cuda:
         import torch
 

@@ -55,14 +55,16 @@ FILE = "sglang/kernels/ops/speculative/reject_sampling.py"
 
 def _load(file: str, name: str) -> ModuleType:
     """Execute one file of the installed sglang distribution as module ``name``."""
-    import specproof.optimized  # noqa: F401  (the Triton interpreter when CUDA is absent)
+    from specproof._triton import own_kernels
 
     path = importlib.metadata.distribution("sglang").locate_file(file)
     spec = importlib.util.spec_from_file_location(name, str(path))
     if spec is None or spec.loader is None:  # pragma: no cover - an incomplete install
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # decorated under the interpreter when CUDA is absent; SGLang's own compile options otherwise
+    with own_kernels(fp_fusion=True):
+        spec.loader.exec_module(module)
     return module
 
 

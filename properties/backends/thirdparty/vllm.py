@@ -75,11 +75,12 @@ def _triton_utils() -> ModuleType:
     import triton
     import triton.language as tl
 
-    from specproof.optimized._device import interpreted
+    from specproof._triton import interpret_wanted, own_kernels
 
     module = ModuleType("vllm.triton_utils")
-    if interpreted():
-        from . import _libdevice as tldevice
+    if interpret_wanted():
+        with own_kernels(fp_fusion=True):  # decorated as an interpreted function
+            from . import _libdevice as tldevice
     else:  # pragma: no cover - CUDA only
         import triton.language.extra.libdevice as tldevice  # type: ignore[no-redef]
     module.__dict__.update(HAS_TRITON=True, triton=triton, tl=tl, tldevice=tldevice)
@@ -143,7 +144,7 @@ _FILES = (
 
 @functools.cache
 def _load() -> dict[str, ModuleType]:
-    import specproof.optimized  # noqa: F401  (the Triton interpreter when CUDA is absent)
+    from specproof._triton import own_kernels
 
     dist = importlib.metadata.distribution("vllm")
     stand_ins = {
@@ -173,7 +174,8 @@ def _load() -> dict[str, ModuleType]:
         ),
     }
     loaded: dict[str, ModuleType] = {}
-    with _modules(stand_ins):
+    # decorated under the interpreter when CUDA is absent; vLLM's own compile options otherwise
+    with _modules(stand_ins), own_kernels(fp_fusion=True):
         for name in _FILES:
             path = str(dist.locate_file(name.replace(".", "/") + ".py"))
             spec = importlib.util.spec_from_file_location(name, path)
