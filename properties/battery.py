@@ -53,6 +53,10 @@ PAIR_STYLES: dict[str, str] = {
     "agree": "p and q peaked on the same token with different masses (a typical LLM step)",
 }
 MIXED = ("random", "close", "equal", "disjoint", "onehot", "peaked", "tiny", "ties", "sparse", "agree")
+#: good drafts: most steps accept deep into a long chain, so positions 5..8 are reached often
+DEEP = ("close", "agree", "equal")
+#: cases above this vocabulary are memory-bound (every step moves dense rows of V floats)
+LARGE_VOCAB = 4096
 
 
 def child_hash(h: int, x: int) -> int:
@@ -239,7 +243,9 @@ class Models:
 
 
 def build_models(case: Case, greedy: bool = False) -> Models:
-    """The pools of a case (deterministic in ``case.seed``)."""
+    """The pools of a case (deterministic in ``case.seed``). Dense tensors are written only on
+    the support columns, so a sparse case over a huge vocabulary costs its pools' float32 rows
+    and nothing more."""
     rng = np.random.default_rng([case.seed, case.vocab, case.K, 7919])
     V = case.vocab
     subs = 2 if case.paired else 1
@@ -249,18 +255,20 @@ def build_models(case: Case, greedy: bool = False) -> Models:
     width = max(len(c) for c in case.tree.children)
     if floor_q and width > k:
         raise ValueError(f"case {case.name}: {width} siblings need at least that many support ids")
-    T = np.zeros((subs * case.pool, V))
-    D = np.zeros((subs * case.pool, V))
+    T = np.zeros((subs * case.pool, k))
+    D = np.zeros((subs * case.pool, k))
     for j in range(subs * case.pool):
         style = case.styles[(j + (j // case.pool)) % len(case.styles)]
         p, q = _pair(style, k, rng)
         if floor_q:
             q = q + 1e-2 * q.sum() / k  # enough positive mass for every sibling to be distinct
-        T[j, support] = p / p.sum()
-        D[j, support] = q / q.sum()
-    target32 = torch.tensor(T, dtype=torch.float32)
-    draft32 = torch.tensor(D, dtype=torch.float32)
+        T[j] = p / p.sum()
+        D[j] = q / q.sum()
     cols = torch.from_numpy(support)
+    target32 = torch.zeros(subs * case.pool, V, dtype=torch.float32)
+    draft32 = torch.zeros(subs * case.pool, V, dtype=torch.float32)
+    target32[:, cols] = torch.tensor(T, dtype=torch.float32)
+    draft32[:, cols] = torch.tensor(D, dtype=torch.float32)
     law = target32[:, cols].double()
     law = law / law.sum(dim=1, keepdim=True)
     if greedy:  # the preserved law is the target's argmax (ties to the smaller id)
@@ -372,6 +380,7 @@ def chain_battery(processes: tuple[str, ...] = ("iid_chain", "onehot_chain"), se
         cases.append(Case(f"{tag}/K3/V5", proc, chain(3), 5, seed=seed + 3))
         for style in ("equal", "disjoint", "onehot", "tiny"):
             cases.append(Case(f"{tag}/K2/V6/{style}", proc, chain(2), 6, styles=(style,), seed=seed + 11))
+        cases.append(Case(f"{tag}/K8/V8/deep", proc, chain(8), 8, styles=DEEP, seed=seed + 23))
         cases.append(
             Case(
                 f"{tag}/K2/V152064/sparse", proc, chain(2), 152064, sparse=True, support_size=8, seed=seed + 5
@@ -418,3 +427,14 @@ def tree_battery(process: str, seed: int = 0) -> list[Case]:
     )
     cases.append(Case(f"{tag}/fan3/V8/rows", process, TREE_SHAPES["fan3"], 8, paired=True, seed=seed + 17))
     return cases
+
+
+def coverage_order(cases: list[Case]) -> list[int]:
+    """The order in which the audit spends its samples: breadth first, so that a budget cut
+    leaves the fewest kinds of input untested. Short drafts and small vocabularies first, then
+    longer drafts, paired rows, and the memory-bound large vocabularies last; battery order
+    (and so the processes, interleaved) breaks ties. Depends on the cases alone."""
+    return sorted(
+        range(len(cases)),
+        key=lambda i: (cases[i].vocab > LARGE_VOCAB, cases[i].paired, cases[i].K, cases[i].vocab, i),
+    )

@@ -2,18 +2,17 @@
 
 ``specproof audit chain|tree TARGET`` audits a black-box verifier statistically; ``specproof
 audit`` alone audits every built-in backend (the reference rules, the correct alternatives and
-the mutant corpus) and checks each verdict against what the backend declares. ``specproof
-backends`` lists the registered names. Audit exit status: 0 no deviation detected at the stated
-power, 1 lossy, 2 contract violation or usage error (the default audit: 0 when every verdict is
-the declared one, 1 otherwise).
+the mutant corpus) and checks each verdict against what the backend declares
+(:mod:`.audit_cli`); ``specproof replay`` turns an audit's witness into a pytest test.
+``specproof backends`` lists the registered names.
 
 ``specproof matrix`` prints the exactness matrix (proposal process x rule), each cell checked
 exactly with Fraction arithmetic on seeded instances, and writes it as JSON (a list of objects
-with keys ``process``, ``rule``, ``verdict``, ``tv`` and more) and Markdown on request.
+with keys ``process``, ``rule``, ``verdict``, ``tv`` and more) and Markdown on request: exit 0
+when every cell agrees with what its rule declares, 1 when some cell disagrees.
 
-Exit status: 0 when every cell agrees with what its rule declares; 1 when some cell disagrees
-(a rule declared exact was found lossy, or a rule declared lossy showed no witness); 2 on a
-usage error.
+Exit status of an audit: 0 pass, 1 lossy, 2 contract violation, 3 underpowered; every subcommand
+exits 4 on a usage or internal error (:mod:`.verdicts`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,9 @@ from typing import Any
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
 
+from .audit_cli import UsageError, add_audit_parser, add_replay_parser, show_progress
 from .matrix import LOSSY, exactness_matrix, markdown
+from .verdicts import EXIT_TABLE, USAGE_ERROR
 
 
 def _progress_printer(enabled: bool) -> Callable[[int, int, str], None]:
@@ -56,7 +57,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         print(f"specproof matrix: {e}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     table = markdown(cells)
     print(table)
     print()
@@ -85,116 +86,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _show_progress(mode: str) -> bool:
-    return mode == "on" or (mode == "auto" and sys.stderr.isatty() and not os.environ.get("CI"))
-
-
-def _bar(enabled: bool, label: str) -> Callable[[str, float], None]:
-    def show(what: str, frac: float) -> None:
-        if enabled:
-            done = int(30 * max(0.0, min(1.0, frac)))
-            sys.stderr.write(f"\r{label[:28]:<28} [{'#' * done}{'.' * (30 - done)}] {what[:30]:<30}")
-            sys.stderr.flush()
-
-    return show
-
-
-def _config(args: argparse.Namespace) -> Any:
-    from .audit import AuditConfig
-
-    config = AuditConfig(
-        alpha=args.alpha,
-        tv=args.tv,
-        power=args.power,
-        seed=args.seed,
-        budget_seconds=args.budget_seconds,
-        samples=args.samples,
-        max_cells=args.cells,
-    )
-    config.validate()
-    return config
-
-
-def _cmd_audit(args: argparse.Namespace) -> int:
-    from .audit import EXIT, audit
-    from .backends import TargetError, all_backends, resolve
-    from .report import write_report
-
-    show = _show_progress(args.progress)
-    try:
-        if args.kind is None:
-            if args.target or args.process:
-                raise ValueError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
-            if args.budget_seconds is None:
-                args.budget_seconds = 8.0
-            config = _config(args)
-            config.stop_early = True
-            results = []
-            import torch
-
-            backends = [b for b in all_backends() if args.group is None or b.group in args.group]
-            if args.group is None and not torch.cuda.is_available():
-                # Triton's CPU interpreter runs tens of rows per second: no statistical power in
-                # this budget. The kernels are held to the reference sample for sample instead
-                # (tests/test_optimized_coupled.py); `--group optimized` audits them anyway.
-                print(
-                    "(optimized.* skipped: no CUDA; run `specproof audit --group optimized` to audit them "
-                    "under the Triton interpreter)"
-                )
-                backends = [b for b in backends if b.group != "optimized"]
-            for i, b in enumerate(backends):
-                r = audit(b, config, _bar(show, f"[{i + 1}/{len(backends)}] {b.name}"))
-                r.expected = b.expect
-                results.append(r)
-                if show:
-                    sys.stderr.write("\n")
-                mark = "ok " if r.verdict == b.expect else "BAD"
-                print(
-                    f"{mark} {b.kind:5s} {b.name:45s} expected {b.expect:18s} "
-                    f"got {r.verdict:18s} {r.seconds:5.1f} s",
-                    flush=True,
-                )
-            report = args.report or "audit-report.md"
-            write_report(report, results, "specproof audit: every built-in backend")
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(
-                        {
-                            "verdict": "agrees"
-                            if all(r.verdict == r.expected for r in results)
-                            else "disagrees",
-                            "backends": [r.to_json() for r in results],
-                        },
-                        f,
-                        indent=2,
-                    )
-                    f.write("\n")
-            bad = [r for r in results if r.verdict != r.expected]
-            print(
-                f"\n{len(results) - len(bad)}/{len(results)} backends got their declared verdict; "
-                f"report: {report}"
-            )
-            return 1 if bad else 0
-        if not args.target:
-            raise ValueError(f"TARGET: missing; usage: specproof audit {args.kind} TARGET")
-        if args.budget_seconds is None:
-            args.budget_seconds = 60.0
-        config = _config(args)
-        config.shrink_seconds = args.shrink_seconds
-        backend = resolve(args.target, args.kind, tuple(args.process) if args.process else None)
-    except (TargetError, ValueError) as e:
-        print(f"specproof audit: {e}", file=sys.stderr)
-        return 2
-    result = audit(backend, config, _bar(show, backend.name))
-    if show:
-        sys.stderr.write("\n")
-    print(result.summary())
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.to_json(), f, indent=2)
-            f.write("\n")
-    if args.report:
-        write_report(args.report, [result], f"specproof audit: {backend.name}")
-    return EXIT[result.verdict]
+    return show_progress(mode)
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
@@ -246,13 +138,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_e2e(args: argparse.Namespace) -> int:
+    from specproof.reference.errors import SpecproofInputError
     from specproof.reference.proposers import PROPOSERS
 
     from . import e2e
 
     def fail(msg: str) -> int:
         print(f"specproof e2e: {msg}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
 
     if args.steps < 1:
         return fail(f"--steps must be >= 1, got {args.steps}")
@@ -260,7 +153,7 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
         return fail(f"--runs must be >= 0, got {args.runs}")
     show = _e2e_progress(args.progress)
     if args.table:
-        rows = e2e.table_rows(args.steps, args.seed, show)
+        rows = e2e.table_rows(args.steps, args.seed, show, engine=args.engine)
         print(e2e.markdown_table(rows, args.steps))
         if args.json:
             _write_json(args.json, rows)
@@ -279,12 +172,29 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
     proc = proposer.processes[index]
     if not RULES[rule].applies_to(proc.chain):
         return fail(f"--rule {rule!r} verifies chains only; {args.proposer} drafts trees ({proc.name})")
-    report = e2e.run(proposer, rule, args.steps, args.seed, args.runs, index, show)
+    if not args.calibration_temperature > 0:
+        return fail(f"--calibration-temperature must be > 0, got {args.calibration_temperature}")
+    try:
+        report = e2e.run(
+            proposer,
+            rule,
+            args.steps,
+            args.seed,
+            args.runs,
+            index,
+            show,
+            args.against,
+            args.mismatch,
+            engine=args.engine,
+        )
+    except SpecproofInputError as err:  # a mismatched deployment, refused before decoding
+        return fail(str(err))
     ex, sa, stat = report["exact_check"], report["sampled"], report["statistical"]
     claim = "declared exact" if report["declared_exact"] else "not declared exact"
     print(
         f"{proposer.name} ({proc.name}) verified by {rule} ({claim}): "
         + ("LOSSLESS" if report["lossless"] else "LOSSY")
+        + (" against the original target" if report["against"] == "original" else "")
     )
     print(
         f"  exact law of 2 steps on a {ex['vocab']}-token transformer ({ex['drafts']} drafts, depth "
@@ -300,6 +210,18 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
     print(line)
     if stat is not None:
         print(f"  statistical: {stat['summary']}")
+    if report.get("coupling"):
+        print(f"  {report['coupling']['summary']}")
+    for more in e2e.describe_more(report):
+        print(more)
+    cals: list[Any] = []
+    if args.calibration:
+        report["calibration"], cals = e2e.calibration(
+            proposer, rule, args.seed, args.calibration_temperature, index, show
+        )
+        print("\n".join(e2e.calibration_lines(report["calibration"], cals)))
+    if args.report:
+        e2e.write_report(args.report, report, cals)
     if args.json:
         _write_json(args.json, report)
     return 0 if report["lossless"] else 1
@@ -313,7 +235,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
             f"specproof conform: --budget-seconds must be positive, got {args.budget_seconds}",
             file=sys.stderr,
         )
-        return 2
+        return USAGE_ERROR
     try:
         report = conform.run(
             args.backend or None,
@@ -324,7 +246,7 @@ def _cmd_conform(args: argparse.Namespace) -> int:
         )
     except KeyError as e:
         print(f"specproof conform: {e.args[0]}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     table = conform.markdown(report)
     print(table)
     if args.markdown:
@@ -351,7 +273,12 @@ def _add_progress(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specproof", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="specproof",
+        description=__doc__.split("\n\n")[0],
+        epilog=EXIT_TABLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("matrix", help="the exactness matrix, proposal process x rule (exact arithmetic)")
     m.add_argument("--json", metavar="PATH", help="write the cells as JSON")
@@ -366,43 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_progress(m, "progress on stderr (auto: on a terminal)")
     m.set_defaults(func=_cmd_matrix)
 
-    a = sub.add_parser("audit", help="statistical audit of a black-box verifier (or of every built-in one)")
-    a.add_argument("kind", nargs="?", choices=("chain", "tree"), help="the verifier's contract")
-    a.add_argument("target", nargs="?", help="registered name, module:function or path/to/file.py:function")
-    a.add_argument(
-        "--process",
-        action="append",
-        choices=list(PROCESSES),
-        help="proposal process the verifier claims (repeatable; required for tree)",
-    )
-    a.add_argument("--alpha", type=float, default=1e-6, help="family-wise false-alarm rate (default 1e-6)")
-    a.add_argument("--tv", type=float, default=0.01, help="smallest TV deviation to detect (default 0.01)")
-    a.add_argument("--power", type=float, default=0.99, help="power wanted at that TV (default 0.99)")
-    a.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
-    a.add_argument(
-        "--budget-seconds",
-        type=float,
-        default=None,
-        help="time budget per backend (default 60; 8 for the audit of every built-in backend)",
-    )
-    a.add_argument("--samples", type=int, default=None, help="fixed steps per case instead of the planner's")
-    a.add_argument("--cells", type=int, default=128, help="most cells per case's test (default 128)")
-    a.add_argument(
-        "--shrink-seconds",
-        type=float,
-        default=20.0,
-        help="after a lossy verdict, time to search a smaller witness (default 20; 0: off)",
-    )
-    a.add_argument(
-        "--group",
-        action="append",
-        choices=("builtin", "alternative", "mutant", "optimized", "thirdparty"),
-        help="with no TARGET: only these backend groups",
-    )
-    a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
-    a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
-    _add_progress(a, "progress bar on stderr (auto: on a terminal, not under CI)")
-    a.set_defaults(func=_cmd_audit)
+    add_audit_parser(sub)
+    add_replay_parser(sub)
 
     c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audit's test")
     c.add_argument("--runs", type=int, default=100, help="seeds per (backend, case) (default 100)")
@@ -416,7 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="time the optimized engine against batched PyTorch and the reference")
     be.add_argument("--quick", action="store_true", help="small sizes and few calls (a smoke run)")
     be.add_argument(
-        "--section", action="append", choices=("cpu", "audit", "gpu"), help="only this section (repeatable)"
+        "--section",
+        action="append",
+        choices=("cpu", "audit", "gpu", "decode"),
+        help="only this section (repeatable; decode: the optimized decoding loop against the reference loop)",
     )
     be.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
     be.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
@@ -426,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "e2e", help="decode with a proposer and a rule on a transformer target: lossless or lossy"
     )
-    e.add_argument("--proposer", help="draft, ngram, medusa, eagle1, eagle2, eagle3, mtp or dflash")
+    e.add_argument("--proposer", help="draft, ngram, medusa, medusa2, eagle1, eagle2, eagle3, mtp or dflash")
     e.add_argument(
         "--table", action="store_true", help="every proposer x exact rule (and typical): the acceptance table"
     )
@@ -440,7 +335,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="decoding runs of the statistical check on the 16-token target (default 400; 0: off)",
     )
     e.add_argument("--seed", type=int, default=0, help="seed of the sampled runs (default 0)")
+    e.add_argument(
+        "--engine",
+        choices=("reference", "optimized"),
+        default="reference",
+        help="the decoding loop checked: the reference's (default) or the optimized batched loop, "
+        "coupled to the reference's on shared tapes",
+    )
     e.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    e.add_argument(
+        "--against",
+        choices=("verifier", "original"),
+        default="verifier",
+        help="baseline of the lossless checks: the model that verifies (default) or the original target "
+        "(differs for medusa2, whose backbone is fine-tuned)",
+    )
+    e.add_argument(
+        "--mismatch",
+        choices=("revision", "layer", "vocab", "width"),
+        help="deploy the draft weights mismatched: trained for another target (revision), reading the "
+        "feature layer below (layer), built for another vocabulary or hidden size (refused before decoding)",
+    )
+    e.add_argument(
+        "--calibration",
+        action="store_true",
+        help="path confidence against acceptance: the drafter beside the same drafter at another temperature",
+    )
+    e.add_argument(
+        "--calibration-temperature",
+        type=float,
+        default=0.5,
+        help="draft temperature of the drafter compared in --calibration (default 0.5)",
+    )
+    e.add_argument("--report", metavar="PATH", help="write a report: Markdown, or .html with the diagrams")
     _add_progress(e, "progress on stderr (auto: on a terminal)")
     e.set_defaults(func=_cmd_e2e)
 
@@ -468,12 +395,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand. Usage errors exit 4 with their message; an internal error exits 4 with
+    its traceback (a bug of specproof, never a verdict); Ctrl-C exits 4."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help
-        return int(e.code or 0)
-    return int(args.func(args))
+        return USAGE_ERROR if e.code not in (0, None) else 0
+    try:
+        return int(args.func(args))
+    except UsageError as e:
+        print(f"specproof {args.command}: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"specproof {args.command}: interrupted", file=sys.stderr)
+        return USAGE_ERROR
+    except Exception:
+        import traceback
+
+        print(
+            f"specproof {args.command}: internal error (a bug of specproof, please report it):",
+            file=sys.stderr,
+        )
+        traceback.print_exc()
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

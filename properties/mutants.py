@@ -5,7 +5,7 @@ flag it: ``lossy`` (the law is wrong) or ``contract_violation`` (the output brea
 contract). The correct alternatives (``torch.*``) and the reference rules are the other half:
 they must pass. ``tests/test_mutants.py`` asserts both and prints the mutation score.
 
-The bug classes (../shared/ALGORITHMS.md, "Real bugs from public trackers"):
+The bug classes (each seen in a public tracker, or the class a deep-position test must see):
 
 ========================  ==================================================================
 mutant                    bug class
@@ -22,6 +22,8 @@ shared_uniforms           one uniform per position for the whole batch (rows not
 fixed_seed                generator ignored; a private generator with a fixed seed
 global_rng                generator ignored; torch's global RNG (not reproducible)
 int16_ids                 token ids kept in 16 bits (large vocabularies: ids >= 2**16 wrap)
+bf16_ids                  token ids passed through bfloat16 (ids above 256 are rounded)
+deep_residual_from_p      residual drawn from p, only at draft positions >= 5 (a deep-only bug)
 tree_sentinel_child       tree walk: "no child accepted" = -1, used as an index (a non-path)
 tree_shared_q             tree rule that reuses p, q for every sibling (token-level per sibling)
 ========================  ==================================================================
@@ -59,6 +61,7 @@ CHAIN_MUTANTS: dict[str, tuple[str, str]] = {
     ),
     "global_rng": ("contract_violation", "generator ignored: torch's global RNG"),
     "int16_ids": ("contract_violation", "token ids kept in 16 bits: ids of 2**16 and above wrap around"),
+    "bf16_ids": ("contract_violation", "token ids passed through bfloat16: ids above 256 are rounded"),
 }
 
 
@@ -106,6 +109,17 @@ def _register() -> None:
         )
     register(
         Backend(
+            "mutant.deep_residual_from_p",
+            "chain",
+            functools.partial(_tc.token_chain, bugs=_tc.Bugs(deep_residual_from_p=5)),
+            CHAIN_PROCESSES,
+            "lossy",
+            doc="recovered token drawn from p instead of norm((p - q)+), only at draft positions >= 5",
+            group="mutant",
+        )
+    )
+    register(
+        Backend(
             "mutant.block_tokenwise_residual",
             "chain",
             functools.partial(_tc.block_chain, tokenwise_residual=True),
@@ -135,6 +149,7 @@ def _register() -> None:
             "contract_violation",
             doc="no accepted child = -1, used as an index",
             group="mutant",
+            speed="python",
         )
     )
     register(
@@ -146,6 +161,7 @@ def _register() -> None:
             "lossy",
             doc="each sibling tested with the unmodified p and q",
             group="mutant",
+            speed="python",
         )
     )
 

@@ -5,13 +5,15 @@ Installed with specproof (entry point ``pytest11``). In a backend's own CI::
     pytest --specproof-chain mypkg.sampling:verify_chain
     pytest --specproof-tree mypkg.sampling:verify_tree --specproof-process wor_siblings -n auto
 
-adds one item per battery case (``specproof::<case>``), so pytest-xdist spreads them over
-cores. Each item audits its case at level ``alpha / cases`` (Bonferroni, so the family-wise
-false-alarm rate over all items stays below ``--specproof-alpha``) with its own time budget,
-and fails with the case's witness. Options: ``--specproof-alpha`` (1e-6), ``--specproof-tv``
-(0.01), ``--specproof-power`` (0.99), ``--specproof-seed`` (0), ``--specproof-budget-seconds``
-(per case, 10), ``--specproof-samples`` (a fixed sample size per case: the verdicts then do not
-depend on machine load).
+adds one item for the id-range probes and one per battery case (``specproof::<case>``), so
+pytest-xdist spreads them over cores. Each item audits its case at level ``alpha / cases``
+(Bonferroni, so the family-wise false-alarm rate over all items stays below
+``--specproof-alpha``) to its planned sample size, and fails with the case's witness, or as
+``underpowered`` when its plan cannot finish within the per-case time guard (``skip`` instead
+with ``--specproof-underpowered skip``). Options: ``--specproof-alpha`` (1e-6),
+``--specproof-tv`` (0.01), ``--specproof-large-vocab-tv`` (0.1), ``--specproof-power`` (0.99),
+``--specproof-seed`` (0), ``--specproof-budget-seconds`` (per case, 60: a guard only),
+``--specproof-samples`` (a fixed sample size per case instead of the planner's).
 
 In a test of your own, the ``specproof_audit`` fixture is :func:`specproof.properties.audit.audit`
 with the target resolved for you::
@@ -42,7 +44,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--specproof-tv", type=float, default=0.01, help="smallest TV to detect")
     g.addoption("--specproof-power", type=float, default=0.99, help="power wanted at that TV")
     g.addoption("--specproof-seed", type=int, default=0, help="seed")
-    g.addoption("--specproof-budget-seconds", type=float, default=10.0, help="time budget per case")
+    g.addoption(
+        "--specproof-budget-seconds",
+        type=float,
+        default=60.0,
+        help="time guard per case: a case that cannot run its plan in it is underpowered (default 60)",
+    )
+    g.addoption(
+        "--specproof-large-vocab-tv",
+        type=float,
+        default=0.1,
+        help="TV planned for the memory-bound cases, V > 4096 (default 0.1)",
+    )
+    g.addoption(
+        "--specproof-underpowered",
+        choices=("fail", "skip"),
+        default="fail",
+        help="an underpowered case (its plan did not fit the budget) fails (default) or is skipped",
+    )
     g.addoption(
         "--specproof-samples",
         type=int,
@@ -60,7 +79,8 @@ class SpecproofCaseItem(pytest.Item):
         self.result: Any = None
 
     def runtest(self) -> None:
-        from .audit import INCONCLUSIVE, PASS, AuditConfig, audit
+        from .audit import AuditConfig, audit
+        from .verdicts import Verdict
 
         opt = self.config.getoption
         config = AuditConfig(
@@ -69,16 +89,25 @@ class SpecproofCaseItem(pytest.Item):
             power=opt("specproof_power"),
             seed=opt("specproof_seed"),
             budget_seconds=opt("specproof_budget_seconds"),
+            large_vocab_tv=opt("specproof_large_vocab_tv"),
             samples=opt("specproof_samples"),
-            cases=[self.case],
+            cases=None if self.case is None else [self.case],
+            probes=self.case is None,
         )
+        if self.case is None:  # the id-range probes alone: the smoke stage of one small case
+            from .audit import default_cases
+
+            config.cases = default_cases(self.backend, config.seed)[:1]
+            config.samples = 2
         self.result = audit(self.backend, config)
-        if self.result.verdict == INCONCLUSIVE:
-            pytest.skip(
-                f"{self.case.name}: no time to run within "
-                f"--specproof-budget-seconds {config.budget_seconds:g}"
-            )
-        if self.result.verdict != PASS:
+        verdict = self.result.verdict
+        if self.case is None:
+            if verdict in (Verdict.LOSSY, Verdict.CONTRACT_VIOLATION):
+                raise SpecproofCaseFailure(self.result)
+            return
+        if verdict == Verdict.UNDERPOWERED and opt("specproof_underpowered") == "skip":
+            pytest.skip(self.result.summary())
+        if verdict != Verdict.PASS:
             raise SpecproofCaseFailure(self.result)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -87,7 +116,8 @@ class SpecproofCaseItem(pytest.Item):
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[str, int, str]:
-        return "specproof", 0, f"specproof {self.backend.kind} audit: {self.case.describe()}"
+        what = "id-range probes" if self.case is None else self.case.describe()
+        return "specproof", 0, f"specproof {self.backend.kind} audit: {what}"
 
 
 class SpecproofCaseFailure(Exception):
@@ -103,6 +133,9 @@ class SpecproofCollector(pytest.Collector):
         self.cases = cases
 
     def collect(self) -> Iterator[pytest.Item]:
+        yield SpecproofCaseItem.from_parent(
+            self, name="id-range-probes", backend=self.backend, case=None, n_cases=len(self.cases)
+        )
         for case in self.cases:
             yield SpecproofCaseItem.from_parent(
                 self, name=case.name, backend=self.backend, case=case, n_cases=len(self.cases)

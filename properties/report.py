@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .audit import PASS, AuditResult, CaseResult
+from .audit import AuditResult, CaseResult
+from .verdicts import Verdict
 
 Block = tuple[str, Any]
 
@@ -30,18 +31,21 @@ def _case_table(result: AuditResult) -> Block:
     rows = []
     for r in result.cases:
         tv = "" if r.tv is None else f"{r.tv.estimate:.4f} [{r.tv.low:.4f}, {r.tv.high:.4f}]"
+        ran = r.status in ("ran", "short")
         rows.append(
             [
                 r.case.name,
-                str(r.n),
-                str(r.cells),
-                f"{r.unresolved:.3f}",
-                "0 (hard failure)" if r.hard_failure else f"{r.pvalue:.3g}",
-                f"{r.power:.3f}",
-                f"{r.detectable_tv:.4f}",
+                r.status.replace("_", " ") + (f" ({r.reason})" if r.reason else ""),
+                f"{r.n}/{r.planned}",
+                f"{r.tv_planned:g}",
+                str(r.cells) if ran else "",
+                f"{r.unresolved:.3f}" if ran else "",
+                f"{r.uncovered:.3f}" if ran else "",
+                ("0 (hard failure)" if r.hard_failure else f"{r.pvalue:.3g}") if ran else "",
+                f"{r.power:.3f}" if ran else "0",
+                f"{r.detectable_tv:.4f}" if ran else "1",
                 tv,
                 "**rejected**" if r.rejected else "",
-                "budget" if r.budget_limited else "",
             ]
         )
     return (
@@ -49,15 +53,17 @@ def _case_table(result: AuditResult) -> Block:
         (
             [
                 "case",
-                "steps",
+                "status",
+                "steps / planned",
+                "planned TV",
                 "cells",
                 "unresolved",
+                "uncovered (positions)",
                 "p",
-                f"power at TV {result.config.tv:g}",
+                "power at planned TV",
                 f"TV detected at power {result.config.power:g}",
                 "TV on cells (95%)",
                 "",
-                "limited",
             ],
             rows,
         ),
@@ -72,8 +78,8 @@ def _witness_blocks(w: CaseResult) -> list[Block]:
         blocks.append(
             (
                 "p",
-                f"p = {w.pvalue:.3g} (chi-square {w.p_chi2:.3g}, exact cells {w.p_cells:.3g}) "
-                f"on {w.n} steps over {w.cells} cells.",
+                f"p = {w.pvalue:.3g} (chi-square {w.p_chi2:.3g}, exact cells {w.p_cells:.3g}, per position "
+                f"{w.p_positions:.3g}) on {w.n} steps over {w.cells} cells.",
             )
         )
         top = w.worst[:8]
@@ -88,35 +94,117 @@ def _witness_blocks(w: CaseResult) -> list[Block]:
                 ),
             )
         )
+        pw = w.positions.witness() if w.positions else None
+        if pw is not None and pw.worst is not None and pw.pvalue < 0.5:
+            g = pw.worst
+            blocks.append(
+                (
+                    "bars",
+                    Bars(
+                        f"Next token at position {pw.position} ({g.label}): observed vs expected "
+                        f"(position p = {pw.pvalue:.3g})",
+                        g.labels,
+                        g.observed,
+                        g.expected,
+                    ),
+                )
+            )
     L = w.lengths
-    blocks.append(("bars", Bars("Emitted tokens per step", [str(i) for i in range(1, len(L))], L[1:])))
+    if L:
+        blocks.append(("bars", Bars("Emitted tokens per step", [str(i) for i in range(1, len(L))], L[1:])))
+    blocks.append(("p", "To turn this witness into a failing unit test: `specproof replay AUDIT.json`."))
     return blocks
 
 
-def blocks_for(results: list[AuditResult], title: str) -> list[Block]:
+def _verdict_line(r: AuditResult) -> str:
+    c = r.config
+    if r.verdict == Verdict.PASS:
+        tvs = sorted({x.tv_planned for x in r.cases})
+        return (
+            f"PASS: every case ran its plan; power >= {c.power:g} against TV >= "
+            + " / ".join(f"{t:g}" for t in tvs)
+            + " on its cells."
+        )
+    if r.verdict == Verdict.UNDERPOWERED:
+        return (
+            f"UNDERPOWERED: no deviation found, but {len(r.short)} case(s) ran short of the plan; "
+            f"the run vouches for TV >= {r.vouched_tv():.3g} only."
+        )
+    if r.verdict == Verdict.LOSSY:
+        return "LOSSY: a deviation from the preserved law (witness below)."
+    if r.verdict == Verdict.CONTRACT_VIOLATION:
+        v = r.violation or {}
+        return f"CONTRACT VIOLATION [{v.get('kind')}] in {v.get('case')}: {v.get('detail')}"
+    return f"{r.verdict.value.upper()}: the run stopped before its plan ended."
+
+
+def blocks_for(
+    results: list[AuditResult],
+    title: str,
+    overall: str | None = None,
+    robustness: list[Any] | None = None,
+) -> list[Block]:
+    """Overall verdict first, then what ran short or did not run, then the details."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out: list[Block] = [("h1", title), ("p", f"Generated {now}.")]
+    out: list[Block] = [("h1", title)]
+    if len(results) == 1 and overall is None:
+        out.append(("p", "**Verdict: " + _verdict_line(results[0]) + "**"))
+    else:
+        bad = [r for r in results if r.expected is not None and r.verdict != r.expected]
+        word = overall or ("agrees" if not bad else "disagrees")
+        out.append(
+            (
+                "p",
+                f"**Verdict: {word.upper()}: {len(results) - len(bad)}/{len(results)} backends got their "
+                "declared verdict.**",
+            )
+        )
+        for r in bad:
+            out.append(("p", f"- {r.backend} ({r.kind}): expected {r.expected}, got {r.verdict.value}."))
+    short = [(r, c) for r in results for c in r.short]
+    if short:
+        out.append(("h2", "Ran short of the plan or not run"))
+        out.append(
+            (
+                "table",
+                (
+                    ["backend", "case", "status", "steps / planned", "TV detected at the stated power"],
+                    [
+                        [
+                            r.backend,
+                            c.case.name,
+                            c.status.replace("_", " ") + (f" ({c.reason})" if c.reason else ""),
+                            f"{c.n}/{c.planned}",
+                            f"{c.detectable_tv:.3g}" if c.status in ("ran", "short") else "1 (not run)",
+                        ]
+                        for r, c in short
+                    ],
+                ),
+            )
+        )
+    out.append(("p", f"Generated {now}."))
     if results:
         c = results[0].config
         out.append(
             (
                 "p",
-                f"Family-wise alpha {c.alpha:g} per backend (Holm over its cases); planned for TV "
-                f"{c.tv:g} at power {c.power:g}; seed {c.seed}; budget {c.budget_seconds:g} s per backend.",
+                f"Family-wise alpha {c.alpha:g} per backend (Holm over its cases); each case's sample size "
+                f"planned for power {c.power:g} against its planned TV; seed {c.seed}; budget guard "
+                f"{c.budget_seconds:g} s per backend.",
             )
         )
     rows = []
     for r in results:
         agrees = "" if r.expected is None else ("yes" if r.expected == r.verdict else "**NO**")
         powers = [c.power for c in r.cases]
-        det = [c.detectable_tv for c in r.cases if not c.case.sparse]
+        det = [c.detectable_tv for c in r.cases if not c.case.sparse and c.status in ("ran", "short")]
         rows.append(
             [
                 r.backend,
                 r.kind,
                 ", ".join(r.processes),
                 r.expected or "",
-                r.verdict,
+                r.verdict.value,
                 agrees,
                 f"{min(powers):.3f}" if powers else "",
                 f"{max(det):.4f}" if det else "",
@@ -145,31 +233,32 @@ def blocks_for(results: list[AuditResult], title: str) -> list[Block]:
         )
     )
     for r in results:
-        if r.verdict == PASS and len(results) > 1:
+        if r.verdict == Verdict.PASS and len(results) > 1:
             continue
-        out.append(("h2", f"{r.backend} ({r.kind}): {r.verdict}"))
+        out.append(("h2", f"{r.backend} ({r.kind}): {r.verdict.value}"))
+        out.append(("p", _verdict_line(r)))
         if r.violation:
             v = r.violation
-            out.append(
-                (
-                    "p",
-                    f"Contract violation [{v['kind']}] in case {v['case']} during {v['during']}: "
-                    f"{v['detail']}",
-                )
-            )
+            if v.get("traceback"):
+                out.append(("pre", v["traceback"]))
+            out.append(_case_table(r))
             continue
+        if r.finding:
+            out.append(("p", f"Found in the {r.finding['during']}: {r.finding['detail']}"))
         w = r.witness
         if r.shrunk is not None:
-            out.append(("p", "Shrunk witness (a smaller case, still rejected at alpha / cases / 64):"))
+            out.append(("p", "Shrunk witness (a smaller case, still rejected at alpha / cases / shrink):"))
             out.extend(_witness_blocks(r.shrunk))
             out.append(("p", "The case first rejected:"))
         if w is not None:
             out.extend(_witness_blocks(w))
-        elif r.cases:
-            closest = min(r.cases, key=lambda c: c.pvalue)
+        elif r.ran:
+            closest = min(r.ran, key=lambda c: c.pvalue)
             out.append(("p", "No case rejected. The case closest to a rejection:"))
             out.extend(_witness_blocks(closest)[1:])
         out.append(_case_table(r))
+    for rb in robustness or []:
+        out.extend(rb.blocks())
     return out
 
 
@@ -197,6 +286,8 @@ def to_markdown(blocks: list[Block]) -> str:
             parts.append(f"## {x}")
         elif kind == "p":
             parts.append(str(x))
+        elif kind == "pre":
+            parts.append("```\n" + str(x).rstrip() + "\n```")
         elif kind == "table":
             head, rows = x
             lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -244,7 +335,12 @@ def to_html(blocks: list[Block]) -> str:
         if kind in ("h1", "h2"):
             parts.append(f"<{kind}>{html.escape(str(x))}</{kind}>")
         elif kind == "p":
-            parts.append(f"<p>{html.escape(str(x))}</p>")
+            text = html.escape(str(x))
+            if text.startswith("**") and text.endswith("**"):
+                text = f"<strong>{text[2:-2]}</strong>"
+            parts.append(f"<p>{text}</p>")
+        elif kind == "pre":
+            parts.append(f"<pre>{html.escape(str(x))}</pre>")
         elif kind == "table":
             head, rows = x
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>")
@@ -261,8 +357,15 @@ def to_html(blocks: list[Block]) -> str:
     return "\n".join(parts)
 
 
-def write_report(path: str, results: list[AuditResult], title: str = "specproof audit") -> None:
-    blocks = blocks_for(results, title)
-    text = to_html(blocks) if path.lower().endswith((".html", ".htm")) else to_markdown(blocks)
-    with open(path, "w") as f:
-        f.write(text)
+def write_report(
+    path: str,
+    results: list[AuditResult],
+    title: str = "specproof audit",
+    overall: str | None = None,
+    robustness: list[Any] | None = None,
+) -> None:
+    """Write the report (HTML for .html/.htm, Markdown otherwise), atomically."""
+    from .audit_cli import atomic_write
+
+    blocks = blocks_for(results, title, overall, robustness)
+    atomic_write(path, to_html(blocks) if path.lower().endswith((".html", ".htm")) else to_markdown(blocks))

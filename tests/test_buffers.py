@@ -155,5 +155,5 @@ def test_conform_command_on_the_builtin_builders(tmp_path):
     assert all(r["verdict"] == "pass" for r in report["rows"])
     assert "torch" in report["versions"] and report["date"]
     assert "| backend | process | expected | verdict |" in md.read_text()
-    assert main(["conform", "no.such.backend"]) == 2
-    assert main(["conform", "--budget-seconds", "0"]) == 2
+    assert main(["conform", "no.such.backend"]) == 4  # usage errors exit 4
+    assert main(["conform", "--budget-seconds", "0"]) == 4

@@ -18,8 +18,10 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import torch
 
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import CHAINS, RULES
@@ -42,6 +44,9 @@ class Backend:
     doc: str = ""
     group: str = "builtin"  # builtin, alternative, mutant, user
     expect_by_process: tuple[tuple[str, str], ...] = ()
+    #: how fast it runs, which picks its plan in the main job: "batched" (tensor code),
+    #: "python" (one row at a time) or "interpreted" (Triton's CPU interpreter)
+    speed: str = "batched"
 
     def expected(self, process: str) -> str:
         return dict(self.expect_by_process).get(process, self.expect)
@@ -54,6 +59,7 @@ class Backend:
             "law": self.law,
             "expect": {p: self.expected(p) for p in self.processes},
             "group": self.group,
+            "speed": self.speed,
             "doc": self.doc,
         }
 
@@ -88,6 +94,7 @@ def _register_reference() -> None:
                     expect_by_process=tuple(
                         (p, "pass" if p in rule.exact_for else "lossy") for p in CHAIN_PROCESSES
                     ),
+                    speed="python",
                 )
             )
         if not rule.chain_only:
@@ -105,6 +112,7 @@ def _register_reference() -> None:
                     expect_by_process=tuple(
                         (p, "pass" if p in rule.exact_for else "lossy") for p in TREE_PROCESSES
                     ),
+                    speed="python",
                 )
             )
 
@@ -193,6 +201,7 @@ def _register_optimized() -> None:
                 f"Triton kernel: {what} (interpreter on CPU)",
                 group="optimized",
                 expect_by_process=ref.expect_by_process,
+                speed="batched" if torch.cuda.is_available() else "interpreted",
             )
         )
 
@@ -257,7 +266,7 @@ def resolve(target: str, kind: str, processes: tuple[str, ...] | None = None) ->
     if (kind, target) in REGISTRY:
         b = REGISTRY[(kind, target)]
         if processes:
-            b = Backend(b.name, b.kind, b.fn, processes, b.expect, b.law, b.doc, b.group, b.expect_by_process)
+            b = replace(b, processes=processes)
         return b
     other = "tree" if kind == "chain" else "chain"
     if (other, target) in REGISTRY:
@@ -270,7 +279,7 @@ def resolve(target: str, kind: str, processes: tuple[str, ...] | None = None) ->
                 f"({', '.join(TREE_PROCESSES)})"
             )
         processes = CHAIN_PROCESSES
-    return Backend(target, kind, fn, processes, "pass", "target", "a user verifier", "user")
+    return Backend(target, kind, fn, processes, "pass", "target", "a user verifier", "user", speed="batched")
 
 
 def all_backends() -> list[Backend]:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from specproof.reference.choices import Sampler
+from specproof.reference.errors import TokenOutOfRangeError
 from specproof.reference.rules import Rule
 from specproof.reference.step import make_step
 from specproof.reference.tree import DraftTree
@@ -35,6 +36,10 @@ def _row(
     draft: np.ndarray | None,
     target: np.ndarray,
 ) -> tuple[tuple[int, ...], int]:
+    V = target.shape[1]
+    for i, t in enumerate(tokens[1:], start=1):
+        if not 0 <= t < V:
+            raise TokenOutOfRangeError(f"tokens[{i}]", f"is {int(t)}, outside [0, {V})")
     used = np.asarray(target.any(axis=0))
     if draft is not None:
         used = used | np.asarray(draft.any(axis=0))

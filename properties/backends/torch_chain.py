@@ -73,6 +73,8 @@ class Bugs:
     fixed_seed: bool = False  # ignores the generator: a private generator with a fixed seed
     global_rng: bool = False  # ignores the generator: draws from torch's global RNG
     int16_ids: bool = False  # token ids kept in 16 bits (ids >= 2**16 wrap around)
+    bf16_ids: bool = False  # token ids passed through bfloat16 (ids above 256 round)
+    deep_residual_from_p: int = 0  # if > 0: residual drawn from p at draft positions >= this (1-based)
 
 
 def _draw(shape: tuple[int, ...], gen: torch.Generator | None, bugs: Bugs) -> torch.Tensor:
@@ -129,6 +131,9 @@ def token_chain(
     if bugs.stale_draft_probs:
         qr = qr.roll(1, dims=0)
     w = pr if bugs.residual_from_p else (pr - qr).clamp(min=0)
+    if bugs.deep_residual_from_p:
+        deep = (at + 1 >= bugs.deep_residual_from_p)[:, None]
+        w = torch.where(deep, pr, w)
     w = torch.where((at < K)[:, None], w, pr)
     w = torch.where(w.sum(dim=1, keepdim=True) > 0, w, pr)
     if bugs.shared_uniforms and how == "icdf":
@@ -147,6 +152,9 @@ def token_chain(
     if bugs.int16_ids:
         wrapped = out.to(torch.int16).to(torch.int64)
         out = torch.where(out >= 0, wrapped.remainder(2**16) % V, out)
+    if bugs.bf16_ids:
+        rounded = out.to(torch.bfloat16).to(torch.int64).clamp(max=V - 1)
+        out = torch.where(out >= 0, rounded, out)
     return out
 
 
