@@ -934,3 +934,156 @@ def _under_ci() -> bool:
     import os
 
     return bool(os.environ.get("CI"))
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    from scipy import stats as st
+
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(st.beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(st.beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def calibration(
+    runs: int = 300,
+    samples: int = 300,
+    alpha: float = 0.01,
+    power_runs: int = 20,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """False alarms of the audit (4 looks, fixed size) on exact engines over ``runs`` seeds at
+    ``alpha``, and the rejection rate of each lossy mutant loop on its witness case over
+    ``power_runs`` seeds at the default suite's level; ``python -m
+    specproof.properties.engine_audit --calibrate`` writes docs/measurements/engine-audit-calibration.*."""
+    from .engines import T07 as T_07
+    from .engines import T1 as T_1
+    from .engines import resolve_engine, with_options
+
+    out: dict[str, Any] = {
+        "versions": versions(),
+        "alpha": alpha,
+        "runs": runs,
+        "samples": samples,
+        "exact": [],
+    }
+    for name in ("reference.direct", "reference.draft.token"):
+        spec = with_options(resolve_engine(name), prompts=[(0, 6)], samplings=[T_1])
+        t0 = time.perf_counter()
+        alarms, pmins = 0, []
+        for s in range(runs):
+            r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=samples, seed=1000 + s))
+            alarms += r.verdict == Verdict.LOSSY
+            pmins.append(r.cases[0].pvalue)
+        lo, hi = _clopper_pearson(alarms, runs)
+        row = {
+            "engine": name,
+            "case": "T=1 after [0 6], M = 4",
+            "runs": runs,
+            "samples": samples,
+            "false_alarms": alarms,
+            "rate": alarms / runs,
+            "ci95": [lo, hi],
+            "seconds": time.perf_counter() - t0,
+        }
+        say(f"{name}: {alarms}/{runs} false alarms at alpha {alpha:g} (95% CI [{lo:.3f}, {hi:.3f}])")
+        out["exact"].append(row)
+    out["power"] = []
+    cases = [
+        ("mutant.greedy_draft_soft_law", (0, 6), T_1, 300),
+        ("mutant.no_kv_rollback", (5, 2, 5, 2), T_07, 700),
+        ("mutant.temperature_target_only", (0, 6), T_07, 700),
+        ("mutant.late_features", (5, 2, 5, 2), T_07, 700),
+    ]
+    for name, prompt, s_, n in cases:
+        spec = with_options(resolve_engine(name), prompts=[prompt], samplings=[s_])
+        t0 = time.perf_counter()
+        hits, used = 0, []
+        for s in range(power_runs):
+            r = audit_engine(spec, EngineAuditConfig(alpha=1e-3, samples=n, seed=2000 + s))
+            hits += r.verdict == Verdict.LOSSY
+            used.append(r.cases[0].n)
+        lo, hi = _clopper_pearson(hits, power_runs)
+        out["power"].append(
+            {
+                "engine": name,
+                "case": f"{s_.label} after {list(prompt)}",
+                "samples": n,
+                "alpha": 1e-3,
+                "runs": power_runs,
+                "rejected": hits,
+                "ci95": [lo, hi],
+                "mean_samples_used": float(np.mean(used)),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        say(f"{name}: rejected in {hits}/{power_runs} runs at {n} samples (mean {np.mean(used):.0f} used)")
+    return out
+
+
+def calibration_markdown(doc: dict[str, Any]) -> str:
+    v = doc["versions"]
+    lines = [
+        "# Engine audit: calibration and power",
+        "",
+        f"Measured with `python -m specproof.properties.engine_audit --calibrate` (specproof "
+        f"{v.get('specproof', '?')}, torch {v.get('torch', '?')}, Python {v['python']}).",
+        "",
+        f"False alarms of exact engines: each run is one audit (4 looks, Bonferroni over them; "
+        f"{doc['samples']} samples; alpha {doc['alpha']:g}), seeds 1000 on.",
+        "",
+        "| engine | case | runs | samples/run | alpha | false alarms | rate [95% CI] |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in doc["exact"]:
+        lines.append(
+            f"| {r['engine']} | {r['case']} | {r['runs']} | {r['samples']} | {doc['alpha']:g} | "
+            f"{r['false_alarms']} | {r['rate']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] |"
+        )
+    lines += [
+        "",
+        "Power on the mutant loops (the cases and sizes of tests/test_engine_audit.py, alpha 1e-3, "
+        "seeds 2000 on):",
+        "",
+        "| mutant | case | samples | runs | rejected [95% CI] | mean samples used (early stop) |",
+        "|---|---|---:|---:|---|---:|",
+    ]
+    for r in doc["power"]:
+        lines.append(
+            f"| {r['engine']} | {r['case']} | {r['samples']} | {r['runs']} | {r['rejected']} "
+            f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['mean_samples_used']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m specproof.properties.engine_audit")
+    ap.add_argument("--calibrate", action="store_true", help="measure false alarms and power")
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--samples", type=int, default=300)
+    ap.add_argument("--power-runs", type=int, default=20)
+    ap.add_argument("--json")
+    ap.add_argument("--markdown")
+    a = ap.parse_args(argv)
+    if not a.calibrate:
+        ap.print_help()
+        return 4
+    doc = calibration(a.runs, a.samples, power_runs=a.power_runs)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(calibration_markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -372,3 +372,23 @@ def test_pytest_fixture_audits_an_engine(pytester):
         "    assert r.verdict == 'pass', r.summary()\n"
     )
     pytester.runpytest("-q").assert_outcomes(passed=1)
+
+
+def test_engine_findings_reproduce_in_the_reference():
+    """The HF findings' mechanisms as one-line changes of exact reference processes
+    (properties/findings.py), checked by the exact oracle (proofs_notes/thirdparty.md)."""
+    from fractions import Fraction
+
+    from specproof.properties.exact import check
+    from specproof.properties.findings import (
+        ARGMAX_WITNESS,
+        PERMUTED_WITNESS,
+        argmax_told_q_witness,
+        permuted_draft_law,
+        permuted_draft_law_witness,
+    )
+
+    assert argmax_told_q_witness().tv == Fraction(1, 2)
+    assert check("token", "onehot_chain", ARGMAX_WITNESS).tv == 0  # the same drafts told one-hot: exact
+    assert permuted_draft_law_witness((1, 2, 0)).tv == Fraction(3, 26)
+    assert check("token", permuted_draft_law((0, 1, 2)), PERMUTED_WITNESS).tv == 0
