@@ -334,6 +334,10 @@ def markdown(rows: list[Row]) -> str:
             for r in peers[1:]
         ]
         out += ["", bench_peers.markdown(env, results)]
+    if any(r.section.startswith("decode") for r in rows):
+        from . import bench_decode
+
+        out += ["", bench_decode.markdown([r for r in rows if r.section.startswith("decode")])]
     return "\n".join(out)
 
 
@@ -353,6 +357,10 @@ def run(quick: bool = False, sections: tuple[str, ...] = ("cpu", "audit", "gpu")
             rows += peers_section(quick, report)
         else:
             report("GPU: skipped (no CUDA device)")
+    if "decode" in sections:
+        from . import bench_decode
+
+        rows += bench_decode.run(quick, report)
     return rows
 
 

@@ -39,6 +39,7 @@ max_new_tokens, seed)`` and ``target_law(context)``.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -83,7 +84,7 @@ NODE_SITE: dict[str, str | None] = {
 #: rules verified by a kernel of this package; the reference's strict and traversal have none
 KERNEL_RULES = tuple(NODE_SITE)
 CHAIN_RULES = ("token", "block")
-PHASES = ("draft", "target", "verify", "commit")
+PHASES = ("prefill", "draft", "target", "verify", "commit")
 
 
 @dataclass
@@ -316,22 +317,23 @@ class OptimizedDecoder:
         reqs = list(self.requests.values())
         if not reqs:
             return []
-        t0 = time.perf_counter()
+        tp = self._clock()
         self._prefill([r for r in reqs if not r.prefilled])
+        t0 = self._clock()
         rids = [r.rid for r in reqs]
         tapes = [r.uniforms.next(self.S, self.N) for r in reqs]
         u_draft = torch.stack([t.draft for t in tapes]) if self.S else torch.zeros(len(reqs), 0)
         props = propose(self.drafter, self.process, self.shape, rids, [r.tokens for r in reqs], u_draft)
-        t1 = time.perf_counter()
+        t1 = self._clock()
         prefix = [self.cache.lengths[r] for r in rids]
         rows = self._rows(reqs, prefix, props)
         batch = QueryBatch.build(self.cache, rids, rows)
         logits, hidden = self.target.forward(batch, self.cache)
         laws = self.target.laws(logits, self.temperature)
-        t2 = time.perf_counter()
+        t2 = self._clock()
         row_laws = [self._row_laws(laws, batch, b, len(p.parents)) for b, p in enumerate(props)]
         results = self.verify(props, row_laws, tapes)
-        t3 = time.perf_counter()
+        t3 = self._clock()
         self._commit(rids, [v.path for v in results], prefix)
         for b, (r, v) in enumerate(zip(reqs, results)):
             if self.drafter.reads_features:
@@ -345,13 +347,19 @@ class OptimizedDecoder:
             r.out.emitted_per_step.append(len(emitted))
             if self.cache.lengths[r.rid] != len(r.tokens) - 1:  # pragma: no cover - commit's invariant
                 raise RuntimeError(f"cache of {r.rid!r} holds {self.cache.lengths[r.rid]} slots")
-        t4 = time.perf_counter()
+        t4 = self._clock()
         for r in reqs:
             self._maybe_finish(r)
-        for k, dt in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        for k, dt in zip(PHASES, (t0 - tp, t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             self.timings[k] += dt
         self.steps_run += 1
         return rids
+
+    def _clock(self) -> float:
+        """Wall time for :attr:`timings`, after the device's queued work (on a GPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def run(self) -> dict[Hashable, Decoded]:
         """Step until every request has finished; returns (and keeps) the finished ones."""
@@ -539,6 +547,36 @@ class OptimizedEngine:
 _PATCH_LOCK = threading.Lock()
 
 
+class _MarginReader(TapeReader):
+    """A tape reader that lowers ``sink[-1]`` to the margin of every draw (see
+    :func:`reference_decode_on_tape`)."""
+
+    def __init__(self, tape: dict[str, list[float]], sink: list[float]) -> None:
+        super().__init__(tape)
+        self.sink = sink
+
+    def _peek(self, site: tuple[str, int]) -> float:
+        return float(self._tape[site[0]][site[1]])
+
+    def bernoulli(self, p: Any, site: tuple[str, int]) -> bool:
+        out = super().bernoulli(p, site)
+        u = self._peek(site)
+        self.sink[-1] = min(self.sink[-1], abs(u - float(p)))
+        return out
+
+    def categorical(self, weights: Sequence[Any], site: tuple[str, int]) -> int:
+        out = super().categorical(weights, site)
+        u = self._peek(site)
+        w = [float(x) for x in weights]
+        total, acc = sum(w), 0.0
+        for x in w:
+            if x > 0:
+                acc += x
+                if acc < total:
+                    self.sink[-1] = min(self.sink[-1], abs(u - acc / total))
+        return out
+
+
 @contextlib.contextmanager
 def _reference_samplers(factory: Callable[[Any], Any]) -> Iterator[None]:
     import specproof.reference.decode as ref
@@ -564,12 +602,18 @@ def reference_decode_on_tape(
     shape: Sequence[int] | None = None,
     temperature: float = 1.0,
     trained: bool = True,
+    margins: list[float] | None = None,
 ) -> Decoded:
     """``reference.decode.decode`` itself, each step's draws read from ``tape`` (the layout of
     :class:`StepUniforms`) instead of a seeded sampler: step t's proposal reads ``("draft", s)``
     from ``draft[t, s]``, its verification reads the rule's node site c from ``node[t, c]`` and
     ``("final", 0)`` from ``final[t]``. Raises if the loop did not draw through two samplers per
-    step (so a change of the reference loop cannot silently bypass the tape)."""
+    step (so a change of the reference loop cannot silently bypass the tape).
+
+    ``margins``: if given, receives per step the smallest distance between a uniform the step
+    read and the threshold it was compared with (``|u - p|`` for ``u < p``; for an inverse-CDF
+    draw, ``|u - c_i / total|`` over the partial sums ``c_i`` that bound its cells): a step
+    whose margin exceeds the rounding of its laws decides the same on laws rounded differently."""
     from specproof.reference.decode import decode
 
     ref = PROPOSERS[proposer] if isinstance(proposer, str) else proposer
@@ -583,9 +627,14 @@ def reference_decode_on_tape(
     def sampler(rng: Any) -> TapeReader:
         t, phase = divmod(calls[0], 2)
         calls[0] += 1
+        draws = {"draft": tape.draft[t].tolist()} if phase == 0 else {}
+        if phase:
+            draws = {site: tape.node[t].tolist(), "final": [float(tape.final[t])]}
+        if margins is None:
+            return TapeReader(draws)
         if phase == 0:
-            return TapeReader({"draft": tape.draft[t].tolist()})
-        return TapeReader({site: tape.node[t].tolist(), "final": [float(tape.final[t])]})
+            margins.append(math.inf)
+        return _MarginReader(draws, margins)
 
     with _reference_samplers(sampler):
         out = decode(

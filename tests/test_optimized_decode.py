@@ -358,3 +358,52 @@ def test_the_engine_contract_generate_and_target_law():
     ):
         with pytest.raises(error):
             bad()
+
+
+# -- e2e and bench ------------------------------------------------------------------------------
+
+
+def test_e2e_checks_run_on_the_optimized_loop(monkeypatch):
+    # the exact law is the reference program's (run() computes it; stubbed here to keep this
+    # test fast); optimized_run adds the coupling and runs the sampled and statistical checks on
+    # the optimized loop
+    from specproof.properties import e2e
+
+    exact = {"exact_check": {"lossless": True, "tv": 0.0}, "sampled": {"vocab": 16}, "statistical": None}
+    monkeypatch.setattr(e2e, "run", lambda *a, **k: {k: dict(v) if v else v for k, v in exact.items()})
+    report = e2e.optimized_run(PROPOSERS["ngram"], "token", steps=3, seed=0, runs=30)
+    assert report["engine"] == "optimized" and report["coupling"]["equal"]
+    assert report["coupling"]["requests"] >= 4 and report["coupling"]["steps"] >= 8
+    assert report["sampled"]["engine"] == "optimized" and report["sampled"]["steps"] == 3
+    assert report["statistical"]["runs"] == 30 and report["statistical"]["lossless"]
+    assert report["lossless"]
+    with pytest.raises(BadParameterError, match="no optimized kernel"):
+        e2e.optimized_run(PROPOSERS["ngram"], "strict")
+
+
+def test_e2e_command_refuses_what_the_optimized_loop_cannot_run():
+    from specproof.properties.cli import main
+
+    base = ["e2e", "--proposer", "ngram", "--engine", "optimized", "--runs", "0", "--steps", "1"]
+    assert main(base + ["--rule", "traversal"]) == 4  # no kernel: a usage error, not a verdict
+    assert main(["e2e", "--proposer", "ngram", "--engine", "gpu"]) == 4
+
+
+def test_float32_agreement_divergences_are_near_a_threshold():
+    from specproof.optimized.bench_decode import float32_agreement
+
+    study = float32_agreement([("draft", "token"), ("eagle2", "rrs")], requests=3, steps=6, seed=1)
+    assert study["law_rounding"] < study["delta"]  # the threshold window covers float32 rounding
+    assert study["compared"] >= 2 * 3  # at least one step per request
+    assert study["unexplained"] == 0  # every divergence had a uniform within delta of a threshold
+    assert study["diverged"] <= study["near"]
+
+
+def test_the_decode_bench_runs_and_reports_equal_outputs():
+    from specproof.optimized.bench_decode import markdown, speed
+
+    rows = speed(True, lambda s: None)
+    fp64 = [r for r in rows if r.engine == "optimized"]
+    assert fp64 and all(r.extra["outputs_equal"] for r in fp64)
+    assert all(abs(sum(r.extra["share"].values()) - 1) < 1e-9 for r in fp64)
+    assert "| draft, token | 4 |" in markdown(rows)
