@@ -292,7 +292,7 @@ def paged_attention(q: torch.Tensor, cache: PagedKVCache, layer: int, batch: Que
     R = T * H
     if R == 0:
         return out
-    QB = max(2, min(512 if interpreted() else 16, triton.next_power_of_2(R)))
+    QB = max(2, min(512 if interpreted() else 8, triton.next_power_of_2(R)))
     NB = max(2, triton.next_power_of_2(int(batch.ntree.max())))
     bs = cache.block_size
     KT = max(bs, min(256, triton.next_power_of_2(int(batch.vis.max())))) if interpreted() else bs
@@ -397,13 +397,12 @@ def compile_specs() -> list[tuple[str, object, dict[str, str], dict[str, object]
     """The kernels' signatures for :mod:`specproof.optimized.compile_check` (via tree_attention)."""
     specs: list[tuple[str, object, dict[str, str], dict[str, object]]] = []
     for dt, acc in (("fp32", tl.float32), ("fp64", tl.float64)):
-        consts: dict[str, object] = {"W": 1, "DB": 64, "QB": 16, "BSZ": 16, "KT": 16, "NB": 16, "ACC": acc}
+        consts: dict[str, object] = {"W": 1, "DB": 64, "QB": 8, "BSZ": 16, "KT": 16, "NB": 16, "ACC": acc}
         sig = {
             **{n: f"*{dt}" for n in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")},
-            **{
-                n: "*i64" for n in ("table_ptr", "start_ptr", "count_ptr", "base_ptr", "ntree_ptr", "vis_ptr")
-            },
+            **{n: "*i64" for n in ("table_ptr", "row_ptr", "base_ptr", "ntree_ptr", "vis_ptr")},
             "mask_ptr": "*i32",
+            "R": "i32",
             "H": "i32",
             "D": "i32",
             "MAXB": "i32",

@@ -126,4 +126,6 @@ def compile_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
         "scale": "fp32",
         **dict.fromkeys(consts, "constexpr"),
     }
-    return [("tree_attention[fp32]", tree_attention_kernel, sig, consts)]
+    from .paged_kv import compile_specs as paged_specs  # the decoding loop's paged kernels
+
+    return [("tree_attention[fp32]", tree_attention_kernel, sig, consts), *paged_specs()]
