@@ -194,7 +194,7 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
     print(
         f"{proposer.name} ({proc.name}) verified by {rule} ({claim}): "
         + ("LOSSLESS" if report["lossless"] else "LOSSY")
-        + (" against the original target" if report["against"] == "original" else "")
+        + (" against the original target" if report.get("against") == "original" else "")
     )
     print(
         f"  exact law of 2 steps on a {ex['vocab']}-token transformer ({ex['drafts']} drafts, depth "
@@ -221,6 +221,8 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
         )
         print("\n".join(e2e.calibration_lines(report["calibration"], cals)))
     if args.report:
+        if args.report.lower().endswith(".svg") and not args.calibration:
+            return fail("--report PATH.svg holds the reliability diagrams: add --calibration")
         e2e.write_report(args.report, report, cals)
     if args.json:
         _write_json(args.json, report)
@@ -367,7 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.5,
         help="draft temperature of the drafter compared in --calibration (default 0.5)",
     )
-    e.add_argument("--report", metavar="PATH", help="write a report: Markdown, or .html with the diagrams")
+    e.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write a report: Markdown, .html with the diagrams, or .svg (diagrams)",
+    )
     _add_progress(e, "progress on stderr (auto: on a terminal)")
     e.set_defaults(func=_cmd_e2e)
 

@@ -19,6 +19,21 @@ The verdict is lossy if either check flags it.
 ``engine="optimized"`` (``specproof e2e --engine optimized``): the same checks on the optimized
 loop (:mod:`specproof.optimized.decode`, :func:`optimized_run`); the exact law, enumerated from
 the reference program, carries over to it through a coupling check on shared tapes.
+
+Three more reports (docs/self-drafting.md):
+
+* **moved baseline** - a proposer that fine-tunes the target (Medusa-2) is verified by the
+  fine-tuned model: the exact check is against that model, and the report adds how far it is
+  from the original (exact TV of the M-token law on the 4-token target, KL per position on the
+  16-token one). ``against="original"`` audits against the original target instead: flagged,
+  with the message that the baseline moved (:func:`.mismatch.baseline_audit`);
+* **mismatch** - ``mismatch`` stages a mismatched deployment (:func:`.mismatch.deployment`):
+  another vocabulary or hidden size is refused before decoding; another target revision or the
+  wrong feature layer stays lossless, and the report compares acceptance with the draft's own
+  target (:func:`.mismatch.acceptance_finding`);
+* **calibration** - :func:`calibration` (``specproof e2e --calibration``): path confidence
+  against acceptance, the drafter side by side with the same drafter at another temperature
+  (:mod:`.draft_calibration`).
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ from specproof.reference.rules import RULES
 from specproof.reference.transformer import TransformerLM
 from specproof.reference.tree import DraftTree
 
+from . import draft_calibration, mismatch
 from .exact import multi_step_check
 from .sequence_test import sequence_test
 
@@ -44,6 +60,8 @@ EXACT_PREFIX = (2, 0, 3, 2)
 SAMPLED_PROMPT = (3, 4)
 STAT_HORIZON = 3
 ALPHA = 1e-6
+#: the sampled acceptance comparison of ``--mismatch``: prompts (independent runs), steps each
+MISMATCH_RUNS, MISMATCH_STEPS = 16, 16
 
 
 def applicable_rules(proposer: Proposer, process_index: int = 0) -> list[str]:
@@ -71,24 +89,48 @@ def run(
     runs: int = 0,
     process_index: int = 0,
     progress: Callable[[str], None] | None = None,
+    against: str = "verifier",
+    mismatch_kind: str | None = None,
     engine: str = "reference",
 ) -> dict[str, Any]:
-    """Every check of one (proposer, process, rule); see the module doc.
+    """Every check of one (proposer, process, rule); see the module doc. ``against``: the
+    baseline, ``"verifier"`` (the model that verifies) or ``"original"`` (the target before any
+    fine-tuning); ``mismatch_kind``: a mismatched deployment to stage (:data:`.mismatch.KINDS`).
     ``engine``: ``"optimized"`` runs the checks on the optimized loop (:func:`optimized_run`)."""
     if engine != "reference":
+        if mismatch_kind is not None or against != "verifier":
+            raise BadParameterError("engine", "the optimized loop runs the checks against the verifier only")
         return optimized_run(proposer, rule, steps, seed, runs, process_index, progress, engine)
     proc = proposer.processes[process_index]
     small, big = e2e_models()
+    dep = mismatch.deployment(proposer, small, big, mismatch_kind)  # refuses vocab/width mismatches
     if progress:
         progress(f"{proposer.name}/{rule}: exact 2-step law on the {small.vocab}-token target")
-    tv, exact_mean = multi_step_check(
-        rule, proc, TransformerLM(small), proposer.make_drafter(small), proposer.exact_shape, EXACT_PREFIX, 2
-    )
+    baseline = None
+    if dep.small is not small and mismatch_kind is None:  # the verifying model is not the target
+        baseline = mismatch.baseline_audit(
+            rule,
+            proc,
+            TransformerLM(dep.small),
+            TransformerLM(small),
+            dep.small_drafter,
+            proposer.exact_shape,
+            EXACT_PREFIX,
+            2,
+        )
+        tv = baseline.tv_to_reference if against == "original" else baseline.tv_to_verifier
+        exact_mean = baseline.mean_emitted
+    else:
+        tv, exact_mean = multi_step_check(
+            rule, proc, TransformerLM(dep.small), dep.small_drafter, proposer.exact_shape, EXACT_PREFIX, 2
+        )
     exact_depth = DraftTree(proposer.exact_shape, "shape").max_depth
     if progress:
         progress(f"{proposer.name}/{rule}: {steps} sampled steps on the {big.vocab}-token target")
-    drafter = proposer.make_drafter(big)
-    out = decode(big, drafter, proc, rule, proposer.shape, SAMPLED_PROMPT, steps, np.random.default_rng(seed))
+    drafter, verifier = dep.big_drafter, dep.big
+    out = decode(
+        verifier, drafter, proc, rule, proposer.shape, SAMPLED_PROMPT, steps, np.random.default_rng(seed)
+    )
     shape = DraftTree(proposer.shape, "shape")
     alpha = float(np.mean(out.overlaps)) if out.overlaps else 0.0
     chain_k = shape.n - 1 if shape.is_chain and proc.chain else None
@@ -125,7 +167,7 @@ def run(
 
         def one(r: int) -> tuple[int, ...]:
             o = decode(
-                big,
+                verifier,
                 drafter,
                 proc,
                 rule,
@@ -138,7 +180,9 @@ def run(
             return tuple(o.tokens[len(SAMPLED_PROMPT) :])
 
         greedy = RULES[rule].preserves == "greedy"
-        target = TransformerLM(big, 0.0 if greedy else 1.0)
+        target = TransformerLM(
+            big if baseline and against == "original" else verifier, 0.0 if greedy else 1.0
+        )
         res = sequence_test(one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy)
         report["statistical"] = {
             "runs": res.runs,
@@ -154,7 +198,67 @@ def run(
     report["lossless"] = report["exact_check"]["lossless"] and (
         report["statistical"] is None or report["statistical"]["lossless"]
     )
+    report["against"] = "original" if baseline and against == "original" else "verifier"
+    report["baseline"] = None
+    if baseline is not None:
+        kl = mismatch.kl_per_position(big, verifier)
+        report["baseline"] = baseline.to_json(report["against"]) | {
+            "kl_per_position": kl.__dict__,
+            "kl_summary": kl.describe(),
+        }
+    report["mismatch"] = None
+    if mismatch_kind is not None:
+        report["mismatch"] = _mismatch_report(proposer, proc, rule, dep, exact_mean, seed, progress)
     return report
+
+
+def _mismatch_report(
+    proposer: Proposer,
+    proc: Process,
+    rule: str,
+    dep: mismatch.Deployment,
+    exact_mean: float,
+    seed: int,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """Acceptance of the mismatched deployment against the draft weights with their own target:
+    exact on the 4-token target (expected accepted drafts per step), sampled on the 16-token one
+    (:data:`MISMATCH_RUNS` prompts of the target's own text, :data:`MISMATCH_STEPS` steps each)."""
+    small, big = e2e_models()
+    _, own_mean = multi_step_check(
+        rule,
+        proc,
+        TransformerLM(proposer.verifying_target(small)),
+        proposer.make_drafter(small),
+        proposer.exact_shape,
+        EXACT_PREFIX,
+        2,
+    )
+    exact = mismatch.acceptance_finding(
+        mismatch.Acceptance("own target, 4-token", float(own_mean) - 1),
+        mismatch.Acceptance(f"{dep.kind} mismatch, 4-token", float(exact_mean) - 1),
+    )
+    if progress:
+        progress(f"{proposer.name}/{rule}: acceptance with its own target and mismatched ({dep.kind})")
+    prompts = mismatch.prompts_from(big, MISMATCH_RUNS, 4, seed)
+    args = (proc, rule, proposer.shape, prompts, MISMATCH_STEPS, seed)
+    own = mismatch.measure_acceptance(
+        "own target", proposer.verifying_target(big), proposer.make_drafter(big), *args
+    )
+    deployed = mismatch.measure_acceptance(f"{dep.kind} mismatch", dep.big, dep.big_drafter, *args)
+    sampled = mismatch.acceptance_finding(own, deployed)
+    laws = None
+    if dep.big is proposer.verifying_target(big):  # same target: the draft laws must be the same
+        contexts = [p[:n] for p in prompts for n in range(2, len(p) + 1)]
+        laws = mismatch.compare_draft_laws(proposer.make_drafter(big), dep.big_drafter, contexts)
+    return {
+        "kind": dep.kind,
+        "deployment": dep.doc,
+        "exact": exact.to_json(),
+        "sampled": sampled.to_json(),
+        "draft_laws": None if laws is None else laws.to_json(),
+        "collapsed": exact.collapsed or sampled.collapsed,
+    }
 
 
 #: ``--engine optimized``: the coupling check's prompts and steps (shared tapes, float64)
@@ -302,6 +406,13 @@ def markdown_table(rows: list[dict[str, Any]], steps: int) -> str:
     for r in rows:
         ex, sa = r["exact_check"], r["sampled"]
         verdict = "lossless" if ex["lossless"] else f"LOSSY (TV {ex['tv']:.3g})"
+        if r.get("baseline"):  # verified by a fine-tuned model (Medusa-2): say how far it moved
+            b = r["baseline"]
+            verdict += (
+                f" w.r.t. the fine-tuned target; it is TV {b['tv_models']:.3g} from the original "
+                f"({'greedy, ' if b['greedy'] else ''}{b['horizon']} tokens), "
+                f"KL {b['kl_per_position']['kl_per_position']:.3g} per position"
+            )
         cf = sa["closed_form_iid"]
         closed = f"{cf:.2f} (alpha {sa['alpha']:.2f})" if cf is not None else "-"
         lines.append(
@@ -309,3 +420,143 @@ def markdown_table(rows: list[dict[str, Any]], steps: int) -> str:
             f"{ex['mean_emitted_per_step']:.3f} | {sa['mean_emitted_per_target_forward']:.2f} | {closed} |"
         )
     return "\n".join(lines)
+
+
+#: ``specproof e2e --calibration``: prompts per domain, their length, steps per prompt
+CALIBRATION_PROMPTS, CALIBRATION_LENGTH, CALIBRATION_STEPS = 8, 4, 12
+
+
+def calibration(
+    proposer: Proposer,
+    rule: str,
+    seed: int = 0,
+    temperature: float = 0.5,
+    process_index: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], list[draft_calibration.Calibration]]:
+    """Path confidence against acceptance on the 16-token target (:mod:`.draft_calibration`):
+    the proposer's drafter and the same drafter at draft ``temperature``, on two domains of
+    prompts (the target's own text, uniform tokens). Returns the JSON report and the two
+    calibrations (for the reliability diagrams)."""
+    _, big = e2e_models()
+    verifier, proc = proposer.verifying_target(big), proposer.processes[process_index]
+    prompts = draft_calibration.domains(big, CALIBRATION_PROMPTS, CALIBRATION_LENGTH, seed)
+    own = proposer.make_drafter(big)
+    cals, out = [], []
+    other = f"{proposer.name} at draft temperature {temperature:g}"
+    for label, drafter in ((proposer.name, own), (other, draft_calibration.tempered(own, temperature))):
+        if progress:
+            progress(f"calibration: {label}")
+        records = draft_calibration.collect(
+            verifier, drafter, proc, rule, proposer.shape, prompts, CALIBRATION_STEPS, seed
+        )
+        cal = draft_calibration.calibrate(records, label)
+        cals.append(cal)
+        out.append(
+            cal.to_json()
+            | {
+                "domains": {d: c.to_json() for d, c in draft_calibration.by_domain(records, label).items()},
+                "agreement": draft_calibration.agreement(records).describe(),
+                "calibration_test": draft_calibration.agreement(records, against="confidence").describe(),
+            }
+        )
+    settings = {
+        "rule": rule,
+        "process": proc.name,
+        "seed": seed,
+        "prompts_per_domain": CALIBRATION_PROMPTS,
+        "prompt_length": CALIBRATION_LENGTH,
+        "steps_per_prompt": CALIBRATION_STEPS,
+        "bins": list(draft_calibration.EDGES),
+    }
+    return {"settings": settings, "drafters": out}, cals
+
+
+def describe_more(report: dict[str, Any]) -> list[str]:
+    """The report lines of a moved baseline and of a staged mismatch (none for a plain run)."""
+    lines = []
+    b = report.get("baseline")
+    if b:
+        lines.append(f"  baseline: {b['message']}")
+        lines.append(
+            f"  the fine-tuned target vs the original: TV {b['tv_models']:.4g} between their "
+            f"{b['horizon']}-token laws on the 4-token target; {b['kl_summary']} on the 16-token target"
+        )
+    m = report.get("mismatch")
+    if m:
+        lines.append(f"  deployment ({m['kind']} mismatch): {m['deployment']}")
+        lines.append(f"  exact, 4-token target: {m['exact']['message']}")
+        lines.append(f"  sampled, 16-token target: {m['sampled']['message']}")
+        if m["draft_laws"]:
+            lines.append(f"  draft laws, 16-token target: {m['draft_laws']['message']}")
+    return lines
+
+
+def calibration_lines(report: dict[str, Any], cals: list[draft_calibration.Calibration]) -> list[str]:
+    """The calibration summary and a side-by-side reliability table as text."""
+    st = report["settings"]
+    lines = [
+        f"  calibration ({st['process']} verified by {st['rule']}, seed {st['seed']}; "
+        f"{st['prompts_per_domain']} prompts of {st['prompt_length']} tokens per domain, "
+        f"{st['steps_per_prompt']} steps each; confidence bins of width 0.1):"
+    ]
+    for d, cal in zip(report["drafters"], cals):
+        lines.append(f"    {cal.describe()}")
+        for dom in d["domains"].values():
+            lines.append(
+                f"      {dom['label']}: ECE {dom['ece']:.3f} over {dom['nodes']} nodes "
+                f"(mean confidence {dom['mean_confidence']:.3f}, acceptance {dom['acceptance']:.3f})"
+            )
+        lines.append(f"      {d['calibration_test']}")
+        lines.append(f"      {d['agreement']}")
+    lines.append("    bin         " + "".join(f"| {c.label[:34]:<34} " for c in cals))
+    for i, b in enumerate(cals[0].bins):
+        row = f"    {b.label:<11} "
+        for c in cals:
+            x = c.bins[i]
+            cell = "" if x.nodes == 0 else f"{x.nodes:4d}: conf {x.confidence:.2f} -> acc {x.acceptance:.2f}"
+            row += f"| {cell:<34} "
+        lines.append(row)
+    return lines
+
+
+def write_report(path: str, report: dict[str, Any], cals: list[draft_calibration.Calibration]) -> None:
+    """The run as Markdown (text bars), or ``.html`` with the reliability diagrams, or ``.svg``:
+    the diagrams alone, side by side."""
+    from .report import to_html, to_markdown
+
+    ex = report["exact_check"]
+    head = (
+        f"{report['proposer']} ({report['process']}) verified by {report['rule']}: "
+        + ("LOSSLESS" if report["lossless"] else "LOSSY")
+        + f"; exact 2-step check TV = {ex['tv']:.3g}, "
+        + f"{ex['mean_emitted_per_step']:.3f} tokens per step expected"
+    )
+    blocks: list[Any] = [("h1", f"specproof e2e: {report['proposer']}"), ("p", head)]
+    if report.get("statistical"):
+        blocks.append(("p", "statistical: " + report["statistical"]["summary"]))
+    blocks += [("p", line.strip()) for line in describe_more(report)]
+    if cals:
+        st = report["calibration"]["settings"]
+        note = (
+            f"{st['process']} verified by {st['rule']} on the 16-token target, seed {st['seed']}; "
+            f"{st['prompts_per_domain']} prompts of {st['prompt_length']} tokens in each of two domains "
+            f"(the target's own text, uniform tokens), {st['steps_per_prompt']} steps each. Confidence: the "
+            "product of the draft probabilities along a node's path; accepted: the whole path accepted. "
+            "Ten bins of width 0.1; ECE = sum over bins of (bin weight x |mean confidence - acceptance|). "
+            "Descriptive of these prompts and this seed, not a lossless property."
+        )
+        blocks += draft_calibration.report_blocks(cals, note)
+    if path.lower().endswith(".svg"):
+        if not cals:
+            raise ValueError("report: an .svg report holds the reliability diagrams: add --calibration")
+        text = draft_calibration.figure_svg(cals)
+    elif path.lower().endswith((".html", ".htm")):  # the diagrams stand for the text bars
+        page = to_html([b for b in blocks if b[0] != "bars"])
+        if cals:
+            page = page.replace("</body></html>", draft_calibration.html_figures(cals) + "</body></html>")
+        text = page
+    else:
+        text = to_markdown(blocks)
+    with open(path, "w") as f:
+        f.write(text)

@@ -12,6 +12,7 @@ name     drafts                                       processes (first: the defa
 draft    an independent smaller transformer           iid_chain, onehot_chain            token
 ngram    prompt lookup: the last matching n-gram      onehot_chain                       token
 medusa   3 heads on the last hidden state, top-k      onehot_siblings, topk_siblings     rrs
+medusa2  Medusa-2: heads and backbone fine-tuned      onehot_siblings, topk_siblings     rrs
 eagle1   feature-level autoregressive draft, top-k    onehot_siblings, topk_siblings     rrs
 eagle2   EAGLE-1's network, dynamic tree              dynamic_tree                       rrs
 eagle3   fused low/mid/high features, dynamic tree    dynamic_tree                       rrs
@@ -26,6 +27,11 @@ deterministic tree; the chains use token-level rejection sampling.
 
 Self-drafting networks are distilled briefly from their target (:mod:`.distill`, cached);
 ``make_drafter(target, trained=False)`` gives the network's initial weights instead.
+
+Medusa-2 changes the target: its backbone is fine-tuned with the heads, so its drafts are
+verified by the fine-tuned model, :meth:`Proposer.verifying_target` (every other proposer's
+verifying target is the target itself). Exactness then holds with respect to that model
+(proofs_notes/medusa2.md).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from .draft_model import draft_model
 from .eagle1 import Eagle1Net
 from .eagle3 import Eagle3Net
 from .medusa import MedusaHeads, choices_to_shape
+from .medusa2 import drafter as medusa2_drafter
+from .medusa2 import verifier as medusa2_verifier
 from .mtp import MTPModules
 from .ngram import NgramLM
 from .selfdraft import Drafter, DraftNet, as_drafter
@@ -64,9 +72,16 @@ class Proposer:
     exact_shape: tuple[int, ...]  # the tree (or depth chain) of the exact multi-step check
     shape: tuple[int, ...]  # the tree (or depth chain) of the sampled decoding loop
     doc: str
+    #: the model that verifies, given the target (None: the target itself)
+    verifier: Callable[[TinyTransformer, bool], TinyTransformer] | None = None
 
     def make_drafter(self, target: TinyTransformer, trained: bool = True) -> Drafter:
         return self.build(target, trained)
+
+    def verifying_target(self, target: TinyTransformer, trained: bool = True) -> TinyTransformer:
+        """The model whose laws verify this proposer's drafts on ``target``: ``target`` itself,
+        or the fine-tuned backbone for a proposer that fine-tunes it (Medusa-2)."""
+        return target if self.verifier is None else self.verifier(target, trained)
 
     @property
     def process(self) -> Process:
@@ -122,6 +137,16 @@ PROPOSERS: dict[str, Proposer] = {
             TREE_SMALL,
             TREE_E2E,
             "Medusa-1: 3 residual heads on the frozen target's last hidden state; static top-k tree",
+        ),
+        Proposer(
+            "medusa2",
+            medusa2_drafter,
+            _TOPK,
+            "rrs",
+            TREE_SMALL,
+            TREE_E2E,
+            "Medusa-2: the backbone fine-tuned with the 3 heads; verified by the fine-tuned backbone",
+            verifier=medusa2_verifier,
         ),
         Proposer(
             "eagle1",
