@@ -210,10 +210,13 @@ class EngineAuditResult:
         if self.verdict == Verdict.LOSSY:
             lines.append(f"  witness: {self.witness_text()}")
         elif self.verdict in (Verdict.PASS, Verdict.UNDERPOWERED):
-            word = "every case ran its plan" if self.verdict == Verdict.PASS else "some cases ran short"
-            lines.append(
-                f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"
-            )
+            if c.samples:
+                lines.append(f"  no deviation detected at the fixed size of {c.samples} samples per case")
+            else:
+                word = "every case ran its plan" if self.verdict == Verdict.PASS else "some cases ran short"
+                lines.append(
+                    f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"
+                )
             for r in self.cases:
                 mark = " (budget-limited)" if r.budget_limited else ""
                 lines.append(

@@ -638,43 +638,58 @@ def _register_mutants() -> None:
 
 def _optimized_available() -> tuple[bool, str]:
     if importlib.util.find_spec("specproof.optimized.decode") is None:
-        return False, "specproof.optimized.decode does not exist yet (issue 15)"
+        return False, "specproof.optimized.decode does not exist"
     module = importlib.import_module("specproof.optimized.decode")
     if not hasattr(module, "OptimizedEngine"):
-        return False, "specproof.optimized.decode has no OptimizedEngine yet (issue 15)"
+        return False, "specproof.optimized.decode has no OptimizedEngine"
     return True, ""
 
 
+def _optimized_rules() -> tuple[str, ...]:
+    """The rules with an optimized kernel (``optimized.decode.KERNEL_RULES``); the kernels'
+    set as documented there when the module cannot be imported."""
+    try:
+        module = importlib.import_module("specproof.optimized.decode")
+        return tuple(module.KERNEL_RULES)
+    except Exception:
+        return ("token", "block", "mss", "rrs", "target_only", "greedy", "typical")
+
+
 def _optimized_engine(proposer: Proposer, rule: str, sampling: Sampling) -> Engine:
+    """``optimized.decode.OptimizedEngine`` on :func:`engine_target` with untrained drafters (as
+    the reference engines), in float64."""
+    if sampling.top_k is not None or sampling.top_p is not None:
+        raise BadParameterError("sampling", "the optimized loop samples with a temperature only")
     module = importlib.import_module("specproof.optimized.decode")
-    target = engine_target()
-    return module.OptimizedEngine(
-        target,
-        proposer.make_drafter(target, trained=False),
-        proposer.process,
-        rule,
-        proposer.shape,
-        temperature=sampling.temperature,
+    engine: Engine = module.OptimizedEngine(
+        proposer.name, rule, engine_target(), temperature=sampling.temperature or 1.0, trained=False
     )
+    return engine
 
 
 def _register_optimized() -> None:
-    """The optimized loop (issue 15), when it exists: one engine per proposer's default rule.
-    Its constructor is assumed to mirror :class:`ReferenceEngine`'s (target, drafter, process,
-    rule, shape, temperature=); until it exists the entries say so and are not audited."""
+    """The optimized loop (issue 15): every proposer x rule declared exact for its process that
+    has an optimized kernel, audited like ``reference.*`` (imported lazily, when audited)."""
+    kernels = set(_optimized_rules())  # imports optimized.decode before e2e (_ensure_registered)
+    from .e2e import applicable_rules
+
     for p in PROPOSERS.values():
-        register(
-            EngineSpec(
-                f"optimized.{p.name}.{p.default_rule}",
-                "optimized",
-                f"optimized/decode.py OptimizedEngine: {p.name} verified by {p.default_rule}",
-                functools.partial(_optimized_engine, p, p.default_rule),
-                engine_target().vocab,
-                REFERENCE_PROMPTS,
-                (T1, T07),
-                available=_optimized_available,
+        for rule in applicable_rules(p):
+            if rule not in kernels:
+                continue
+            greedy = RULES[rule].preserves == "greedy"
+            register(
+                EngineSpec(
+                    f"optimized.{p.name}.{rule}",
+                    "optimized",
+                    f"optimized/decode.py OptimizedEngine: {p.name} ({p.process.name}) verified by {rule}",
+                    functools.partial(_optimized_engine, p, rule),
+                    engine_target().vocab,
+                    REFERENCE_PROMPTS,
+                    (GREEDY,) if greedy else (T1, T07),
+                    available=_optimized_available,
+                )
             )
-        )
 
 
 def _register_thirdparty() -> None:
@@ -695,9 +710,11 @@ def _ensure_registered() -> None:
     if _REGISTERED:
         return
     _REGISTERED = True
+    # The optimized package first: its kernels run under Triton's interpreter only when it is
+    # imported before the modules that import Triton on their own (see _register_optimized).
+    _register_optimized()
     _register_reference()
     _register_mutants()
-    _register_optimized()
     _register_thirdparty()
 
 

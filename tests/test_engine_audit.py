@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -49,6 +50,7 @@ from specproof.reference.proposers.draft_model import draft_model
 from specproof.reference.rules import RULES
 
 ALPHA = 1e-3
+E._ensure_registered()  # the registry, for the parametrized sweeps below
 
 
 def _audit(name: str, prompts, samplings, samples: int, seed: int = 0, looks: int = 4):
@@ -392,3 +394,49 @@ def test_engine_findings_reproduce_in_the_reference():
     assert check("token", "onehot_chain", ARGMAX_WITNESS).tv == 0  # the same drafts told one-hot: exact
     assert permuted_draft_law_witness((1, 2, 0)).tv == Fraction(3, 26)
     assert check("token", permuted_draft_law((0, 1, 2)), PERMUTED_WITNESS).tv == 0
+
+
+SLOW = pytest.mark.skipif(os.environ.get("SPECPROOF_SLOW") != "1", reason="slow sweep: SPECPROOF_SLOW=1")
+
+
+def _registered(group: str) -> list[str]:
+    E._ensure_registered()
+    return [n for n, s in E.ENGINES.items() if s.group == group and s.available()[0]]
+
+
+def test_the_optimized_loop_is_registered_for_every_proposer_and_rule_with_a_kernel():
+    from specproof.properties.e2e import applicable_rules
+    from specproof.reference.proposers import PROPOSERS
+
+    names = set(_registered("optimized"))
+    if not names:
+        pytest.skip("specproof.optimized.decode has no OptimizedEngine")
+    from specproof.optimized.decode import KERNEL_RULES
+
+    for p in PROPOSERS.values():
+        for rule in applicable_rules(p):
+            assert (f"optimized.{p.name}.{rule}" in names) == (rule in KERNEL_RULES)
+
+
+@SLOW
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in E.ENGINES if n.startswith("reference.")] or ["reference.direct"])
+def test_every_reference_engine_passes(name):
+    """Every proposer x exact rule (and the direct sampler): 2 prompts x its settings, 300
+    samples per case, alpha 1e-3 (about 1 hour in all on 2 cores)."""
+    res = audit_engine(resolve_engine(name), EngineAuditConfig(alpha=ALPHA, samples=300))
+    assert res.verdict == Verdict.PASS, res.summary()
+
+
+@SLOW
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["optimized.draft.token", "optimized.eagle1.rrs", "optimized.ngram.greedy"])
+def test_optimized_engines_pass(name):
+    """The optimized loop under Triton's interpreter (about 1 s per sample on a CPU): one case,
+    100 samples (a contract check and a coarse law check; its coupling with the reference loop,
+    sample for sample, is tested in tests/test_optimized_decode.py)."""
+    if name not in _registered("optimized"):
+        pytest.skip("specproof.optimized.decode has no OptimizedEngine")
+    spec = resolve_engine(name)
+    res = _audit(name, [(0, 6)], spec.samplings[:1], samples=100)
+    assert res.verdict == Verdict.PASS, res.summary()
