@@ -166,6 +166,7 @@ def float32_agreement(
     seed: int = 0,
     delta: float = DELTA,
     report: Callable[[str], None] = lambda s: None,
+    law_trees: int = 16,
 ) -> dict[str, Any]:
     """The float32 agreement study (module doc): per pair and in total, the steps compared, the
     near-threshold steps (a uniform within ``delta`` of its threshold), the divergent steps and
@@ -210,7 +211,7 @@ def float32_agreement(
         "steps": steps,
         "seed": seed,
         "delta": delta,
-        "law_rounding": law_rounding(),
+        "law_rounding": law_rounding(law_trees),
         "pairs": rows,
         **total,
         "unexplained": sum(m >= delta for m in margins_all),

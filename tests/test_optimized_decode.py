@@ -161,7 +161,7 @@ def configs(draw):
     return ref, rule, shape, prompts, kw
 
 
-@settings(max_examples=8)
+@settings(max_examples=5)
 @given(cfg=configs(), seed=st.integers(0, 2**32 - 1))
 def test_coupling_on_drawn_proposers_rules_prompts_batches_and_shapes(cfg, seed):
     ref, rule, shape, prompts, kw = cfg
@@ -371,11 +371,11 @@ def test_e2e_checks_run_on_the_optimized_loop(monkeypatch):
 
     exact = {"exact_check": {"lossless": True, "tv": 0.0}, "sampled": {"vocab": 16}, "statistical": None}
     monkeypatch.setattr(e2e, "run", lambda *a, **k: {k: dict(v) if v else v for k, v in exact.items()})
-    report = e2e.optimized_run(PROPOSERS["ngram"], "token", steps=3, seed=0, runs=30)
+    report = e2e.optimized_run(PROPOSERS["ngram"], "token", steps=2, seed=0, runs=12)
     assert report["engine"] == "optimized" and report["coupling"]["equal"]
     assert report["coupling"]["requests"] >= 4 and report["coupling"]["steps"] >= 8
-    assert report["sampled"]["engine"] == "optimized" and report["sampled"]["steps"] == 3
-    assert report["statistical"]["runs"] == 30 and report["statistical"]["lossless"]
+    assert report["sampled"]["engine"] == "optimized" and report["sampled"]["steps"] == 2
+    assert report["statistical"]["runs"] == 12 and report["statistical"]["lossless"]
     assert report["lossless"]
     with pytest.raises(BadParameterError, match="no optimized kernel"):
         e2e.optimized_run(PROPOSERS["ngram"], "strict")
@@ -392,9 +392,9 @@ def test_e2e_command_refuses_what_the_optimized_loop_cannot_run():
 def test_float32_agreement_divergences_are_near_a_threshold():
     from specproof.optimized.bench_decode import float32_agreement
 
-    study = float32_agreement([("draft", "token"), ("eagle2", "rrs")], requests=3, steps=6, seed=1)
+    study = float32_agreement([("eagle2", "rrs")], requests=3, steps=5, seed=1, law_trees=4)
     assert study["law_rounding"] < study["delta"]  # the threshold window covers float32 rounding
-    assert study["compared"] >= 2 * 3  # at least one step per request
+    assert study["compared"] >= 3  # at least one step per request
     assert study["unexplained"] == 0  # every divergence had a uniform within delta of a threshold
     assert study["diverged"] <= study["near"]
 

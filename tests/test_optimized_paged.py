@@ -210,7 +210,7 @@ class PagedDecoding(RuleBasedStateMachine):
             assert self.dec.finished[rid].tokens == decode_alone(prompt, steps, seed), rid
 
 
-PagedDecoding.TestCase.settings = settings(max_examples=6, stateful_step_count=10, deadline=None)
+PagedDecoding.TestCase.settings = settings(max_examples=4, stateful_step_count=10, deadline=None)
 test_paged_decoding_state_machine = PagedDecoding.TestCase
 
 
