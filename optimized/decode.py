@@ -66,6 +66,7 @@ from .mss import mss as mss_kernel
 from .paged_kv import QueryBatch, commit, tree_rows
 from .proposers import BatchedDrafter, RowProposal, propose, twin
 from .rrs import rrs as rrs_kernel
+from .strict import strict as strict_kernel
 from .target_only import target_only as target_only_kernel
 from .token import token as token_kernel
 from .transformer import PagedTransformer
@@ -80,8 +81,9 @@ NODE_SITE: dict[str, str | None] = {
     "target_only": "coin",
     "greedy": None,
     "typical": None,
+    "strict": "y",
 }
-#: rules verified by a kernel of this package; the reference's strict and traversal have none
+#: rules verified by a kernel of this package; the reference's traversal has none
 KERNEL_RULES = tuple(NODE_SITE)
 CHAIN_RULES = ("token", "block")
 PHASES = ("prefill", "draft", "target", "verify", "commit")
@@ -198,7 +200,7 @@ class OptimizedDecoder:
             raise BadParameterError(
                 "rule",
                 f"{self.rule!r} has no optimized kernel (kernels: {', '.join(KERNEL_RULES)}); "
-                "strict and traversal are verified by the reference loop only",
+                "traversal is verified by the reference loop only",
             )
         self.shape = DraftTree(ref.shape if shape is None else tuple(shape), "shape")
         if self.rule in CHAIN_RULES and not (self.shape.is_chain and self.process.chain):
@@ -421,6 +423,8 @@ class OptimizedDecoder:
             acc, nxt = kern(parents, tokens, dp, tp, u_node, u_final)
         elif rule == "target_only":
             acc, nxt = target_only_kernel(parents, tokens, tp, u_node, u_final)
+        elif rule == "strict":
+            acc, nxt = strict_kernel(parents, tokens, tp, u_node)
         elif rule == "greedy":
             acc, nxt = greedy_kernel(parents, tokens, tp)
         else:
@@ -619,9 +623,7 @@ def reference_decode_on_tape(
     ref = PROPOSERS[proposer] if isinstance(proposer, str) else proposer
     names = [p.name for p in ref.processes]
     proc = ref.processes[names.index(process) if process else 0]
-    site = NODE_SITE.get(rule, "accept") or "accept"
-    if rule == "strict":
-        site = "y"
+    site = NODE_SITE.get(rule) or "accept"
     calls = [0]
 
     def sampler(rng: Any) -> TapeReader:

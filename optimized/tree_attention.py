@@ -127,5 +127,6 @@ def compile_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
         **dict.fromkeys(consts, "constexpr"),
     }
     from .paged_kv import compile_specs as paged_specs  # the decoding loop's paged kernels
+    from .strict import compile_specs as strict_specs
 
-    return [("tree_attention[fp32]", tree_attention_kernel, sig, consts), *paged_specs()]
+    return [("tree_attention[fp32]", tree_attention_kernel, sig, consts), *paged_specs(), *strict_specs()]

@@ -114,12 +114,12 @@ def test_every_proposer_and_exact_rule_couples_with_the_reference_loop(proposer,
     assert dec.cache.owned() == 0 and not dec.requests  # every block back on the free list
 
 
-def test_every_pair_is_covered_and_strict_and_traversal_are_refused():
+def test_every_pair_is_covered_and_traversal_is_refused():
     pairs = exact_pairs()
     assert {p for p, _ in pairs} == set(PROPOSERS)  # every proposer has exact rules with kernels
-    for rule in ("strict", "traversal"):
-        with pytest.raises(BadParameterError, match="no optimized kernel"):
-            OptimizedDecoder(BIG, "draft", rule)
+    assert {r for _, r in pairs} == {"greedy", "token", "strict", "block", "mss", "rrs", "target_only"}
+    with pytest.raises(BadParameterError, match="no optimized kernel"):
+        OptimizedDecoder(BIG, "draft", "traversal")
     with pytest.raises(NotAChainError):
         OptimizedDecoder(BIG, "medusa", "token")
 
