@@ -11,7 +11,8 @@ Each :meth:`OptimizedDecoder.step` advances every live request by one speculativ
    optimized ``tree_buffers``, K/V written to each request's blocks, the paged tree attention
    kernel reading them back;
 3. **verify** - the chosen rule's kernel (``token``, ``block``, ``mss``, ``rrs``,
-   ``target_only``, ``greedy`` or ``typical``), one launch per tree size present in the batch;
+   ``target_only``, ``greedy``, ``strict`` or ``typical``), one launch per tree size present in
+   the batch;
 4. **commit** - each accepted path compacted behind its request's prefix by the paged commit
    kernel (only slots whose node is not in place move), blocks past the new length freed, the
    accepted nodes' hidden states handed to the drafter; each request emits its accepted drafts
@@ -24,9 +25,9 @@ any step; the batch is whatever is live.
 **Randomness** is a tape of uniforms per request and step in the reference's layout
 (:class:`StepUniforms`): ``draft[s]`` is site ``("draft", s)`` of shape node s, ``node[c]`` the
 rule's site of tree node c (``("accept", c)`` for token, mss, rrs; ``("eta", c)`` for block;
-``("coin", c)`` for target_only), ``final`` site ``("final", 0)``. A request's uniforms come
-from its own seed (:class:`SeededUniforms`), so its tokens do not depend on what else is in
-the batch, or from a given tape (:class:`TapeUniforms`).
+``("coin", c)`` for target_only; ``("y", c)`` for strict), ``final`` site ``("final", 0)``. A
+request's uniforms come from its own seed (:class:`SeededUniforms`), so its tokens do not depend
+on what else is in the batch, or from a given tape (:class:`TapeUniforms`).
 
 **Coupling** (proofs_notes/optimized_decode.md; tests/test_optimized_decode.py): fed the same
 tape, :func:`reference_decode_on_tape` runs the reference loop ``reference.decode.decode`` on

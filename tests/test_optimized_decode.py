@@ -144,7 +144,7 @@ def configs(draw):
         shape = tuple(range(-1, draw(st.integers(1, limit))))
         kw["process"] = proc.name
     else:
-        depth = 3 if name == "medusa" else 4
+        depth = 3 if name.startswith("medusa") else 4  # Medusa's three heads
         choices = [(r,) for r in range(draw(st.integers(1, 3)))]
         for _ in range(draw(st.integers(0, 4))):
             parent = draw(st.sampled_from(choices))
