@@ -440,3 +440,27 @@ def test_optimized_engines_pass(name):
     spec = resolve_engine(name)
     res = _audit(name, [(0, 6)], spec.samplings[:1], samples=100)
     assert res.verdict == Verdict.PASS, res.summary()
+
+
+def test_horizons_from_3_to_6_and_vocabularies_from_4_to_16():
+    """The reference loop on the 4-token target of ``specproof e2e`` at M = 6 (4,096 sequences)
+    and on its 16-token target at M = 3 (4,096 sequences) passes; the greedy-drafts mutant on the
+    16-token target is flagged (alpha 1e-3, fixed seeds and sizes)."""
+    from specproof.reference.decode import e2e_models
+    from specproof.reference.processes import PROCESSES as P
+
+    small, big = e2e_models()
+
+    def spec(target, process, tokens, prompt):
+        def build(s):
+            return E.ReferenceEngine(target, draft_model(target), process, "token", (-1, 0, 1, 2), s)
+
+        return EngineSpec("x", "user", "", build, target.vocab, (prompt,), (T1,), tokens=tokens)
+
+    ok = audit_engine(spec(small, "iid_chain", 6, (2, 0, 3)), EngineAuditConfig(alpha=ALPHA, samples=200))
+    assert ok.verdict == Verdict.PASS and ok.tokens == 6 and ok.vocab == 4, ok.summary()
+    ok = audit_engine(spec(big, "iid_chain", 3, (3, 4)), EngineAuditConfig(alpha=ALPHA, samples=200))
+    assert ok.verdict == Verdict.PASS and ok.vocab == 16, ok.summary()
+    soft = E.ReportedBy("argmax, q", P["onehot_chain"].choose, True, True, "", report_as=P["iid_chain"])
+    bad = audit_engine(spec(big, soft, 3, (3, 4)), EngineAuditConfig(alpha=ALPHA, samples=200))
+    assert bad.verdict == Verdict.LOSSY, bad.summary()
