@@ -508,7 +508,7 @@ def report_blocks(cals: Sequence[Calibration], note: str = "") -> list[Block]:
                 Bars(
                     f"{c.label}: acceptance (obs) against mean confidence (exp), in %, per confidence bin "
                     f"(ECE {c.ece:.3f})",
-                    [f"{b.label} n={b.nodes}" for b in kept],
+                    [f"{b.label} n={b.nodes:<4d}" for b in kept],
                     [round(100 * b.acceptance, 1) for b in kept],
                     [100 * b.confidence for b in kept],
                 ),
@@ -518,22 +518,22 @@ def report_blocks(cals: Sequence[Calibration], note: str = "") -> list[Block]:
 
 
 def reliability_svg(cal: Calibration, size: int = 300) -> str:
-    """The reliability diagram: per bin a bar up to the acceptance, a tick at the mean
-    confidence, the diagonal of perfect calibration, the node count under each bar."""
-    pad, s = 40, size
-    w, h = s + pad + 10, s + pad + 30
+    """The reliability diagram: per bin a bar up to the fraction accepted, a red tick at the mean
+    confidence, the diagonal of perfect calibration, the node count under each bin."""
+    left, top, s = 52, 10, size
+    w, h = s + left + 10, s + top + 64
 
     def x(v: float) -> float:
-        return pad + v * s
+        return left + v * s
 
     def y(v: float) -> float:
-        return 10 + (1 - v) * s
+        return top + (1 - v) * s
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-size="11">']
-    out.append(f'<rect x="{pad}" y="10" width="{s}" height="{s}" fill="none" stroke="#999"/>')
+    out.append(f'<rect x="{left}" y="{top}" width="{s}" height="{s}" fill="none" stroke="#999"/>')
     for t in (0.0, 0.25, 0.5, 0.75, 1.0):
-        out.append(f'<text x="{x(t):.1f}" y="{s + 24}" text-anchor="middle">{t:g}</text>')
-        out.append(f'<text x="{pad - 4}" y="{y(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
+        out.append(f'<text x="{x(t):.1f}" y="{top + s + 14}" text-anchor="middle">{t:g}</text>')
+        out.append(f'<text x="{left - 4}" y="{y(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
     for b in cal.bins:
         if not b.nodes:
             continue
@@ -549,14 +549,19 @@ def reliability_svg(cal: Calibration, size: int = 300) -> str:
             f'y2="{y(b.confidence):.1f}" stroke="#cc3333" stroke-width="2"/>'
         )
         out.append(
-            f'<text x="{x((b.low + b.high) / 2):.1f}" y="{s + 8}" text-anchor="middle" '
-            f'font-size="8">{b.nodes}</text>'
+            f'<text x="{x((b.low + b.high) / 2):.1f}" y="{top + s + 28}" text-anchor="middle" '
+            f'font-size="8" fill="#555">{b.nodes}</text>'
         )
     out.append(
         f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(1)}" stroke="#555" stroke-dasharray="4,3"/>'
     )
     out.append(
-        f'<text x="{pad + s / 2}" y="{s + 38}" text-anchor="middle">path confidence (bins; red: mean)</text>'
+        f'<text x="{left + s / 2}" y="{top + s + 46}" text-anchor="middle">path confidence '
+        "(bins of 0.1; under each: nodes)</text>"
+    )
+    out.append(
+        f'<text x="12" y="{top + s / 2}" text-anchor="middle" transform="rotate(-90 12 {top + s / 2})">'
+        "fraction accepted</text>"
     )
     out.append("</svg>")
     title = html.escape(f"{cal.label}: ECE {cal.ece:.3f}, {cal.nodes} nodes")
@@ -574,7 +579,7 @@ def html_figures(cals: Sequence[Calibration]) -> str:
 
 def figure_svg(cals: Sequence[Calibration], size: int = 300) -> str:
     """The reliability diagrams side by side in one standalone SVG file (for a README)."""
-    w, h = size + 50, size + 90
+    w, h = size + 62, size + 100
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w * len(cals)}" height="{h}" '
         'font-family="sans-serif">'

@@ -258,6 +258,7 @@ def _mismatch_report(
         "sampled": sampled.to_json(),
         "draft_laws": None if laws is None else laws.to_json(),
         "collapsed": exact.collapsed or sampled.collapsed,
+        "caught": exact.collapsed or sampled.collapsed or (laws is not None and not laws.agree),
     }
 
 
@@ -547,6 +548,13 @@ def write_report(path: str, report: dict[str, Any], cals: list[draft_calibration
             "Descriptive of these prompts and this seed, not a lossless property."
         )
         blocks += draft_calibration.report_blocks(cals, note)
+        for d in report["calibration"]["drafters"]:
+            doms = "; ".join(
+                f"{name}: ECE {x['ece']:.3f} over {x['nodes']} nodes" for name, x in d["domains"].items()
+            )
+            blocks.append(
+                ("p", f"{d['label']}: per domain, {doms}. {d['calibration_test']}. {d['agreement']}.")
+            )
     if path.lower().endswith(".svg"):
         if not cals:
             raise ValueError("report: an .svg report holds the reliability diagrams: add --calibration")

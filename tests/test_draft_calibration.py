@@ -213,7 +213,8 @@ def test_reports_have_text_bars_and_a_reliability_diagram(tmp_path):
                 "prompts_per_domain": 1,
                 "prompt_length": 4,
                 "steps_per_prompt": 1,
-            }
+            },
+            "drafters": [],
         },
     }
     e2e.write_report(str(tmp_path / "r.html"), report, [cal, cal])
