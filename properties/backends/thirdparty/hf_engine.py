@@ -23,7 +23,7 @@ AssistedCandidateGeneratorDifferentTok.    ``hf.universal.greedy`` (do_sample=Fa
 UniversalSpeculativeDecodingGenerator      ``hf.universal*`` (different tokenizers, sampling)
 PromptLookupCandidateGenerator             ``hf.prompt_lookup*``
 EarlyExitCandidateGenerator                ``hf.early_exit``
-SinglePositionMultiTokenCandidateGenerator ``hf.gemma4_assistant`` (Gemma 4 + its assistant)
+SinglePositionMultiTokenCandidateGenerator ``hf.gemma4_assistant*``, ``hf.gemma4_unified_assistant``
 DFlashTokenCandidateGenerator              ``hf.dflash`` (MuseGlimmer assistant, any target)
 MTPCandidateGenerator                      not run: ``MtpModel.from_pretrained`` reads the MTP
                                            weights from a checkpoint whose layer names are
@@ -264,19 +264,34 @@ def _gemma4_text(layers: int) -> dict[str, Any]:
     )
 
 
-def gemma4_assistant(sampling: Sampling, *, tokens: int = 3) -> HFEngine:
+def gemma4_assistant(
+    sampling: Sampling, *, tokens: int = 3, unified: bool = False, ordered_embeddings: bool = False
+) -> HFEngine:
     """Gemma 4 with a Gemma 4 assistant (``SinglePositionMultiTokenCandidateGenerator``): the
-    assistant reads the target's last hidden state and shared KV, one position, several drafts."""
-    from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
+    assistant reads the target's last hidden state and shared KV, one position, several drafts.
+    ``unified``: ``Gemma4UnifiedAssistantForCausalLM``; ``ordered_embeddings``: the assistant's
+    centroid-masked head (2 centroids, the top 1 kept; token ordering the identity)."""
+    from transformers import (
+        Gemma4AssistantConfig,
+        Gemma4AssistantForCausalLM,
+        Gemma4TextConfig,
+        Gemma4UnifiedAssistantConfig,
+        Gemma4UnifiedAssistantForCausalLM,
+    )
 
     target = gemma4_target()
-    config = Gemma4AssistantConfig(
+    config_cls: Any = Gemma4UnifiedAssistantConfig if unified else Gemma4AssistantConfig
+    model_cls: Any = Gemma4UnifiedAssistantForCausalLM if unified else Gemma4AssistantForCausalLM
+    config = config_cls(
         text_config=Gemma4TextConfig(**_gemma4_text(1)),
         backbone_hidden_size=32,
         num_centroids=2,
         centroid_intermediate_top_k=1,
+        use_ordered_embeddings=ordered_embeddings,
     )
-    assistant = _seeded(1, lambda: Gemma4AssistantForCausalLM(config).eval())
+    assistant = _seeded(1, lambda: model_cls(config).eval())
+    if ordered_embeddings:  # a checkpoint stores the ordering; a fresh model holds uninitialized memory
+        assistant.masked_embedding.token_ordering.copy_(torch.arange(VOCAB))
     assistant.generation_config.num_assistant_tokens = tokens
     return HFEngine(target, sampling, {"assistant_model": assistant})
 
@@ -414,6 +429,17 @@ def engines() -> list[EngineSpec]:
             gemma4_assistant,
             "Gemma4ForCausalLM + Gemma4AssistantForCausalLM (SinglePositionMultiTokenCandidateGenerator), "
             "num_assistant_tokens=3",
+        ),
+        _spec(
+            "hf.gemma4_assistant[ordered_embeddings]",
+            p(gemma4_assistant, ordered_embeddings=True),
+            "the same with use_ordered_embeddings=True (centroid-masked head: 2 centroids, top 1)",
+        ),
+        _spec(
+            "hf.gemma4_unified_assistant",
+            p(gemma4_assistant, unified=True),
+            "Gemma4ForCausalLM + Gemma4UnifiedAssistantForCausalLM "
+            "(SinglePositionMultiTokenCandidateGenerator)",
         ),
         _spec(
             "hf.gemma4_assistant.greedy",
