@@ -19,9 +19,33 @@ OURS = ("specproof.", "triton.language")
 _patched_once: set[str] = set()
 
 
+def _interpreted_language(interpreter: object) -> Callable[[], None]:
+    """``triton.language``'s own device functions (``tl.sum``, ``tl.cumsum``, ``tl.cdiv``, ...)
+    are decorated when Triton is imported: compiled-mode functions if it was imported without
+    ``TRITON_INTERPRET`` (``torch._dynamo`` imports it early), which an interpreted kernel cannot
+    call. Swap each for its interpreted twin; return the undo."""
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    interpreted = interpreter.InterpretedFunction  # type: ignore[attr-defined]
+    swapped: list[tuple[object, str, object]] = []
+    for module in (tl, tl.standard, tl.core, tl.math, tl.random):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                swapped.append((module, name, value))
+                setattr(module, name, interpreted(value.fn))
+
+    def undo() -> None:
+        for module, name, value in reversed(swapped):
+            setattr(module, name, value)
+
+    return undo
+
+
 def enable() -> Callable[[], None] | None:
-    """Install the shortcut; returns its undo, or None (changing nothing) if the interpreter's
-    layout is not the one this was written against or the shortcut is already on."""
+    """Install the shortcut (and interpreted ``triton.language`` device functions where Triton
+    was imported in compiled mode); returns the undo, or None (changing nothing) if the
+    interpreter's layout is not the one this was written against or the shortcut is already on."""
     try:
         from triton.runtime import interpreter
     except ImportError:  # pragma: no cover
@@ -29,6 +53,7 @@ def enable() -> Callable[[], None] | None:
     cls = getattr(interpreter, "InterpretedFunction", None)
     if cls is None or not hasattr(interpreter, "_patch_lang") or getattr(cls, "_specproof_fast", False):
         return None
+    language_undo = _interpreted_language(interpreter)
     original = cls.__call__
 
     def call(self, *args, **kwargs):
@@ -49,6 +74,7 @@ def enable() -> Callable[[], None] | None:
     def undo() -> None:
         cls.__call__ = original
         cls._specproof_fast = False
+        language_undo()
 
     return undo
 

@@ -108,8 +108,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     show = _show_progress(args.progress)
     report = (lambda s: print(s, file=sys.stderr)) if show else None
-    rows = calibrate(args.runs, args.samples, args.alpha, args.power_runs, report)
-    table = markdown(rows)
+    if args.deep:
+        from .calibration import calibrate_deep, markdown_deep
+
+        runs = 300 if args.runs is None else args.runs
+        table = markdown_deep(calibrate_deep(runs, args.samples, args.alpha, args.power_runs, report))
+    else:
+        runs = 100 if args.runs is None else args.runs
+        rows = calibrate(runs, args.samples, args.alpha, args.power_runs, report)
+        table = markdown(rows)
     print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
@@ -299,7 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)
 
     c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audit's test")
-    c.add_argument("--runs", type=int, default=100, help="seeds per (backend, case) (default 100)")
+    c.add_argument(
+        "--runs", type=int, default=None, help="seeds per (backend, case) (default 100; --deep 300)"
+    )
+    c.add_argument(
+        "--deep",
+        action="store_true",
+        help="the per-position tests on K = 8 cases: false alarms, and power on a deep-only mutant",
+    )
     c.add_argument("--samples", type=int, default=20000, help="steps per run (default 20000)")
     c.add_argument("--alpha", type=float, default=0.01, help="level of each run (default 0.01)")
     c.add_argument("--power-runs", type=int, default=20, help="seeds per lossy (backend, case) (default 20)")

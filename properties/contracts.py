@@ -102,13 +102,17 @@ def narrowing_hint(got: int, want: int) -> str:
         ("kept in a signed 16-bit integer", ((want + 2**15) % 2**16) - 2**15, want >= 2**15),
         ("kept in 32 bits", ((want + 2**31) % 2**32) - 2**31, want >= 2**31),
     ]
+    floats = []
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16"), (torch.float32, "float32")):
         r = torch.tensor(float(want), dtype=torch.float64).to(dtype).double()
         value = int(r) if torch.isfinite(r) else -1
-        checks.append((f"passed through {name}", value, value != want))
+        if value != want and value == got:
+            floats.append(name)
     for what, value, applies in checks:
         if applies and value == got:
             return f" ({want} {what} gives {got}: the ids look narrowed)"
+    if floats:
+        return f" ({want} passed through {' or '.join(floats)} gives {got}: the ids look narrowed)"
     return ""
 
 
