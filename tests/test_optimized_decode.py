@@ -378,7 +378,7 @@ def test_e2e_checks_run_on_the_optimized_loop(monkeypatch):
     assert report["statistical"]["runs"] == 12 and report["statistical"]["lossless"]
     assert report["lossless"]
     with pytest.raises(BadParameterError, match="no optimized kernel"):
-        e2e.optimized_run(PROPOSERS["ngram"], "strict")
+        e2e.optimized_run(PROPOSERS["ngram"], "traversal")
 
 
 def test_e2e_command_refuses_what_the_optimized_loop_cannot_run():
