@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from .validate import check_tree, check_uniforms
+from specproof.reference.validate import check_tree, check_uniforms
 
 
 @dataclass

@@ -13,12 +13,13 @@ from __future__ import annotations
 import torch
 import triton
 
+from specproof.reference.validate import check_chain_call
+
 from ._contract import chain_verifier
 from ._device import on_kernel_device
 from ._split import LAUNCH, block_size, choose_path, chunking, counters
 from .kernels.block_chain import block_chain_kernel
 from .kernels.block_split import block_level_kernel
-from .validate import check_chain_call
 
 
 @on_kernel_device

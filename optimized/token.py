@@ -15,12 +15,13 @@ from __future__ import annotations
 import torch
 import triton
 
+from specproof.reference.validate import check_chain_call
+
 from ._contract import chain_verifier
 from ._device import on_kernel_device
 from ._split import LAUNCH, block_size, choose_path, chunking, counters
 from .kernels.token_chain import token_chain_kernel
 from .kernels.token_split import token_split_kernel
-from .validate import check_chain_call
 
 
 @on_kernel_device

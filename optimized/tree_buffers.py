@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from specproof.reference.errors import ShapeError
+from specproof.reference.validate import check_tree_parents
 
 from ._device import kernel_device, on_kernel_device
 from .kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
-from .validate import check_tree_parents
 
 
 @dataclass

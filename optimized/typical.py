@@ -68,7 +68,7 @@ def chain_as_tree(
     draft_token_ids: torch.Tensor, target_probs: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A chain's parents ``[-1, 0, ..., K-1]`` and tokens (node 0's token is never read)."""
-    from .validate import check_chain
+    from specproof.reference.validate import check_chain
 
     B, K, _ = check_chain(draft_token_ids, None, target_probs)
     parents = torch.arange(-1, K, device=target_probs.device).expand(B, K + 1)

@@ -191,6 +191,67 @@ def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     return r
 
 
+def add_robustness_parser(sub: Any) -> argparse.ArgumentParser:
+    r = sub.add_parser(
+        "robustness",
+        help="feed malformed inputs to verifiers (each in a forked child) and tabulate what they do",
+        description="The robustness battery of every backend (or TARGET): raised, returned, hung, crashed.",
+    )
+    r.add_argument("kind", nargs="?", choices=("chain", "tree"), help="with TARGET: its contract")
+    r.add_argument("target", nargs="?", help="registered name, module:function or path/to/file.py:function")
+    r.add_argument(
+        "--process", action="append", choices=list(PROCESSES), help="proposal process (repeatable)"
+    )
+    r.add_argument(
+        "--group",
+        action="append",
+        choices=("builtin", "alternative", "mutant", "optimized", "thirdparty"),
+        help="with no TARGET: only these backend groups (default: all but optimized on a CPU)",
+    )
+    r.add_argument("--timeout", type=float, default=30.0, help="seconds before an input counts as a hang")
+    r.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    r.add_argument("--json", metavar="PATH", help="write every outcome as JSON")
+    r.set_defaults(func=cmd_robustness)
+    return r
+
+
+def cmd_robustness(args: argparse.Namespace) -> int:
+    """Exit 0 when every backend is robust, 1 when some is fragile."""
+    import torch
+
+    from .backends import TargetError, all_backends, resolve
+    from .robustness import robustness, table
+
+    check_output_path(args.markdown, "--markdown")
+    check_output_path(args.json, "--json")
+    if args.target:
+        if args.kind is None:
+            raise UsageError("TARGET needs a kind: specproof robustness chain|tree TARGET")
+        _check_processes(args.kind, args.process)
+        try:
+            backends = [resolve(args.target, args.kind, tuple(args.process) if args.process else None)]
+        except TargetError as e:
+            raise UsageError(str(e)) from e
+    else:
+        backends = [b for b in all_backends() if args.group is None or b.group in args.group]
+        if args.group is None and not torch.cuda.is_available():
+            backends = [b for b in backends if b.group != "optimized"]
+    results = []
+    for b in backends:
+        r = robustness(b, timeout=args.timeout)
+        results.append(r)
+        bad = [o.name for o in r.outcomes if not o.good]
+        print(f"{r.verdict:8s} {b.kind:5s} {b.name:45s} {', '.join(bad)}", flush=True)
+    text = table(results)
+    print()
+    print(text)
+    if args.markdown:
+        atomic_write(args.markdown, text + "\n")
+    if args.json:
+        write_json(args.json, [r.to_json() for r in results])
+    return 0 if all(r.verdict == "robust" for r in results) else 1
+
+
 def show_progress(mode: str) -> bool:
     return mode == "on" or (mode == "auto" and sys.stderr.isatty() and not os.environ.get("CI"))
 

@@ -27,7 +27,13 @@ from typing import Any
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
 
-from .audit_cli import UsageError, add_audit_parser, add_replay_parser, show_progress
+from .audit_cli import (
+    UsageError,
+    add_audit_parser,
+    add_replay_parser,
+    add_robustness_parser,
+    show_progress,
+)
 from .matrix import LOSSY, exactness_matrix, markdown
 from .verdicts import EXIT_TABLE, USAGE_ERROR
 
@@ -304,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_audit_parser(sub)
     add_replay_parser(sub)
+    add_robustness_parser(sub)
 
     c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audit's test")
     c.add_argument(

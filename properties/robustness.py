@@ -361,4 +361,29 @@ def _inline(backend: Backend, inputs: list[Malformed], result: RobustnessResult)
     return result
 
 
-__all__ = ["Malformed", "Outcome", "RobustnessResult", "malformed", "robustness"]
+def table(results: list[RobustnessResult]) -> str:
+    """One Markdown row per backend, one column per malformed input (chain and tree apart)."""
+    lines = []
+    for kind in ("chain", "tree"):
+        rows = [r for r in results if r.kind == kind]
+        if not rows:
+            continue
+        names = list(dict.fromkeys(o.name for r in rows for o in r.outcomes))
+        lines.append("| backend | verdict | " + " | ".join(n.replace("_", " ") for n in names) + " |")
+        lines.append("|---|---|" + "---|" * len(names))
+        for r in rows:
+            by = {o.name: o for o in r.outcomes}
+            cells = []
+            for n in names:
+                o = by.get(n)
+                if o is None:
+                    cells.append("-")
+                else:
+                    word = o.status if o.status != "returned" else ("valid" if o.good else "returned")
+                    cells.append(word if o.good else f"**{word}**")
+            lines.append(f"| {r.backend} | {r.verdict} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+__all__ = ["Malformed", "Outcome", "RobustnessResult", "malformed", "robustness", "table"]

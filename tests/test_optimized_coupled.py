@@ -19,7 +19,6 @@ from optimized_helpers import BIG_VOCABS, DTYPES, laws
 
 from specproof.optimized import block, token
 from specproof.optimized.typical import typical_chain_verifier
-from specproof.optimized.validate import tolerance
 from specproof.reference import RULES, TapeReader, make_step
 from specproof.reference.errors import (
     DTypeError,
@@ -30,6 +29,7 @@ from specproof.reference.errors import (
     TokenOutOfRangeError,
     ZeroDraftProbabilityError,
 )
+from specproof.reference.validate import tolerance
 
 token_module = importlib.import_module("specproof.optimized.token")
 

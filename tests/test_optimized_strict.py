@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from optimized_helpers import DTYPES, STYLES, laws
 
 from specproof.optimized.strict import strict, strict_verifier
-from specproof.optimized.validate import tolerance
 from specproof.reference import RULES, TapeReader, make_step
 from specproof.reference.errors import CycleError, NotNormalizedError, ShapeError
+from specproof.reference.validate import tolerance
 
 strict_module = importlib.import_module("specproof.optimized.strict")
 

@@ -21,7 +21,6 @@ from optimized_helpers import DTYPES, FULL, STYLES, laws
 from test_optimized_coupled import MarginReader, split_agrees
 
 from specproof.optimized import greedy, mss, rrs, target_only, typical
-from specproof.optimized.validate import tolerance
 from specproof.reference import make_step
 from specproof.reference.errors import (
     CycleError,
@@ -37,6 +36,7 @@ from specproof.reference.rules import rrs as ref_rrs
 from specproof.reference.rules import target_only as ref_target_only
 from specproof.reference.rules import typical as ref_typical
 from specproof.reference.tree import DraftTree
+from specproof.reference.validate import tolerance
 
 VOCABS = [2, 3, 5, 7, 13, 33, 50] + ([32000] if FULL else [])
 BLOCK = None if FULL else 16  # small blocks exercise the carries at small V

@@ -17,28 +17,16 @@ from dataclasses import dataclass
 
 import torch
 
-from specproof.reference.errors import DTypeError, ShapeError
+from specproof.reference.validate import check_chain
 
 
 def check_chain_inputs(
     draft_token_ids: torch.Tensor, draft_probs: torch.Tensor | None, target_probs: torch.Tensor
 ) -> tuple[int, int, int]:
-    """Shapes and dtypes of the chain contract; raises a specific error naming the argument."""
-    if not isinstance(draft_token_ids, torch.Tensor) or draft_token_ids.dim() != 2:
-        raise ShapeError("draft_token_ids", "expected a [B, K] tensor")
-    if draft_token_ids.dtype.is_floating_point or draft_token_ids.dtype == torch.bool:
-        raise DTypeError("draft_token_ids", f"expected integer ids, got {draft_token_ids.dtype}")
-    B, K = draft_token_ids.shape
-    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
-        raise ShapeError("target_probs", "expected a [B, K+1, V] tensor")
-    if tuple(target_probs.shape[:2]) != (B, K + 1):
-        raise ShapeError("target_probs", f"has shape {tuple(target_probs.shape)}, expected ({B}, {K + 1}, V)")
-    if not target_probs.dtype.is_floating_point:
-        raise DTypeError("target_probs", f"expected a floating dtype, got {target_probs.dtype}")
-    V = target_probs.shape[2]
-    if draft_probs is not None and tuple(draft_probs.shape) != (B, K, V):
-        raise ShapeError("draft_probs", f"has shape {tuple(draft_probs.shape)}, expected ({B}, {K}, {V})")
-    return B, K, V
+    """The chain contract's inputs (shapes, dtypes, finite normalized laws, ids in range, drafts
+    with positive draft probability); raises a specific error naming the argument
+    (:mod:`specproof.reference.validate`). Returns (B, K, V)."""
+    return check_chain(draft_token_ids, draft_probs, target_probs)
 
 
 def sample_rows(w: torch.Tensor, generator: torch.Generator, how: str = "icdf") -> torch.Tensor:
@@ -83,6 +71,14 @@ def _draw(shape: tuple[int, ...], gen: torch.Generator | None, bugs: Bugs) -> to
     return torch.rand(shape, generator=gen, dtype=torch.float64)
 
 
+def _first_true(mask: torch.Tensor, K: int) -> torch.Tensor:
+    """Index of the first True per row of ``mask [B, K]``, K where none (also when K = 0)."""
+    B = mask.shape[0]
+    if K == 0:
+        return torch.zeros(B, dtype=torch.int64)
+    return torch.where(mask.any(dim=1), mask.int().argmax(dim=1), torch.full((B,), K))
+
+
 def _generator(generator: torch.Generator, bugs: Bugs) -> torch.Generator | None:
     if bugs.fixed_seed:
         return torch.Generator().manual_seed(1234)
@@ -123,7 +119,7 @@ def token_chain(
     u = _draw((B, K), gen, bugs)
     accept = u * qx < px  # u < min(1, p/q), without dividing
     rejected = ~accept
-    first = torch.where(rejected.any(dim=1), rejected.int().argmax(dim=1), torch.full((B,), K))
+    first = _first_true(rejected, K)
     n_acc = accept.sum(dim=1) if bugs.count_after_reject else first
     at = n_acc.clamp(max=K)
     pr = p[rows, at]
@@ -171,7 +167,7 @@ def strict_chain(
     y = sample_rows(p.reshape(B * (K + 1), V), generator).reshape(B, K + 1)
     match = y[:, :K] == x
     miss = ~match
-    first = torch.where(miss.any(dim=1), miss.int().argmax(dim=1), torch.full((B,), K))
+    first = _first_true(miss, K)
     out = torch.full((B, K + 1), -1, dtype=torch.int64)
     out[:, :K] = torch.where(torch.arange(K)[None, :] < first[:, None], x, torch.full_like(x, -1))
     rows = torch.arange(B)
