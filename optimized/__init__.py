@@ -13,8 +13,8 @@ compiling without FP fusion, apply to specproof's kernels only, in scope
 (:func:`specproof._triton.own_kernels`): importing this package leaves Triton's environment as it
 was.
 
-Rules: ``token`` and ``block`` (chains), ``mss``, ``rrs``, ``target_only``, ``greedy`` and
-``typical`` (trees; a chain is a tree). Each module's ``*_verifier`` draws the uniforms from a
+Rules: ``token`` and ``block`` (chains), ``mss``, ``rrs``, ``target_only``, ``strict``,
+``greedy`` and ``typical`` (trees; a chain is a tree). Each module's ``*_verifier`` draws the uniforms from a
 ``torch.Generator`` and is registered as backend ``optimized.<rule>``.
 """
 
@@ -37,6 +37,7 @@ with own_kernels():
     from .greedy import greedy, greedy_verifier
     from .mss import mss, mss_verifier
     from .rrs import rrs, rrs_verifier
+    from .strict import strict, strict_verifier
     from .target_only import target_only, target_only_verifier
     from .token import token, token_verifier
     from .typical import typical, typical_chain_verifier, typical_verifier
@@ -50,6 +51,8 @@ __all__ = [
     "mss_verifier",
     "rrs",
     "rrs_verifier",
+    "strict",
+    "strict_verifier",
     "target_only",
     "target_only_verifier",
     "token",

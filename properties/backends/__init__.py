@@ -185,6 +185,7 @@ def _register_optimized() -> None:
             "acc_05_verifier",
             "the target-only rule, threshold_acc 0.5 (not lossless)",
         ),
+        ("tree", "strict", "strict", "strict_verifier", "the strict variant (a target sample per node)"),
         ("tree", "greedy", "greedy", "greedy_verifier", "greedy verification"),
         ("tree", "typical", "typical", "typical_verifier", "typical acceptance (not lossless)"),
     ]
