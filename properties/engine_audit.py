@@ -192,6 +192,31 @@ class EngineAuditResult:
             )
         return text
 
+    def short_witness(self) -> str:
+        """The witness in one short line: the case, p, and where the law deviates (the prefix and
+        the next-token counts observed vs expected), or the violation."""
+        if self.violation:
+            return f"[{self.violation['kind']}] {self.violation['detail']}"
+        w = self.witness
+        if w is None:
+            return ""
+        if w.hard_failure:
+            return f"{w.case.name}: {w.hard_failure['detail']}"
+        t = w.test
+        if t is None:
+            return w.case.name
+        pos = t.conditional.witness() if t.conditional else None
+        if pos is not None and pos.worst is not None and pos.pvalue <= t.p_joint:
+            g = pos.worst
+            cells = ", ".join(f"{lab}: {o} vs {e:.1f}" for lab, o, e in zip(g.labels, g.observed, g.expected))
+            where = f"next token at position {pos.position} after {g.label}: {cells}"
+        elif t.worst:
+            cell = t.worst[0]
+            where = f"cell {cell['cell']}: {cell['observed']} vs {cell['expected']:.1f}"
+        else:
+            where = ""
+        return f"{w.case.name}, {w.n} samples, p = {w.pvalue:.2g}; {where}"
+
     def summary(self) -> str:
         c = self.config
         head = f"engine {self.engine}: {self.verdict.value.upper()}"
@@ -251,6 +276,7 @@ class EngineAuditResult:
             "violation": self.violation,
             "witness": None if w is None else w.to_json(),
             "witness_text": self.witness_text(),
+            "short_witness": self.short_witness(),
             "cases": [r.to_json() for r in self.cases],
         }
 
@@ -635,7 +661,7 @@ def report_blocks(results: Sequence[EngineAuditResult], title: str = "specproof 
                 f"{max(det):.3f}" if det and r.verdict != Verdict.CONTRACT_VIOLATION else "",
                 f"{1000 * r.per_sample_seconds:.1f}",
                 f"{r.seconds:.1f}",
-                r.witness_text()[:160],
+                r.short_witness(),
             ]
         )
     head = [
@@ -654,8 +680,15 @@ def report_blocks(results: Sequence[EngineAuditResult], title: str = "specproof 
             continue
         out.append(("h2", f"{r.engine}: {r.verdict.value}"))
         out.append(("p", r.doc))
-        if r.plan_text:
-            out.append(("p", r.plan_text.replace("\n", " ")))
+        if r.cases:
+            planned = sum(c.planned for c in r.cases)
+            out.append(
+                (
+                    "p",
+                    f"Plan: {planned:,} samples over {len(r.cases)} cases (M = {r.tokens}, V = {r.vocab}); "
+                    f"drawn: {r.samples:,} at {1000 * r.per_sample_seconds:.1f} ms per sample.",
+                )
+            )
         if r.violation:
             v = r.violation
             out.append(("p", f"Contract violation [{v['kind']}] in {v['case']}: {v['detail']}"))
@@ -663,7 +696,9 @@ def report_blocks(results: Sequence[EngineAuditResult], title: str = "specproof 
         w = r.witness or (min(r.cases, key=lambda c: c.pvalue) if r.cases else None)
         if w is not None:
             label = "Witness" if r.witness else "No case rejected; the closest"
-            out.append(("p", f"{label}: {w.case.name}. {w.hard_failure['detail'] if w.hard_failure else ''}"))
+            out.append(
+                ("p", f"{label}: {w.case.name}." + (f" {w.hard_failure['detail']}" if w.hard_failure else ""))
+            )
             t = w.test
             if t is not None and not w.hard_failure:
                 out.append(("p", t.describe()))
