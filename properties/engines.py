@@ -46,7 +46,7 @@ import torch
 
 from specproof.reference.choices import Sampler
 from specproof.reference.decode import decode
-from specproof.reference.errors import BadParameterError, SpecproofError, SpecproofInputError
+from specproof.reference.errors import BadParameterError, SpecproofInputError
 from specproof.reference.models import LM
 from specproof.reference.processes import PROCESSES, Process, Proposal
 from specproof.reference.proposers import PROPOSERS, Proposer
@@ -154,10 +154,6 @@ class Engine(Protocol):
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]: ...
 
     def target_law(self, context: Sequence[int]) -> Sequence[float]: ...
-
-
-class EngineError(SpecproofError):
-    """An engine that cannot be built here (a missing package, a CUDA-only build)."""
 
 
 def _always() -> tuple[bool, str]:
@@ -837,7 +833,6 @@ def with_options(
 __all__ = [
     "ENGINES",
     "Engine",
-    "EngineError",
     "EngineSpec",
     "EngineTargetError",
     "GREEDY",
