@@ -80,7 +80,9 @@ class AuditConfig:
     power: float = 0.99
     seed: int = 0
     budget_seconds: float = 600.0  # a guard: what cannot finish in it makes the verdict underpowered
-    large_vocab_tv: float = 0.05  # the TV planned for memory-bound cases (V > LARGE_VOCAB)
+    #: the TV planned for the memory-bound cases (V > LARGE_VOCAB); None: they get the smoke
+    #: stage only (contract, zero mass), no samples and no power claimed for them
+    large_vocab_tv: float | None = 0.1
     max_cells: int = 128
     min_count: float = 10.0
     samples: int | None = None  # a fixed sample size per case, instead of the planner's
@@ -94,12 +96,17 @@ class AuditConfig:
     shrink_seconds: float = 60.0  # a guard on shrinking
     call_timeout: float = 120.0  # seconds before a call counts as a hang (raised for slow verifiers)
     smoke_rows: int = 4
+    #: torch threads during the audit (restored after): 1 by default, so that reductions run in
+    #: one order on every machine, and because contended intra-op threads slow small tensor
+    #: operations by several times on a busy machine; None leaves torch's setting alone
+    threads: int | None = 1
 
     def validate(self) -> None:
         stats.check_probability(self.alpha, "alpha")
         stats.check_probability(self.tv, "tv")
         stats.check_probability(self.power, "power")
-        stats.check_probability(self.large_vocab_tv, "large_vocab_tv")
+        if self.large_vocab_tv is not None:
+            stats.check_probability(self.large_vocab_tv, "large_vocab_tv")
         if not self.budget_seconds > 0:
             raise ValueError(f"budget_seconds: must be positive, got {self.budget_seconds}")
         if self.samples is not None and self.samples < 2:
@@ -112,9 +119,16 @@ class AuditConfig:
             raise ValueError(f"call_timeout: must be positive, got {self.call_timeout}")
         if self.shrink < 0:
             raise ValueError(f"shrink: must be >= 0, got {self.shrink}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads: must be >= 1 (or None), got {self.threads}")
 
     def case_tv(self, case: Case) -> float:
-        return max(self.tv, self.large_vocab_tv) if case.vocab > LARGE_VOCAB else self.tv
+        if case.vocab <= LARGE_VOCAB:
+            return self.tv
+        return 1.0 if self.large_vocab_tv is None else max(self.tv, self.large_vocab_tv)
+
+    def smoke_only(self, case: Case) -> bool:
+        return case.vocab > LARGE_VOCAB and self.large_vocab_tv is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -132,6 +146,7 @@ class AuditConfig:
             "wide_probe": self.wide_probe,
             "stop_early": self.stop_early,
             "shrink": self.shrink,
+            "threads": self.threads,
         }
 
 
@@ -256,7 +271,16 @@ class AuditResult:
     @property
     def short(self) -> list[CaseResult]:
         """Cases that did not reach the stated power: stopped early, not run, or planned below it."""
-        return [r for r in self.cases if r.status != "ran" or r.power < self.config.power]
+        return [
+            r
+            for r in self.cases
+            if r.status != "smoke_only" and (r.status != "ran" or r.power < self.config.power)
+        ]
+
+    @property
+    def smoke_only(self) -> list[CaseResult]:
+        """Cases the plan gave the smoke stage alone (``large_vocab_tv=None``): no power claimed."""
+        return [r for r in self.cases if r.status == "smoke_only"]
 
     @property
     def skipped(self) -> list[str]:  # the earlier name of not_run, as names
@@ -272,7 +296,7 @@ class AuditResult:
         """The TV every case can vouch for at the stated power (1 when some case did not run)."""
         if not self.cases or self.not_run:
             return 1.0
-        return max(r.detectable_tv for r in self.cases)
+        return max((r.detectable_tv for r in self.cases if r.status != "smoke_only"), default=1.0)
 
     def summary(self) -> str:
         c = self.config
@@ -293,8 +317,11 @@ class AuditResult:
         if self.verdict == INTERRUPTED:
             lines.append("  interrupted: the cases below are what ran before Ctrl-C")
         if self.verdict in (PASS, UNDERPOWERED, INTERRUPTED):
+            if self.smoke_only:
+                names = ", ".join(r.case.name for r in self.smoke_only)
+                lines.append(f"  smoke stage only (no power claimed): {names}")
             if self.verdict == PASS:
-                tvs = sorted({r.tv_planned for r in self.cases})
+                tvs = sorted({r.tv_planned for r in self.cases if r.status != "smoke_only"})
                 lines.append(
                     f"  no deviation detected; every case ran its plan: power >= {c.power:g} against TV >= "
                     + " / ".join(f"{t:g}" for t in tvs)
@@ -385,6 +412,7 @@ class AuditResult:
             "cases": [r.to_json() for r in self.cases],
             "short_cases": [r.case.name for r in self.short],
             "not_run_cases": [r.case.name for r in self.not_run],
+            "smoke_only_cases": [r.case.name for r in self.smoke_only],
             "note": self.note,
         }
         if timings:
@@ -633,6 +661,9 @@ class Audit:
     # -- stages ---------------------------------------------------------------------------------
 
     def run(self) -> AuditResult:
+        previous = torch.get_num_threads()
+        if self.config.threads is not None:
+            torch.set_num_threads(self.config.threads)
         try:
             self.smoke()
             if not self.done:
@@ -643,6 +674,8 @@ class Audit:
             self.shrink()
         except KeyboardInterrupt:
             self.result.verdict = INTERRUPTED
+        finally:
+            torch.set_num_threads(previous)
         self.result.seconds = self.budget.elapsed()
         return self.result
 
@@ -718,6 +751,13 @@ class Audit:
         """Samples per case from the statistics alone; the estimate only informs the budget guard."""
         c = self.config
         for i, r in enumerate(self.result.cases):
+            if c.smoke_only(r.case):
+                r.status, r.reason, r.planned = (
+                    "smoke_only",
+                    "the plan gives this vocabulary the smoke stage only",
+                    0,
+                )
+                continue
             base = c.samples or stats.plan_samples(
                 r.tv_planned, self.alpha_case / TESTS_PER_CASE, c.power, c.max_cells - 1
             )
@@ -734,6 +774,8 @@ class Audit:
         done_rows = 0
         for i in order:
             r, runner = res.cases[i], self.runners[i]
+            if r.status == "smoke_only":
+                continue
             if self.budget.exhausted() or r.estimate > self.budget.left():
                 r.status = "not_run"
                 r.reason = (

@@ -119,7 +119,7 @@ def _witness_blocks(w: CaseResult) -> list[Block]:
 def _verdict_line(r: AuditResult) -> str:
     c = r.config
     if r.verdict == Verdict.PASS:
-        tvs = sorted({x.tv_planned for x in r.cases})
+        tvs = sorted({x.tv_planned for x in r.cases if x.status != "smoke_only"})
         return (
             f"PASS: every case ran its plan; power >= {c.power:g} against TV >= "
             + " / ".join(f"{t:g}" for t in tvs)

@@ -56,16 +56,15 @@ def check_laws(probs: torch.Tensor, argument: str, rows: torch.Tensor | None = N
         )
     if probs.dim() != 3 or probs.shape[-1] == 0:
         raise ShapeError(argument, f"expected a [B, N, V] tensor with V > 0, got shape {tuple(probs.shape)}")
-    wide = probs.double()
-    bad = ~torch.isfinite(wide)
+    bad = ~torch.isfinite(probs)  # in the law's own dtype: no float64 copy of a large batch
     if bad.any():
         at = _where(bad)
         raise NonFiniteError(f"{argument}[{at}]", "is not a finite probability")
-    neg = wide < 0
+    neg = probs < 0
     if neg.any():
         at = _where(neg)
-        raise NegativeMassError(f"{argument}[{at}]", f"is negative ({float(wide[tuple(neg.nonzero()[0])])})")
-    sums = wide.sum(dim=-1)
+        raise NegativeMassError(f"{argument}[{at}]", f"is negative ({float(probs[tuple(neg.nonzero()[0])])})")
+    sums = probs.sum(dim=-1, dtype=torch.float64)  # every value widened exactly, summed in float64
     tol = tolerance(probs.dtype, probs.shape[-1])
     off = (sums - 1).abs() > tol
     if rows is not None:

@@ -33,25 +33,27 @@ def _row(
     rng: np.random.Generator,
     parents: list[int],
     tokens: np.ndarray,
-    draft: np.ndarray | None,
-    target: np.ndarray,
+    draft: torch.Tensor | None,
+    target: torch.Tensor,
 ) -> tuple[tuple[int, ...], int]:
+    """One row: laws ``[N, V]`` as tensors in their own dtype; only the used ids are widened."""
     V = target.shape[1]
     for i, t in enumerate(tokens[1:], start=1):
         if not 0 <= t < V:
             raise TokenOutOfRangeError(f"tokens[{i}]", f"is {int(t)}, outside [0, {V})")
-    used = np.asarray(target.any(axis=0))
+    used = (target != 0).any(dim=0)
     if draft is not None:
-        used = used | np.asarray(draft.any(axis=0))
-    used[tokens[1:]] = True
-    ids = np.flatnonzero(used)
-    local = np.full(target.shape[1], -1)
+        used |= (draft != 0).any(dim=0)
+    used[torch.from_numpy(np.asarray(tokens[1:], dtype=np.int64))] = True
+    ids_t = used.nonzero().squeeze(1)
+    ids = ids_t.numpy()
+    local = np.full(V, -1)
     local[ids] = np.arange(len(ids))
     step = make_step(
         parents,
         [0] + [int(local[t]) for t in tokens[1:]],
-        None if draft is None else [list(r) for r in draft[:, ids]],
-        [list(r) for r in target[:, ids]],
+        None if draft is None else draft[:, ids_t].double().tolist(),
+        target[:, ids_t].double().tolist(),
     )
     outcome = rule(Sampler(rng), step)
     return outcome.accepted, int(ids[outcome.next_token])
@@ -67,15 +69,13 @@ def chain_backend(rule: Rule) -> Callable[..., torch.Tensor]:
         B, K, V = check_chain_inputs(draft_token_ids, draft_probs, target_probs)
         rng = np.random.default_rng(draw_seeds(generator)[0])
         x = draft_token_ids.long().numpy()
-        tp = target_probs.double().numpy()
-        dp = None if draft_probs is None else draft_probs.double().numpy()
+        tp, dp = target_probs, draft_probs
         parents = list(range(-1, K))
         out = np.full((B, K + 1), -1, dtype=np.int64)
         for b in range(B):
             tokens = np.concatenate([[0], x[b]])
-            draft = None if dp is None else np.concatenate([dp[b], np.zeros((1, V))])
-            if draft is not None:
-                draft[K] = tp[b, K]  # the leaf has no children: its draft law is never read
+            # the leaf has no children: its draft law is never read; give it the target's
+            draft = None if dp is None else torch.cat([dp[b], tp[b, K:]])
             accepted, y = _row(rule, rng, parents, tokens, draft, tp[b])
             L = len(accepted) - 1
             out[b, :L] = x[b, :L]
@@ -98,15 +98,14 @@ def tree_backend(rule: Rule) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]
         rng = np.random.default_rng(draw_seeds(generator)[0])
         par = parents.long().numpy()
         tok = tokens.long().numpy()
-        tp = target_probs.double().numpy()
-        dp = None if draft_probs is None else draft_probs.double().numpy()
+        tp, dp = target_probs, draft_probs
         acc = np.full((B, N), -1, dtype=np.int64)
         nxt = np.zeros(B, dtype=np.int64)
         for b in range(B):
             tree = DraftTree(par[b].tolist())
             draft = None
             if dp is not None:
-                draft = dp[b].copy()
+                draft = dp[b].clone()
                 for i in range(N):  # a leaf's draft law is never read; give it a valid law
                     if not tree.children[i]:
                         draft[i] = tp[b, i]
