@@ -96,16 +96,24 @@ def _show_progress(mode: str) -> bool:
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
+    """Verifier backends (chain, tree) and engines (``specproof audit engine``), registered."""
     from .backends import all_backends
+    from .engines import list_engines
 
     backends = all_backends()
+    engines = list_engines()
     if args.json:
-        print(json.dumps([b.to_json() for b in backends], indent=2))
+        data = [dict(b.to_json(), kind=b.kind) for b in backends]
+        data += [dict(e, kind="engine") for e in engines]
+        print(json.dumps(data, indent=2))
         return 0
     for b in backends:
-        print(f"{b.kind:5s} {b.name:45s} {b.group:11s} expect {b.expect:18s} {', '.join(b.processes)}")
+        print(f"{b.kind:6s} {b.name:45s} {b.group:11s} expect {b.expect:18s} {', '.join(b.processes)}")
         if b.doc:
-            print(f"{'':52s}{b.doc}")
+            print(f"{'':53s}{b.doc}")
+    for e in engines:
+        where = "" if e["available"] else f"  (not available: {e['reason']})"
+        print(f"engine {e['name']:45s} {e['group']:11s} expect {e['expect']:18s}{where}")
     return 0
 
 
@@ -415,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_progress(c, "progress on stderr (auto: on a terminal)")
     c.set_defaults(func=_cmd_conform)
 
-    b = sub.add_parser("backends", help="list the registered backends")
+    b = sub.add_parser("backends", help="list the registered verifier backends and engines")
     b.add_argument("--json", action="store_true", help="as JSON")
     b.set_defaults(func=_cmd_backends)
     return parser
