@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import gather_drafts, inverse_cdf, residual_mass
+from .sampling import W_P, W_RESIDUAL, W_RESIDUAL_ONEHOT, gather_drafts, inverse_cdf, residual_mass
 
 
 @triton.jit
@@ -61,7 +61,7 @@ def block_chain_kernel(
     uf = tl.load(uf_ptr + b).to(tl.float64)
     p_row = p_ptr + (b * (K + 1) + tau) * V
     if tau == K:
-        y = inverse_cdf(p_row, q_ptr, 0, 1.0, uf, V, 0, BLOCK)
+        y = inverse_cdf(p_row, q_ptr, 0, 1.0, uf, V, W_P, BLOCK)
     else:
         q_row = q_ptr + (b * K + tau) * V
         a = tl.where(tau == 0, 1.0, tl.sum(tl.where(ks == tau - 1, pws, 0.0), 0))
@@ -69,9 +69,9 @@ def block_chain_kernel(
         total1 = residual_mass(p_row, q_row, x_t, a, V, HAS_Q, BLOCK)
         if total1 > 0:
             if HAS_Q:
-                y = inverse_cdf(p_row, q_row, x_t, total1, uf, V, 1, BLOCK, a)
+                y = inverse_cdf(p_row, q_row, x_t, total1, uf, V, W_RESIDUAL, BLOCK, a)
             else:
-                y = inverse_cdf(p_row, q_row, x_t, total1, uf, V, 2, BLOCK, a)
+                y = inverse_cdf(p_row, q_row, x_t, total1, uf, V, W_RESIDUAL_ONEHOT, BLOCK, a)
         else:  # no residual mass: the reference falls back to p itself
-            y = inverse_cdf(p_row, q_row, x_t, 1.0, uf, V, 0, BLOCK)
+            y = inverse_cdf(p_row, q_row, x_t, 1.0, uf, V, W_P, BLOCK)
     tl.store(out_ptr + b * (K + 1) + tau, y)

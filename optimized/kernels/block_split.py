@@ -27,8 +27,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import gather_drafts, inverse_cdf
+from .sampling import W_P, gather_drafts, inverse_cdf
 from .split import arrive, chunk_sum, chunk_total, pick_weights
+
+# A row's ``state`` between the level launches: no coin has stopped it yet, or its output row is
+# written (by the bonus at LEVEL = K or by the residual at the level that stopped it).
+UNDECIDED = tl.constexpr(0)
+DECIDED = tl.constexpr(1)
 
 
 @triton.jit
@@ -72,7 +77,7 @@ def block_level_kernel(
         if c == 0:  # for the lower levels: the weights, and whether this row is decided
             tl.store(pw_ptr + b * (K + 1) + 1 + ks, pws, mask=ks < K)
             tl.store(pw_ptr + b * (K + 1), 1.0)
-            tl.store(state_ptr + b, bonus.to(tl.int32))
+            tl.store(state_ptr + b, bonus.to(tl.int32))  # DECIDED if the bonus coin succeeded
         if bonus:
             p_row = p_ptr + (b * (K + 1) + K) * V
             no = tl.zeros((), dtype=tl.int1)
@@ -84,7 +89,7 @@ def block_level_kernel(
                 write_row(x_ptr, out_ptr, b, K, K, y, KB1)
                 tl.store(cnt_ptr + b, 0)
     else:
-        if tl.load(state_ptr + b, volatile=True) == 0:
+        if tl.load(state_ptr + b, volatile=True) == UNDECIDED:
             i = LEVEL
             a = tl.load(pw_ptr + b * (K + 1) + i)  # p_i
             p_row = p_ptr + (b * (K + 1) + i) * V
@@ -103,7 +108,7 @@ def block_level_kernel(
                         p_row, q_row, x_next, part_ptr + b * C, C, V, CH, u, a, yes, HAS_Q, CB, BLOCK
                     )
                     if total <= 0:  # no residual mass: the reference falls back to p itself
-                        y = inverse_cdf(p_row, q_row, x_next, 1.0, u, V, 0, BLOCK).to(tl.int64)
+                        y = inverse_cdf(p_row, q_row, x_next, 1.0, u, V, W_P, BLOCK).to(tl.int64)
                     write_row(x_ptr, out_ptr, b, K, i, y, KB1)
-                    tl.store(state_ptr + b, 1)
+                    tl.store(state_ptr + b, DECIDED)
                 tl.store(cnt_ptr + b, 0)

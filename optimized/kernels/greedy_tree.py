@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .sampling import argmax_row
-from .split import arrive
+from .split import NO_HIT, arrive
 
 
 @triton.jit
@@ -67,12 +67,12 @@ def greedy_level_kernel(
             best_v = tl.where(better, p, best_v)
         m = tl.max(best_v, 0)
         tl.store(part_v_ptr + b * C + c, m)
-        tl.store(part_i_ptr + b * C + c, tl.min(tl.where(best_v == m, best_i, 2**62), 0))
+        tl.store(part_i_ptr + b * C + c, tl.min(tl.where(best_v == m, best_i, NO_HIT), 0))
         if arrive(cnt_ptr + b, C):
             cs = tl.arange(0, CB)
             vs = tl.load(part_v_ptr + b * C + cs, mask=cs < C, other=-2.0, volatile=True)
-            ids = tl.load(part_i_ptr + b * C + cs, mask=cs < C, other=2**62, volatile=True)
-            y = tl.min(tl.where(vs == tl.max(vs, 0), ids, 2**62), 0)
+            ids = tl.load(part_i_ptr + b * C + cs, mask=cs < C, other=NO_HIT, volatile=True)
+            y = tl.min(tl.where(vs == tl.max(vs, 0), ids, NO_HIT), 0)
             ns = tl.arange(0, NB)
             pars = tl.load(par_ptr + b * N + ns, mask=ns < N, other=-2).to(tl.int64)
             toks = tl.load(tok_ptr + b * N + ns, mask=ns < N, other=-1).to(tl.int64)

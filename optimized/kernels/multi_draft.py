@@ -19,8 +19,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import acceptance, inverse_cdf, last_of, residual_mass, residual_terms, running_sums
-from .split import arrive, chunk_total, crossing_chunk, pick_step
+from .sampling import W_P, acceptance, inverse_cdf, last_of, residual_mass, residual_terms, running_sums
+from .split import NO_HIT, arrive, chunk_total, crossing_chunk, pick_step
+
+# Where ``multi_draft_kernel`` reads a node's current laws (its ``p_at``, ``q_at``): the node's
+# rows of p and q as given, or the row's float64 scratch (pw: the residual after a rejection;
+# qw: rrs's draft law without the rejected tokens).
+INPUT_ROW = tl.constexpr(0)
+SCRATCH_ROW = tl.constexpr(1)
 
 
 @triton.jit
@@ -56,8 +62,8 @@ def write_without(q_row, x, out_row, V, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def load_at(row, x, FROM_SCRATCH, scratch_row):
-    if FROM_SCRATCH:
+def load_at(row, x, from_scratch, scratch_row):
+    if from_scratch:
         v = tl.load(scratch_row + x)
     else:
         v = tl.load(row + x).to(tl.float64)
@@ -85,8 +91,8 @@ def multi_draft_kernel(
     b = tl.program_id(0).to(tl.int64)
     node = tl.zeros((), dtype=tl.int64)
     depth = tl.zeros((), dtype=tl.int64)
-    p_scratch = tl.zeros((), dtype=tl.int32)  # 1: the node's current law is in pw (a residual)
-    q_scratch = tl.zeros((), dtype=tl.int32)  # 1: its current draft law is in qw (rrs)
+    p_at = tl.full((), INPUT_ROW, tl.int32)  # SCRATCH_ROW: the node's current law is in pw (a residual)
+    q_at = tl.full((), INPUT_ROW, tl.int32)  # SCRATCH_ROW: its current draft law is in qw (rrs)
     pw = pw_ptr + b * V
     qw = qw_ptr + b * V
     tl.store(acc_ptr + b * N, 0)
@@ -96,9 +102,9 @@ def multi_draft_kernel(
             x = tl.load(tok_ptr + b * N + c).to(tl.int64)
             p_row = p_ptr + (b * N + node) * V
             q_row = q_ptr + (b * N + node) * V
-            px = load_at(p_row, x, p_scratch == 1, pw)
+            px = load_at(p_row, x, p_at == SCRATCH_ROW, pw)
             if HAS_Q:
-                qx = load_at(q_row, x, q_scratch == 1, qw)
+                qx = load_at(q_row, x, q_at == SCRATCH_ROW, qw)
             else:
                 qx = tl.full((), 1.0, tl.float64)
             a = acceptance(px, qx)
@@ -107,12 +113,12 @@ def multi_draft_kernel(
                 node = tl.zeros((), dtype=tl.int64) + c
                 depth += 1
                 tl.store(acc_ptr + b * N + depth, node)
-                p_scratch = 0
-                q_scratch = 0
+                p_at = INPUT_ROW
+                q_at = INPUT_ROW
             else:
                 # p <- norm((p - q)+); p itself when that has no mass (the reference's fallback)
-                if p_scratch == 1:
-                    if q_scratch == 1:
+                if p_at == SCRATCH_ROW:
+                    if q_at == SCRATCH_ROW:
                         total = residual_mass(pw, qw, x, 1.0, V, HAS_Q, BLOCK)
                         if total > 0:
                             write_residual(pw, qw, x, pw, total, V, HAS_Q, BLOCK)
@@ -121,27 +127,27 @@ def multi_draft_kernel(
                         if total > 0:
                             write_residual(pw, q_row, x, pw, total, V, HAS_Q, BLOCK)
                 else:
-                    if q_scratch == 1:
+                    if q_at == SCRATCH_ROW:
                         total = residual_mass(p_row, qw, x, 1.0, V, HAS_Q, BLOCK)
                         if total > 0:
                             write_residual(p_row, qw, x, pw, total, V, HAS_Q, BLOCK)
-                            p_scratch = 1
+                            p_at = SCRATCH_ROW
                     else:
                         total = residual_mass(p_row, q_row, x, 1.0, V, HAS_Q, BLOCK)
                         if total > 0:
                             write_residual(p_row, q_row, x, pw, total, V, HAS_Q, BLOCK)
-                            p_scratch = 1
+                            p_at = SCRATCH_ROW
                 if WITHOUT_REPLACEMENT and HAS_Q:
-                    if q_scratch == 1:
+                    if q_at == SCRATCH_ROW:
                         write_without(qw, x, qw, V, BLOCK)
                     else:
                         write_without(q_row, x, qw, V, BLOCK)
-                        q_scratch = 1
+                        q_at = SCRATCH_ROW
     uf = tl.load(uf_ptr + b).to(tl.float64)
-    if p_scratch == 1:
-        y = inverse_cdf(pw, pw, 0, 1.0, uf, V, 0, BLOCK)
+    if p_at == SCRATCH_ROW:
+        y = inverse_cdf(pw, pw, 0, 1.0, uf, V, W_P, BLOCK)
     else:
-        y = inverse_cdf(p_ptr + (b * N + node) * V, pw, 0, 1.0, uf, V, 0, BLOCK)
+        y = inverse_cdf(p_ptr + (b * N + node) * V, pw, 0, 1.0, uf, V, W_P, BLOCK)
     tl.store(nxt_ptr + b, y.to(tl.int64))
 
 
@@ -282,7 +288,7 @@ def multi_draft_level_kernel(
             else:  # draw: from the last residual (every child rejected), or from the final law
                 u = tl.load(uf_ptr + b).to(tl.float64)
                 tot, target, ch, carry = crossing_chunk(part_ptr + b * C, C, u, CB)
-                first = tl.full((), 2**62, tl.int64)
+                first = tl.full((), NO_HIT, tl.int64)
                 last = tl.full((), -1, tl.int64)
                 end = tl.minimum(V, ch * CH + CH)
                 for start in range(0, CH, BLOCK):
@@ -294,6 +300,6 @@ def multi_draft_level_kernel(
                     carry, first, last = pick_step(
                         w, offs, mask, ch * CH + start, end, carry, target, first, last, BLOCK
                     )
-                tl.store(nxt_ptr + b, tl.where(first < 2**62, first, last))
+                tl.store(nxt_ptr + b, tl.where(first < NO_HIT, first, last))
                 tl.store(st_ptr + b * 4, -1)
             tl.store(cnt_ptr + b, 0)

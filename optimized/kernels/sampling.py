@@ -6,20 +6,32 @@ left-to-right order whenever ``tl.cumsum`` scans sequentially (it does under the
 a parallel scan on a GPU may round partial sums differently, which moves a sampled token only
 when ``u * total`` falls within rounding of a partial sum.
 
-The weights of a row (``row_weights``), by ``MODE``:
+The weights of a row (``row_weights``, ``inverse_cdf``) are chosen by the constexpr
+``WEIGHTS``, one of the module's named modes:
 
-* 0: ``p`` itself (a bonus draw, or a residual's fallback when ``(p - q)+`` has no mass);
-* 1: ``(a p - q)+ / total1`` with q a given law (token-level: a = 1; block: a = p_tau);
-* 2: the same with q one-hot at ``x_det`` (a deterministic draft);
-* 3: ``p`` with the ids in ``drop`` (a vector; entries < 0 ignored) set to 0, not renormalized
-  (the target-only rule's "no child accepted" law);
-* 4: ``p`` where ``p >= a``, else 0, not renormalized (typical acceptance's truncated law).
+* ``W_P``: ``p`` itself (a bonus draw, or a residual's fallback when ``(p - q)+`` has no mass);
+* ``W_RESIDUAL``: ``(a p - q)+ / total1`` with q a given law (token-level: a = 1; block:
+  a = p_tau);
+* ``W_RESIDUAL_ONEHOT``: the same with q one-hot at ``x_det`` (a deterministic draft);
+* ``W_WITHOUT``: ``p`` with the ids in ``drop`` (a vector; entries < 0 ignored) set to 0, not
+  renormalized (the reference's ``laws.without``: the target-only rule's "no child accepted" law);
+* ``W_TRUNCATED``: ``p`` where ``p >= a``, else 0, not renormalized (typical acceptance's
+  truncated law).
+
+Each is a module-level ``tl.constexpr`` (the only globals a jit function may read), so the
+kernels compile one specialization per mode, as with the integers they replace.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+W_P = tl.constexpr(0)
+W_RESIDUAL = tl.constexpr(1)
+W_RESIDUAL_ONEHOT = tl.constexpr(2)
+W_WITHOUT = tl.constexpr(3)
+W_TRUNCATED = tl.constexpr(4)
 
 
 @triton.jit
@@ -36,18 +48,18 @@ def last_of(sums, offs, start, V, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def row_weights(p_row, q_row, x_det, offs, mask, MODE: tl.constexpr, total1, a, drop):
+def row_weights(p_row, q_row, x_det, offs, mask, WEIGHTS: tl.constexpr, total1, a, drop):
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
-    if MODE == 0:
+    if WEIGHTS == W_P:
         return p
-    if MODE == 4:
+    if WEIGHTS == W_TRUNCATED:
         return tl.where(p >= a, p, 0.0)
-    if MODE == 3:
+    if WEIGHTS == W_WITHOUT:
         hit = tl.sum(tl.where(offs[:, None] == drop[None, :], 1, 0), 1) > 0
         return tl.where(hit, 0.0, p)
-    if MODE == 1:
+    if WEIGHTS == W_RESIDUAL:
         q = tl.load(q_row + offs, mask=mask, other=0.0).to(tl.float64)
-    else:
+    else:  # W_RESIDUAL_ONEHOT
         q = tl.where(offs == x_det, 1.0, 0.0).to(tl.float64)
     w = tl.maximum(a * p - q, 0.0)
     return w / total1
@@ -76,7 +88,9 @@ def residual_mass(p_row, q_row, x_det, a, V, HAS_Q: tl.constexpr, BLOCK: tl.cons
 
 
 @triton.jit
-def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl.constexpr, a=1.0, drop=None):
+def inverse_cdf(
+    p_row, q_row, x_det, total1, u, V, WEIGHTS: tl.constexpr, BLOCK: tl.constexpr, a=1.0, drop=None
+):
     """The reference's ``categorical_from_uniform(u, weights)`` on the row's weights: the
     smallest i with ``u * sum(weights) < cumsum[i]`` (and weights[i] > 0), else the last
     positive index."""
@@ -84,7 +98,7 @@ def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < V
-        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, MODE, total1, a, drop), 0.0)
+        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, WEIGHTS, total1, a, drop), 0.0)
         carry = last_of(running_sums(w, carry, offs, start), offs, start, V, BLOCK)
     target = u * carry
     carry = tl.zeros((), dtype=tl.float64)
@@ -93,7 +107,7 @@ def inverse_cdf(p_row, q_row, x_det, total1, u, V, MODE: tl.constexpr, BLOCK: tl
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         mask = offs < V
-        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, MODE, total1, a, drop), 0.0)
+        w = tl.where(mask, row_weights(p_row, q_row, x_det, offs, mask, WEIGHTS, total1, a, drop), 0.0)
         sums = running_sums(w, carry, offs, start)
         carry = last_of(sums, offs, start, V, BLOCK)
         hit = mask & (w > 0) & (target < sums)

@@ -20,6 +20,10 @@ import triton.language as tl
 
 from .sampling import last_of, running_sums
 
+# Larger than any token id: the running minimum of the ids that hit before one has (a pick
+# with no hit then returns the last positive id instead).
+NO_HIT = tl.constexpr(2**62)
+
 
 @triton.jit
 def arrive(cnt_ptr, C):
@@ -63,7 +67,7 @@ def pick_step(w, offs, mask, start, end, carry, target, first, last, BLOCK: tl.c
     sums = running_sums(w, carry, offs, start)
     carry = last_of(sums, offs, start, end, BLOCK)
     hit = mask & (w > 0) & (target < sums)
-    first = tl.minimum(first, tl.min(tl.where(hit, offs, 2**62), 0))
+    first = tl.minimum(first, tl.min(tl.where(hit, offs, NO_HIT), 0))
     last = tl.maximum(last, tl.max(tl.where(mask & (w > 0), offs, -1), 0))
     return carry, first, last
 
@@ -101,7 +105,7 @@ def pick_weights(
     """The last program's draw over :func:`weights` from the chunk sums: returns
     ``(token, total)``; the token is -1 when the total is 0 (the caller's fallback)."""
     total, target, c, carry = crossing_chunk(part_row, C, u, CB)
-    first = tl.full((), 2**62, tl.int64)
+    first = tl.full((), NO_HIT, tl.int64)
     last = tl.full((), -1, tl.int64)
     if total > 0:
         end = tl.minimum(V, c * CH + CH)
@@ -112,5 +116,5 @@ def pick_weights(
             carry, first, last = pick_step(
                 w, offs, mask, c * CH + start, end, carry, target, first, last, BLOCK
             )
-    y = tl.where(first < 2**62, first, last)
+    y = tl.where(first < NO_HIT, first, last)
     return y, total

@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import inverse_cdf
+from .sampling import W_P, inverse_cdf
 
 
 @triton.jit
@@ -30,7 +30,7 @@ def strict_tree_kernel(
         if done == 0:
             p_row = p_ptr + (b * N + node) * V
             u = tl.load(uy_ptr + b * N + node).to(tl.float64)
-            y = inverse_cdf(p_row, p_row, 0, 1.0, u, V, MODE=0, BLOCK=BLOCK).to(tl.int64)
+            y = inverse_cdf(p_row, p_row, 0, 1.0, u, V, WEIGHTS=W_P, BLOCK=BLOCK).to(tl.int64)
             nxt = tl.min(tl.where((pars == node) & (ns > 0) & (toks == y), ns, NB), 0).to(tl.int64)
             if nxt < NB:
                 node = nxt

@@ -13,8 +13,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import inverse_cdf
-from .split import arrive, crossing_chunk, pick_step
+from .sampling import W_P, W_WITHOUT, inverse_cdf
+from .split import NO_HIT, arrive, crossing_chunk, pick_step
+
+# How ``walk`` ended (its ``done``): still walking; at a leaf (the draw is from p); or at a node
+# none of whose children was accepted (the draw is from p without their tokens, ``W_WITHOUT``).
+WALKING = tl.constexpr(0)
+AT_LEAF = tl.constexpr(1)
+NONE_ACCEPTED = tl.constexpr(2)
+# A node's coin while it is read: no outcome yet, or the outcome "none of the children".
+UNDECIDED = tl.constexpr(-2)
+NO_CHILD = tl.constexpr(-1)
 
 
 @triton.jit
@@ -31,20 +40,20 @@ def child_weight(px, bound, accv, stopped, ts, ta):
 @triton.jit
 def walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, write, NB: tl.constexpr):
     """The walk over the tree with one coin per visited node, from the children's gathered
-    ``p(x)`` alone. Returns ``(node, done, pars)``: done is 2 when no child of ``node`` was
-    accepted, 1 at a leaf. Stores the accepted path into ``acc`` when ``write``."""
+    ``p(x)`` alone. Returns ``(node, done, pars)``: done is ``NONE_ACCEPTED`` when no child
+    of ``node`` was accepted, ``AT_LEAF`` at a leaf. Stores the accepted path into ``acc`` when ``write``."""
     ns = tl.arange(0, NB)
     pars = tl.load(par_ptr + b * N + ns, mask=ns < N, other=-2).to(tl.int64)
     node = tl.zeros((), dtype=tl.int64)
     depth = tl.zeros((), dtype=tl.int64)
-    done = tl.zeros((), dtype=tl.int32)
+    done = tl.full((), WALKING, tl.int32)
     tl.store(acc_ptr + b * N, 0, mask=write)
     for _ in range(0, N):
-        if done == 0:
+        if done == WALKING:
             p_row = p_ptr + (b * N + node) * V
             n_kids = tl.sum(tl.where((pars == node) & (ns > 0), 1, 0), 0)
             if n_kids == 0:
-                done = 1
+                done = AT_LEAF
             else:
                 u = tl.load(uc_ptr + b * N + node).to(tl.float64)
                 bound = tl.zeros((), dtype=tl.float64)
@@ -64,33 +73,33 @@ def walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, write, NB: t
                 accv = tl.zeros((), dtype=tl.float64)
                 stopped = tl.zeros((), dtype=tl.int32)
                 cum = tl.zeros((), dtype=tl.float64)
-                chosen = tl.full((), -2, tl.int64)  # -2: not decided; -1: none
-                last = tl.full((), -2, tl.int64)
+                chosen = tl.full((), UNDECIDED, tl.int64)
+                last = tl.full((), UNDECIDED, tl.int64)
                 for c in range(1, N):
                     par = tl.load(par_ptr + b * N + c).to(tl.int64)
                     if (par == node) & (stopped == 0):
                         x = tl.load(tok_ptr + b * N + c).to(tl.int64)
                         px = tl.load(p_row + x).to(tl.float64)
                         w, bound, accv, stopped = child_weight(px, bound, accv, stopped, ts, ta)
-                        if (w > 0) & (chosen == -2):
+                        if (w > 0) & (chosen == UNDECIDED):
                             cum = cum + w
                             last = tl.zeros((), dtype=tl.int64) + c
                             if target < cum:
                                 chosen = last
                 w_none = 1.0 - bound
-                if (w_none > 0) & (chosen == -2):
+                if (w_none > 0) & (chosen == UNDECIDED):
                     cum = cum + w_none
-                    last = tl.full((), -1, tl.int64)
+                    last = tl.full((), NO_CHILD, tl.int64)
                     if target < cum:
                         chosen = last
-                if chosen == -2:
+                if chosen == UNDECIDED:
                     chosen = last
-                if chosen >= 0:
+                if chosen >= 0:  # a child (not NO_CHILD)
                     node = chosen
                     depth += 1
                     tl.store(acc_ptr + b * N + depth, node, mask=write)
                 else:
-                    done = 2
+                    done = NONE_ACCEPTED
     return node, done, pars
 
 
@@ -116,13 +125,13 @@ def target_only_tree_kernel(
     node, done, pars = walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, True, NB)
     p_row = p_ptr + (b * N + node) * V
     uf = tl.load(uf_ptr + b).to(tl.float64)
-    if done == 2:  # no child accepted: p without the children's tokens
+    if done == NONE_ACCEPTED:  # no child accepted: p without the children's tokens
         drop = tl.where((pars == node) & (ns > 0), toks, -1)
-        y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 3, BLOCK, 1.0, drop)
+        y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, W_WITHOUT, BLOCK, 1.0, drop)
         if y < 0:  # the children carry all of p's mass: the reference draws from p
-            y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 0, BLOCK)
+            y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, W_P, BLOCK)
     else:
-        y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 0, BLOCK)
+        y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, W_P, BLOCK)
     tl.store(nxt_ptr + b, y.to(tl.int64))
 
 
@@ -147,7 +156,7 @@ def target_only_split_kernel(
     toks = tl.load(tok_ptr + b * N + ns, mask=ns < N, other=0).to(tl.int64)
     node, done, pars = walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, c == 0, NB)
     p_row = p_ptr + (b * N + node) * V
-    drop = tl.where((pars == node) & (ns > 0) & (done == 2), toks, -1)
+    drop = tl.where((pars == node) & (ns > 0) & (done == NONE_ACCEPTED), toks, -1)
     total = tl.zeros((BLOCK,), dtype=tl.float64)
     for start in range(0, CH, BLOCK):
         offs = c * CH + start + tl.arange(0, BLOCK)
@@ -156,7 +165,7 @@ def target_only_split_kernel(
     if arrive(cnt_ptr + b, C):
         u = tl.load(uf_ptr + b).to(tl.float64)
         tot, target, cc, carry = crossing_chunk(part_ptr + b * C, C, u, CB)
-        first = tl.full((), 2**62, tl.int64)
+        first = tl.full((), NO_HIT, tl.int64)
         last = tl.full((), -1, tl.int64)
         if tot > 0:
             end = tl.minimum(V, cc * CH + CH)
@@ -167,8 +176,8 @@ def target_only_split_kernel(
                 carry, first, last = pick_step(
                     w, offs, mask, cc * CH + start, end, carry, target, first, last, BLOCK
                 )
-            y = tl.where(first < 2**62, first, last)
+            y = tl.where(first < NO_HIT, first, last)
         else:  # the children carry all of p's mass: the reference draws from p
-            y = inverse_cdf(p_row, p_row, 0, 1.0, u, V, 0, BLOCK).to(tl.int64)
+            y = inverse_cdf(p_row, p_row, 0, 1.0, u, V, W_P, BLOCK).to(tl.int64)
         tl.store(nxt_ptr + b, y)
         tl.store(cnt_ptr + b, 0)

@@ -9,7 +9,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import acceptance, first_rejection, gather_drafts, inverse_cdf, residual_mass
+from .sampling import (
+    W_P,
+    W_RESIDUAL,
+    W_RESIDUAL_ONEHOT,
+    acceptance,
+    first_rejection,
+    gather_drafts,
+    inverse_cdf,
+    residual_mass,
+)
 
 
 @triton.jit
@@ -39,11 +48,11 @@ def token_chain_kernel(
         total1 = residual_mass(p_row, q_row, x_r, 1.0, V, HAS_Q, BLOCK)
         if total1 > 0:
             if HAS_Q:
-                y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 1, BLOCK)
+                y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, W_RESIDUAL, BLOCK)
             else:
-                y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 2, BLOCK)
+                y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, W_RESIDUAL_ONEHOT, BLOCK)
         else:  # (p - q)+ has no mass: the reference's documented fallback, p itself
-            y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, 0, BLOCK)
+            y = inverse_cdf(p_row, q_row, x_r, total1, uf, V, W_P, BLOCK)
     else:
-        y = inverse_cdf(p_row, q_row, x_r, 1.0, uf, V, 0, BLOCK)
+        y = inverse_cdf(p_row, q_row, x_r, 1.0, uf, V, W_P, BLOCK)
     tl.store(out_ptr + b * (K + 1) + r, y)

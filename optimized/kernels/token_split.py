@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import acceptance, first_rejection, gather_drafts, inverse_cdf
+from .sampling import W_P, acceptance, first_rejection, gather_drafts, inverse_cdf
 from .split import arrive, chunk_sum, pick_weights
 
 
@@ -57,6 +57,6 @@ def token_split_kernel(
             p_row, q_row, x_r, part_ptr + b * C, C, V, CH, u, 1.0, residual, HAS_Q, CB, BLOCK
         )
         if total <= 0:  # (p - q)+ has no mass: the reference's fallback, p itself (exact row path)
-            y = inverse_cdf(p_row, q_row, x_r, 1.0, u, V, 0, BLOCK).to(tl.int64)
+            y = inverse_cdf(p_row, q_row, x_r, 1.0, u, V, W_P, BLOCK).to(tl.int64)
         tl.store(out_ptr + b * (K + 1) + r, y)
         tl.store(cnt_ptr + b, 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sampling import argmax_row, inverse_cdf, last_of, running_sums
+from .sampling import W_TRUNCATED, argmax_row, inverse_cdf, last_of, running_sums
 
 
 @triton.jit
@@ -75,7 +75,7 @@ def typical_tree_kernel(
     p_row = p_ptr + (b * N + best) * V
     t_best = tl.sum(tl.where(ns == best, thr, 0.0), 0)
     uf = tl.load(uf_ptr + b).to(tl.float64)
-    y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, 4, BLOCK, t_best).to(tl.int64)
+    y = inverse_cdf(p_row, p_row, 0, 1.0, uf, V, W_TRUNCATED, BLOCK, t_best).to(tl.int64)
     if y < 0:  # the typical set is empty (only with delta > 1): the reference keeps the argmax
         y = argmax_row(p_row, V, BLOCK)
     tl.store(nxt_ptr + b, y.to(tl.int64))
