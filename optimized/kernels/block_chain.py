@@ -16,17 +16,17 @@ from .sampling import W_P, W_RESIDUAL, W_RESIDUAL_ONEHOT, gather_drafts, inverse
 
 @triton.jit
 def block_chain_kernel(
-    x_ptr,
-    q_ptr,
-    p_ptr,
-    ue_ptr,
-    uf_ptr,
-    out_ptr,
-    K,
-    V,
-    HAS_Q: tl.constexpr,
-    KB: tl.constexpr,
-    BLOCK: tl.constexpr,
+    x_ptr,  # [B, K] int64: the drafts
+    q_ptr,  # [B, K, V] float: the draft laws (read with HAS_Q only)
+    p_ptr,  # [B, K+1, V] float: the target laws
+    ue_ptr,  # [B, K+1] float64: u_eta, site ("eta", i) at column i (column 0 unused)
+    uf_ptr,  # [B] float64: u_final
+    out_ptr,  # [B, K+1] int64: the output tokens (the caller fills -1)
+    K,  # drafts per row
+    V,  # vocabulary size
+    HAS_Q: tl.constexpr,  # sampled drafts with laws q (else deterministic: q one-hot)
+    KB: tl.constexpr,  # a power of two >= K
+    BLOCK: tl.constexpr,  # ids per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
     ks, x, px, qx = gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q, KB)

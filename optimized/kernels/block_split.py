@@ -37,7 +37,13 @@ DECIDED = tl.constexpr(1)
 
 
 @triton.jit
-def block_weights(px, qx, ks, K, KB: tl.constexpr):
+def block_weights(
+    px,  # [KB] float64: p_i(X_i), gathered
+    qx,  # [KB] float64: q_i(X_i) (1 for deterministic drafts)
+    ks,  # [KB] int: the chain positions 0..KB-1
+    K,  # drafts per row
+    KB: tl.constexpr,  # a power of two >= K
+):
     """``pws[j] = p_{j+1}``: ``p_i = min(1, p_{i-1} p(X_i) / q(X_i))``, ``p_0 = 1``, in the
     reference's order."""
     pws = tl.full((KB,), 1.0, tl.float64)
@@ -50,7 +56,15 @@ def block_weights(px, qx, ks, K, KB: tl.constexpr):
 
 
 @triton.jit
-def write_row(x_ptr, out_ptr, b, K, tau, y, KB1: tl.constexpr):
+def write_row(
+    x_ptr,  # [B, K] int64: the drafts
+    out_ptr,  # [B, K+1] int64: the output tokens
+    b,  # the batch row
+    K,  # drafts per row
+    tau,  # drafts accepted
+    y,  # int64: the token at position tau
+    KB1: tl.constexpr,  # a power of two >= K + 1
+):
     """``out[b] = X_1..X_tau, y, -1, ...``."""
     ks = tl.arange(0, KB1)
     xs = tl.load(x_ptr + b * K + ks, mask=ks < tl.minimum(tau, K), other=-1).to(tl.int64)
@@ -60,10 +74,27 @@ def write_row(x_ptr, out_ptr, b, K, tau, y, KB1: tl.constexpr):
 
 @triton.jit
 def block_level_kernel(
-    x_ptr, q_ptr, p_ptr, ue_ptr, uf_ptr, out_ptr, pw_ptr, state_ptr, part_ptr, cnt_ptr,
-    K, V, C, CH, LEVEL,
-    HAS_Q: tl.constexpr, KB: tl.constexpr, KB1: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    x_ptr,  # [B, K] int64: the drafts
+    q_ptr,  # [B, K, V] float: the draft laws (read with HAS_Q only)
+    p_ptr,  # [B, K+1, V] float: the target laws
+    ue_ptr,  # [B, K+1] float64: u_eta, site ("eta", i) at column i (column 0 unused)
+    uf_ptr,  # [B] float64: u_final
+    out_ptr,  # [B, K+1] int64: the output tokens (the deciding program writes the row)
+    pw_ptr,  # [B, K+1] float64: the weights p_0..p_K (written at LEVEL = K)
+    state_ptr,  # [B] int32: UNDECIDED or DECIDED (written at LEVEL = K)
+    part_ptr,  # [B, C] float64: this level's chunk sums
+    cnt_ptr,  # [B] int32: check-in counters (0 before and after)
+    K,  # drafts per row
+    V,  # vocabulary size
+    C,  # chunks per row (the grid's second axis)
+    CH,  # entries per chunk
+    LEVEL,  # the level i of this launch: K, K-1, ..., 0 in turn
+    HAS_Q: tl.constexpr,  # sampled drafts with laws q (else deterministic: q one-hot)
+    KB: tl.constexpr,  # a power of two >= K
+    KB1: tl.constexpr,  # a power of two >= K + 1
+    CB: tl.constexpr,  # a power of two >= C
+    BLOCK: tl.constexpr,  # ids per inner step
+):
     b = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1).to(tl.int64)
     u = tl.load(uf_ptr + b).to(tl.float64)

@@ -16,7 +16,15 @@ from .split import NO_HIT, arrive
 
 @triton.jit
 def greedy_tree_kernel(
-    par_ptr, tok_ptr, p_ptr, acc_ptr, nxt_ptr, N, V, NB: tl.constexpr, BLOCK: tl.constexpr
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    N,  # nodes per tree
+    V,  # vocabulary size
+    NB: tl.constexpr,  # a power of two >= N
+    BLOCK: tl.constexpr,  # ids per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
     ns = tl.arange(0, NB)
@@ -42,9 +50,24 @@ def greedy_tree_kernel(
 
 @triton.jit
 def greedy_level_kernel(
-    par_ptr, tok_ptr, p_ptr, acc_ptr, nxt_ptr, node_ptr, part_v_ptr, part_i_ptr, cnt_ptr, N, V, C, CH, LEVEL,
-    NB: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    node_ptr,  # [B] int64: the row's current node, -1 once stopped (written at LEVEL 0)
+    part_v_ptr,  # [B, C] float64: each chunk's largest value
+    part_i_ptr,  # [B, C] int64: the smallest id holding it
+    cnt_ptr,  # [B] int32: check-in counters (0 before and after)
+    N,  # nodes per tree
+    V,  # vocabulary size
+    C,  # chunks per row (the grid's second axis)
+    CH,  # entries per chunk
+    LEVEL,  # the depth of this launch's nodes: 0, 1, ... in turn
+    NB: tl.constexpr,  # a power of two >= N
+    CB: tl.constexpr,  # a power of two >= C
+    BLOCK: tl.constexpr,  # ids per inner step
+):
     """One level of the walk for every row still walking, its row split over chunk programs:
     each program takes its chunk's argmax; the last one of the row combines them (first chunk
     holding the largest value, so ties still go to the smallest id), then moves to the child

@@ -30,7 +30,16 @@ SCRATCH_ROW = tl.constexpr(1)
 
 
 @triton.jit
-def write_residual(p_row, q_row, x_det, out_row, total, V, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def write_residual(
+    p_row,  # [V] float: the node's current target row (its row of p, or pw)
+    q_row,  # [V] float: its current draft row (its row of q, or qw; read with HAS_Q only)
+    x_det,  # the rejected token (q one-hot there without HAS_Q)
+    out_row,  # [V] float64: the scratch row written (pw; may be p_row)
+    total,  # float64: the residual's mass, > 0
+    V,
+    HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """``out = (p - q)+ / total`` (q one-hot at x_det without HAS_Q)."""
     for start in range(0, V, BLOCK):
         offs = start + tl.arange(0, BLOCK)
@@ -42,7 +51,13 @@ def write_residual(p_row, q_row, x_det, out_row, total, V, HAS_Q: tl.constexpr, 
 
 
 @triton.jit
-def write_without(q_row, x, out_row, V, BLOCK: tl.constexpr):
+def write_without(
+    q_row,  # [V] float: the node's current draft row (its row of q, or qw)
+    x,  # the rejected token
+    out_row,  # [V] float64: the scratch row written (qw; may be q_row)
+    V,
+    BLOCK: tl.constexpr,
+):
     """``out = norm(q without x)`` (left unnormalized, all zero, when nothing is left)."""
     carry = tl.zeros((), dtype=tl.float64)
     for start in range(0, V, BLOCK):
@@ -62,7 +77,12 @@ def write_without(q_row, x, out_row, V, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def load_at(row, x, from_scratch, scratch_row):
+def load_at(
+    row,  # [V] float: the node's row of the input
+    x,  # the id read
+    from_scratch,  # bool: read scratch_row instead
+    scratch_row,  # [V] float64: the row's scratch (pw or qw)
+):
     if from_scratch:
         v = tl.load(scratch_row + x)
     else:
@@ -72,21 +92,21 @@ def load_at(row, x, from_scratch, scratch_row):
 
 @triton.jit
 def multi_draft_kernel(
-    par_ptr,
-    tok_ptr,
-    q_ptr,
-    p_ptr,
-    ua_ptr,
-    uf_ptr,
-    pw_ptr,
-    qw_ptr,
-    acc_ptr,
-    nxt_ptr,
-    N,
-    V,
-    HAS_Q: tl.constexpr,
-    WITHOUT_REPLACEMENT: tl.constexpr,
-    BLOCK: tl.constexpr,
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    q_ptr,  # [B, N, V] float: the draft laws, one per node (read with HAS_Q only)
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    ua_ptr,  # [B, N] float64: u_accept, site ("accept", c) at column c (column 0 unused)
+    uf_ptr,  # [B] float64: u_final
+    pw_ptr,  # [B, V] float64: scratch, the current node's residual target law
+    qw_ptr,  # [B, V] float64: scratch, its draft law without the rejected tokens (rrs)
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    N,  # nodes per tree
+    V,  # vocabulary size
+    HAS_Q: tl.constexpr,  # sampled drafts with laws q (else deterministic: q one-hot)
+    WITHOUT_REPLACEMENT: tl.constexpr,  # rrs (else mss)
+    BLOCK: tl.constexpr,  # ids per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
     node = tl.zeros((), dtype=tl.int64)
@@ -152,13 +172,26 @@ def multi_draft_kernel(
 
 
 @triton.jit
-def pick(vec, j):
+def pick(
+    vec,  # [n] a small vector
+    j,  # the entry wanted
+):
     """Entry j of a small vector (a scalar)."""
     return tl.sum(tl.where(tl.arange(0, vec.shape[0]) == j, vec, tl.zeros_like(vec)), 0)
 
 
 @triton.jit
-def current_laws(p, q, y, k, hx, hz, hs, HAS_Q: tl.constexpr, WITHOUT_REPLACEMENT: tl.constexpr):
+def current_laws(
+    p,  # float64 (scalar or [BLOCK]): the node's original p at the ids y
+    q,  # float64, like p: its original q there (ignored without HAS_Q)
+    y,  # int (like p): the ids
+    k,  # rejections so far at the node
+    hx,  # [NB] int64: the rejected ids, in order
+    hz,  # [NB] float64: the residual mass after each rejection
+    hs,  # [NB] float64: rrs's draft mass after each rejection
+    HAS_Q: tl.constexpr,
+    WITHOUT_REPLACEMENT: tl.constexpr,
+):
     """The node's current target and draft values at ids ``y`` after its first k rejections,
     recomputed from the original values ``p(y)``, ``q(y)`` and the history (rejected ids hx,
     residual masses hz, rrs draft masses hs) with the reference's operations in its order:
@@ -181,9 +214,19 @@ def current_laws(p, q, y, k, hx, hz, hs, HAS_Q: tl.constexpr, WITHOUT_REPLACEMEN
 
 @triton.jit
 def pass_weights(
-    p_row, q_row, offs, mask, k, hx, hz, hs, reject, x_rej,
-    HAS_Q: tl.constexpr, WITHOUT_REPLACEMENT: tl.constexpr,
-):  # fmt: skip
+    p_row,  # [V] float: the node's row of p
+    q_row,  # [V] float: its row of q (read with HAS_Q only)
+    offs,  # [BLOCK] int: the block's ids
+    mask,  # [BLOCK] bool: the block's ids inside the chunk and the row
+    k,  # rejections so far at the node
+    hx,  # [NB] int64: the rejected ids, in order
+    hz,  # [NB] float64: the residual mass after each rejection
+    hs,  # [NB] float64: rrs's draft mass after each rejection
+    reject,  # bool: a rejection's residual pass (else the final law's)
+    x_rej,  # int64: the rejected id (-1: none)
+    HAS_Q: tl.constexpr,
+    WITHOUT_REPLACEMENT: tl.constexpr,
+):
     """One block of a pass: ``(p_k - q_k)+`` after rejecting x_rej (q one-hot at x_rej without
     HAS_Q) or ``p_k`` for the final law; and ``q_k`` without x_rej (the rrs renormalizer)."""
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
@@ -202,11 +245,32 @@ def pass_weights(
 
 @triton.jit
 def multi_draft_level_kernel(
-    par_ptr, tok_ptr, q_ptr, p_ptr, ua_ptr, uf_ptr, acc_ptr, nxt_ptr,
-    st_ptr, hx_ptr, hz_ptr, hs_ptr, part_ptr, part_s_ptr, cnt_ptr, N, V, C, CH, LEVEL,
-    HAS_Q: tl.constexpr, WITHOUT_REPLACEMENT: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr,
-    BLOCK: tl.constexpr,
-):  # fmt: skip
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    q_ptr,  # [B, N, V] float: the draft laws, one per node (read with HAS_Q only)
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    ua_ptr,  # [B, N] float64: u_accept, site ("accept", c) at column c (column 0 unused)
+    uf_ptr,  # [B] float64: u_final
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    st_ptr,  # [B, 4] int64: (node, next child to test, depth, k); node -1 once done
+    hx_ptr,  # [B, NB] int64: the node's rejected ids, in order
+    hz_ptr,  # [B, NB] float64: the residual mass after each
+    hs_ptr,  # [B, NB] float64: rrs's draft mass after each
+    part_ptr,  # [B, C] float64: the chunk sums of this pass's weights
+    part_s_ptr,  # [B, C] float64: the chunk sums of q without the rejected id
+    cnt_ptr,  # [B] int32: check-in counters (0 before and after)
+    N,  # nodes per tree
+    V,  # vocabulary size
+    C,  # chunks per row (the grid's second axis)
+    CH,  # entries per chunk
+    LEVEL,  # the pass of this launch: 0, 1, ... in turn (state read from LEVEL 1 on)
+    HAS_Q: tl.constexpr,  # sampled drafts with laws q (else deterministic: q one-hot)
+    WITHOUT_REPLACEMENT: tl.constexpr,  # rrs (else mss)
+    NB: tl.constexpr,  # a power of two >= N
+    CB: tl.constexpr,  # a power of two >= C
+    BLOCK: tl.constexpr,  # ids per inner step
+):
     """One full-row pass of the multi-draft walk for every row still walking, split over chunk
     programs. Each program replays the row's cheap part from the state (node, next child to
     test, depth, k rejections and their history): it tests children on gathered values until

@@ -29,28 +29,28 @@ import triton.language as tl
 
 @triton.jit
 def paged_attention_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    out_ptr,
-    table_ptr,
-    row_ptr,
-    base_ptr,
-    ntree_ptr,
-    vis_ptr,
-    mask_ptr,
-    R,
-    H,
-    D,
-    MAXB,
-    scale,
-    W: tl.constexpr,
-    DB: tl.constexpr,
-    QB: tl.constexpr,
-    BSZ: tl.constexpr,
-    KT: tl.constexpr,
-    NB: tl.constexpr,
-    ACC: tl.constexpr,
+    q_ptr,  # [T, H, D] float: the batch's query tokens, rows after one another
+    k_ptr,  # [blocks, H, BSZ, D] float: this layer's cached keys
+    v_ptr,  # [blocks, H, BSZ, D] float: this layer's cached values
+    out_ptr,  # [T, H, D] float: the output
+    table_ptr,  # [B, MAXB] int64: each row's block table (-1 padded)
+    row_ptr,  # [T] int64: each token's row
+    base_ptr,  # [B] int64: the first slot of each row's tree region
+    ntree_ptr,  # [B] int64: the slots in each row's tree region
+    vis_ptr,  # [T] int64: each token sees slots [0, vis) in full
+    mask_ptr,  # [T, W] int32: each token's packed bits over its row's tree region
+    R,  # queries, T * H
+    H,  # heads
+    D,  # head dimension
+    MAXB,  # the block table's width
+    scale,  # float32: 1 / sqrt(D)
+    W: tl.constexpr,  # 32-bit words per mask row
+    DB: tl.constexpr,  # a power of two >= D
+    QB: tl.constexpr,  # queries per program
+    BSZ: tl.constexpr,  # slots per cache block
+    KT: tl.constexpr,  # prefix slots per tile
+    NB: tl.constexpr,  # a power of two >= the largest tree region
+    ACC: tl.constexpr,  # the accumulator's dtype (float64 for float64 inputs, else float32)
 ):
     rs = tl.program_id(0).to(tl.int64) * QB + tl.arange(0, QB)
     rmask = rs < R
@@ -113,22 +113,22 @@ def paged_attention_kernel(
 
 @triton.jit
 def paged_commit_kernel(
-    k_ptr,
-    v_ptr,
-    table_ptr,
-    base_ptr,
-    acc_ptr,
-    B,
-    N,
-    LH,
-    H,
-    NBLK,
-    MAXB,
-    D,
-    RB: tl.constexpr,
-    LHB: tl.constexpr,
-    DB: tl.constexpr,
-    BSZ: tl.constexpr,
+    k_ptr,  # [layers, NBLK, H, BSZ, D] float: every layer's cached keys
+    v_ptr,  # [layers, NBLK, H, BSZ, D] float: every layer's cached values
+    table_ptr,  # [B, MAXB] int64: each row's block table (-1 padded)
+    base_ptr,  # [B] int64: the first slot of each row's tree region
+    acc_ptr,  # [B, N] int64: each row's accepted path (0, a_1, ..), -1 padded
+    B,  # rows
+    N,  # the accepted paths' width
+    LH,  # layers * heads
+    H,  # heads
+    NBLK,  # blocks per layer
+    MAXB,  # the block table's width
+    D,  # head dimension
+    RB: tl.constexpr,  # rows per program
+    LHB: tl.constexpr,  # a power of two >= LH
+    DB: tl.constexpr,  # a power of two >= D
+    BSZ: tl.constexpr,  # slots per cache block
 ):
     bs = tl.program_id(0).to(tl.int64) * RB + tl.arange(0, RB)  # [RB] rows
     bmask = bs < B

@@ -35,20 +35,41 @@ W_TRUNCATED = tl.constexpr(4)
 
 
 @triton.jit
-def running_sums(w, carry, offs, start):
+def running_sums(
+    w,  # [BLOCK] float64: the block's weights
+    carry,  # float64: the sum of the row's earlier blocks
+    offs,  # [BLOCK] int: the block's ids
+    start,  # the block's first id
+):
     """Left-to-right partial sums of the block ``w`` continuing from ``carry``."""
     return tl.cumsum(tl.where(offs == start, w + carry, w), 0)
 
 
 @triton.jit
-def last_of(sums, offs, start, V, BLOCK: tl.constexpr):
+def last_of(
+    sums,  # [BLOCK] float64: the block's running sums
+    offs,  # [BLOCK] int: the block's ids
+    start,  # the block's first id
+    V,  # the row's length (the block may run past it)
+    BLOCK: tl.constexpr,
+):
     """The block's last running sum (the carry into the next block); exact for any sign, since
     the other terms of the sum are zeros."""
     return tl.sum(tl.where(offs == tl.minimum(V, start + BLOCK) - 1, sums, 0.0), 0)
 
 
 @triton.jit
-def row_weights(p_row, q_row, x_det, offs, mask, WEIGHTS: tl.constexpr, total1, a, drop):
+def row_weights(
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read by W_RESIDUAL only)
+    x_det,  # the deterministic draft, where W_RESIDUAL_ONEHOT's q is one-hot
+    offs,  # [BLOCK] int: the block's ids
+    mask,  # [BLOCK] bool: offs < V
+    WEIGHTS: tl.constexpr,  # one of the W_* modes
+    total1,  # float64: the residual's mass (W_RESIDUAL*: the weights are divided by it)
+    a,  # float64: p's factor in a residual (1; block's p_tau), or W_TRUNCATED's threshold
+    drop,  # [NB] int64: the ids W_WITHOUT sets to 0 (entries < 0 ignored)
+):
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
     if WEIGHTS == W_P:
         return p
@@ -66,7 +87,15 @@ def row_weights(p_row, q_row, x_det, offs, mask, WEIGHTS: tl.constexpr, total1, 
 
 
 @triton.jit
-def residual_terms(p_row, q_row, x_det, a, offs, mask, HAS_Q: tl.constexpr):
+def residual_terms(
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read with HAS_Q only)
+    x_det,  # the deterministic draft (q one-hot there without HAS_Q)
+    a,  # float64: p's factor (1; block's p_i)
+    offs,  # [BLOCK] int: the block's ids
+    mask,  # [BLOCK] bool: offs < V
+    HAS_Q: tl.constexpr,
+):
     """``(a p - q)+`` on one block (q one-hot at x_det without HAS_Q), 0 outside ``mask``."""
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
     if HAS_Q:
@@ -77,7 +106,15 @@ def residual_terms(p_row, q_row, x_det, a, offs, mask, HAS_Q: tl.constexpr):
 
 
 @triton.jit
-def residual_mass(p_row, q_row, x_det, a, V, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def residual_mass(
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read with HAS_Q only)
+    x_det,  # the deterministic draft (q one-hot there without HAS_Q)
+    a,  # float64: p's factor (1; block's p_i)
+    V,
+    HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """``sum((a p - q)+)`` over the row, left to right (q one-hot at x_det without HAS_Q)."""
     carry = tl.zeros((), dtype=tl.float64)
     for start in range(0, V, BLOCK):
@@ -89,7 +126,16 @@ def residual_mass(p_row, q_row, x_det, a, V, HAS_Q: tl.constexpr, BLOCK: tl.cons
 
 @triton.jit
 def inverse_cdf(
-    p_row, q_row, x_det, total1, u, V, WEIGHTS: tl.constexpr, BLOCK: tl.constexpr, a=1.0, drop=None
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read by W_RESIDUAL only)
+    x_det,  # the deterministic draft (W_RESIDUAL_ONEHOT)
+    total1,  # float64: the residual's mass (W_RESIDUAL*)
+    u,  # float64: the draw's uniform
+    V,
+    WEIGHTS: tl.constexpr,  # one of the W_* modes
+    BLOCK: tl.constexpr,
+    a=1.0,  # p's factor in a residual, or W_TRUNCATED's threshold
+    drop=None,  # [NB] int64: the ids W_WITHOUT sets to 0 (entries < 0 ignored)
 ):
     """The reference's ``categorical_from_uniform(u, weights)`` on the row's weights: the
     smallest i with ``u * sum(weights) < cumsum[i]`` (and weights[i] > 0), else the last
@@ -117,7 +163,11 @@ def inverse_cdf(
 
 
 @triton.jit
-def argmax_row(p_row, V, BLOCK: tl.constexpr):
+def argmax_row(
+    p_row,  # [V] float: the target row
+    V,
+    BLOCK: tl.constexpr,
+):
     """The most likely id of the row; ties go to the smallest id (the reference's argmax)."""
     best_v = tl.full((), -1.0, tl.float64)
     best_i = tl.zeros((), dtype=tl.int64)
@@ -134,7 +184,16 @@ def argmax_row(p_row, V, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q: tl.constexpr, KB: tl.constexpr):
+def gather_drafts(
+    x_ptr,  # [B, K] int64: the drafts
+    q_ptr,  # [B, K, V] float: the draft laws (read with HAS_Q only)
+    p_ptr,  # [B, K+1, V] float: the target laws
+    b,  # the batch row
+    K,  # drafts per row
+    V,
+    HAS_Q: tl.constexpr,  # sampled drafts with laws q (else deterministic: q one-hot)
+    KB: tl.constexpr,  # a power of two >= K
+):
     """Row b's K drafts and their gathered ``p_i(x_i)``, ``q_i(x_i)`` (q = 1 for deterministic
     drafts): the only reads the acceptance tests need. Returns (positions, x, p(x), q(x))."""
     ks = tl.arange(0, KB)
@@ -156,7 +215,13 @@ def acceptance(px, qx):
 
 
 @triton.jit
-def first_rejection(ua_ptr, b, K, ks, acc):
+def first_rejection(
+    ua_ptr,  # [B, K+1] float64: the acceptance coins' uniforms (column 0 unused)
+    b,  # the batch row
+    K,  # drafts per row
+    ks,  # [KB] int: the chain positions 0..KB-1
+    acc,  # [KB] float64: acc[i] = P(accept draft i)
+):
     """The first chain position whose coin ``u_accept[b, i + 1] < acc[i]`` fails (K if none)."""
     u = tl.load(ua_ptr + b * (K + 1) + 1 + ks, mask=ks < K, other=1.0).to(tl.float64)
     return tl.min(tl.where((ks < K) & ~(u < acc), ks, K), 0)

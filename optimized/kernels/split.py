@@ -26,7 +26,10 @@ NO_HIT = tl.constexpr(2**62)
 
 
 @triton.jit
-def arrive(cnt_ptr, C):
+def arrive(
+    cnt_ptr,  # [1] int32: this row's check-in counter (cnt[b])
+    C,  # programs per row
+):
     """Check in on ``cnt_ptr`` after this program's stores; True for the last of C programs."""
     tl.debug_barrier()
     seen = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
@@ -34,7 +37,12 @@ def arrive(cnt_ptr, C):
 
 
 @triton.jit
-def crossing_chunk(part_row, C, u, CB: tl.constexpr):
+def crossing_chunk(
+    part_row,  # [C] float64: this row's chunk sums
+    C,  # chunks per row
+    u,  # float64: the draw's uniform
+    CB: tl.constexpr,  # a power of two >= C
+):
     """The inverse CDF over the chunk sums ``part_row[0..C-1]``: returns ``(total, target, c,
     carry)`` where ``target = u * total``, c is the first chunk with positive mass whose
     running sum exceeds ``target`` (else the last chunk with positive mass) and ``carry`` the
@@ -53,7 +61,11 @@ def crossing_chunk(part_row, C, u, CB: tl.constexpr):
 
 
 @triton.jit
-def chunk_total(part_row, C, CB: tl.constexpr):
+def chunk_total(
+    part_row,  # [C] float64: this row's chunk sums
+    C,  # chunks per row
+    CB: tl.constexpr,  # a power of two >= C
+):
     """The sum of the chunk sums, left to right over the chunks."""
     cs = tl.arange(0, CB)
     parts = tl.load(part_row + cs, mask=cs < C, other=0.0, volatile=True)
@@ -62,7 +74,18 @@ def chunk_total(part_row, C, CB: tl.constexpr):
 
 
 @triton.jit
-def pick_step(w, offs, mask, start, end, carry, target, first, last, BLOCK: tl.constexpr):
+def pick_step(
+    w,  # [BLOCK] float64: the block's weights
+    offs,  # [BLOCK] int: the block's ids
+    mask,  # [BLOCK] bool: the block's ids inside the chunk and the row
+    start,  # the block's first id
+    end,  # the crossing chunk's end, min(V, its first id + CH)
+    carry,  # float64: the sum of the weights before the block
+    target,  # float64: u * total
+    first,  # int64: the smallest id whose running sum exceeds target so far (NO_HIT: none)
+    last,  # int64: the last id with positive weight so far (-1: none)
+    BLOCK: tl.constexpr,
+):
     """One block of the inverse CDF inside the crossing chunk: updates (carry, first, last)."""
     sums = running_sums(w, carry, offs, start)
     carry = last_of(sums, offs, start, end, BLOCK)
@@ -73,7 +96,16 @@ def pick_step(w, offs, mask, start, end, carry, target, first, last, BLOCK: tl.c
 
 
 @triton.jit
-def weights(p_row, q_row, x_det, offs, mask, a, RESIDUAL, HAS_Q: tl.constexpr):
+def weights(
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read with HAS_Q and RESIDUAL only)
+    x_det,  # the deterministic draft (q one-hot there without HAS_Q)
+    offs,  # [BLOCK] int: the block's ids
+    mask,  # [BLOCK] bool: the block's ids inside the chunk and the row
+    a,  # float64: p's factor in the residual (1; block's p_i)
+    RESIDUAL,  # bool (a runtime value): (a p - q)+, else p
+    HAS_Q: tl.constexpr,
+):
     """A law row's weights on one block: ``(a p - q)+`` when ``RESIDUAL`` (q one-hot at x_det
     without HAS_Q; q is not read otherwise), else ``p``; 0 outside ``mask``."""
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
@@ -87,7 +119,18 @@ def weights(p_row, q_row, x_det, offs, mask, a, RESIDUAL, HAS_Q: tl.constexpr):
 
 
 @triton.jit
-def chunk_sum(p_row, q_row, x_det, c, V, CH, a, RESIDUAL, HAS_Q: tl.constexpr, BLOCK: tl.constexpr):
+def chunk_sum(
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read with HAS_Q and RESIDUAL only)
+    x_det,  # the deterministic draft (q one-hot there without HAS_Q)
+    c,  # this program's chunk
+    V,
+    CH,  # entries per chunk
+    a,  # float64: p's factor in the residual
+    RESIDUAL,  # bool: (a p - q)+, else p
+    HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """The sum of :func:`weights` over chunk c (entries ``c CH .. c CH + CH - 1``)."""
     total = tl.zeros((BLOCK,), dtype=tl.float64)
     for start in range(0, CH, BLOCK):
@@ -99,9 +142,20 @@ def chunk_sum(p_row, q_row, x_det, c, V, CH, a, RESIDUAL, HAS_Q: tl.constexpr, B
 
 @triton.jit
 def pick_weights(
-    p_row, q_row, x_det, part_row, C, V, CH, u, a, RESIDUAL,
-    HAS_Q: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    p_row,  # [V] float: the target row
+    q_row,  # [V] float: the draft row (read with HAS_Q and RESIDUAL only)
+    x_det,  # the deterministic draft (q one-hot there without HAS_Q)
+    part_row,  # [C] float64: this row's chunk sums of the same weights
+    C,  # chunks per row
+    V,
+    CH,  # entries per chunk
+    u,  # float64: the draw's uniform
+    a,  # float64: p's factor in the residual
+    RESIDUAL,  # bool: (a p - q)+, else p
+    HAS_Q: tl.constexpr,
+    CB: tl.constexpr,  # a power of two >= C
+    BLOCK: tl.constexpr,
+):
     """The last program's draw over :func:`weights` from the chunk sums: returns
     ``(token, total)``; the token is -1 when the total is 0 (the caller's fallback)."""
     total, target, c, carry = crossing_chunk(part_row, C, u, CB)

@@ -15,7 +15,16 @@ from .sampling import W_P, inverse_cdf
 
 @triton.jit
 def strict_tree_kernel(
-    par_ptr, tok_ptr, p_ptr, uy_ptr, acc_ptr, nxt_ptr, N, V, NB: tl.constexpr, BLOCK: tl.constexpr
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    uy_ptr,  # [B, N] float64: u_y, site ("y", v) at column v
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    N,  # nodes per tree
+    V,  # vocabulary size
+    NB: tl.constexpr,  # a power of two >= N
+    BLOCK: tl.constexpr,  # ids per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
     ns = tl.arange(0, NB)

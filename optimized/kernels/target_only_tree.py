@@ -27,7 +27,14 @@ NO_CHILD = tl.constexpr(-1)
 
 
 @triton.jit
-def child_weight(px, bound, accv, stopped, ts, ta):
+def child_weight(
+    px,  # float64: the child's p(x) at its parent
+    bound,  # float64: the coin's cumulative bound before this child
+    accv,  # float64: the children's mass so far
+    stopped,  # int32: 1 once a child reached threshold_single (the rest get nothing)
+    ts,  # float64: threshold_single
+    ta,  # float64: threshold_acc
+):
     """One child's weight in the reference's order; returns (w, bound, accv, stopped)."""
     single = px >= ts
     accv2 = tl.where(single, accv, accv + px)
@@ -38,7 +45,20 @@ def child_weight(px, bound, accv, stopped, ts, ta):
 
 
 @triton.jit
-def walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, write, NB: tl.constexpr):
+def walk(
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    uc_ptr,  # [B, N] float64: u_coin, site ("coin", v) at column v
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    b,  # the batch row
+    N,  # nodes per tree
+    V,  # vocabulary size
+    ts,  # float64: threshold_single
+    ta,  # float64: threshold_acc
+    write,  # bool: store the accepted path (one program of the row)
+    NB: tl.constexpr,  # a power of two >= N
+):
     """The walk over the tree with one coin per visited node, from the children's gathered
     ``p(x)`` alone. Returns ``(node, done, pars)``: done is ``NONE_ACCEPTED`` when no child
     of ``node`` was accepted, ``AT_LEAF`` at a leaf. Stores the accepted path into ``acc`` when ``write``."""
@@ -105,19 +125,19 @@ def walk(par_ptr, tok_ptr, p_ptr, uc_ptr, acc_ptr, b, N, V, ts, ta, write, NB: t
 
 @triton.jit
 def target_only_tree_kernel(
-    par_ptr,
-    tok_ptr,
-    p_ptr,
-    uc_ptr,
-    uf_ptr,
-    acc_ptr,
-    nxt_ptr,
-    N,
-    V,
-    ts,
-    ta,
-    NB: tl.constexpr,
-    BLOCK: tl.constexpr,
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    uc_ptr,  # [B, N] float64: u_coin, site ("coin", v) at column v
+    uf_ptr,  # [B] float64: u_final
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    N,  # nodes per tree
+    V,  # vocabulary size
+    ts,  # float64: threshold_single
+    ta,  # float64: threshold_acc
+    NB: tl.constexpr,  # a power of two >= N
+    BLOCK: tl.constexpr,  # ids per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
     ns = tl.arange(0, NB)
@@ -136,7 +156,12 @@ def target_only_tree_kernel(
 
 
 @triton.jit
-def dropped(p_row, offs, mask, drop):
+def dropped(
+    p_row,  # [V] float: the target row
+    offs,  # [BLOCK] int: the block's ids
+    mask,  # [BLOCK] bool: the block's ids inside the chunk and the row
+    drop,  # [NB] int64: the ids set to 0 (entries < 0 ignored)
+):
     """``p`` with the ids in ``drop`` (entries < 0 ignored) set to 0; 0 outside ``mask``."""
     p = tl.load(p_row + offs, mask=mask, other=0.0).to(tl.float64)
     hit = tl.sum(tl.where(offs[:, None] == drop[None, :], 1, 0), 1) > 0
@@ -145,9 +170,25 @@ def dropped(p_row, offs, mask, drop):
 
 @triton.jit
 def target_only_split_kernel(
-    par_ptr, tok_ptr, p_ptr, uc_ptr, uf_ptr, acc_ptr, nxt_ptr, part_ptr, cnt_ptr, N, V, ts, ta, C, CH,
-    NB: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    uc_ptr,  # [B, N] float64: u_coin, site ("coin", v) at column v
+    uf_ptr,  # [B] float64: u_final
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    part_ptr,  # [B, C] float64: the chunk sums of the stop node's final law
+    cnt_ptr,  # [B] int32: check-in counters (0 before and after)
+    N,  # nodes per tree
+    V,  # vocabulary size
+    ts,  # float64: threshold_single
+    ta,  # float64: threshold_acc
+    C,  # chunks per row (the grid's second axis)
+    CH,  # entries per chunk
+    NB: tl.constexpr,  # a power of two >= N
+    CB: tl.constexpr,  # a power of two >= C
+    BLOCK: tl.constexpr,  # ids per inner step
+):
     """Rows x chunks: every program redoes its row's walk (gathers only), sums its chunk of the
     stop node's final law; the last program of the row draws (:mod:`.split`)."""
     b = tl.program_id(0).to(tl.int64)

@@ -27,7 +27,17 @@ from .split import arrive, chunk_sum, pick_weights
 
 
 @triton.jit
-def stop_node(x_ptr, q_ptr, p_ptr, ua_ptr, b, K, V, HAS_Q: tl.constexpr, KB: tl.constexpr):
+def stop_node(
+    x_ptr,  # [B, K] int64: the drafts
+    q_ptr,  # [B, K, V] float: the draft laws (read with HAS_Q only)
+    p_ptr,  # [B, K+1, V] float: the target laws
+    ua_ptr,  # [B, K+1] float64: u_accept (column 0 unused)
+    b,  # the batch row
+    K,  # drafts per row
+    V,
+    HAS_Q: tl.constexpr,
+    KB: tl.constexpr,  # a power of two >= K
+):
     """The row's acceptance tests; returns (r, the drafts, their positions): drafts 0..r-1 are
     accepted and the step stops at node r (r = K: all accepted)."""
     ks, x, px, qx = gather_drafts(x_ptr, q_ptr, p_ptr, b, K, V, HAS_Q, KB)
@@ -37,9 +47,23 @@ def stop_node(x_ptr, q_ptr, p_ptr, ua_ptr, b, K, V, HAS_Q: tl.constexpr, KB: tl.
 
 @triton.jit
 def token_split_kernel(
-    x_ptr, q_ptr, p_ptr, ua_ptr, uf_ptr, out_ptr, part_ptr, cnt_ptr, K, V, C, CH,
-    HAS_Q: tl.constexpr, KB: tl.constexpr, CB: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    x_ptr,  # [B, K] int64: the drafts
+    q_ptr,  # [B, K, V] float: the draft laws (read with HAS_Q only)
+    p_ptr,  # [B, K+1, V] float: the target laws
+    ua_ptr,  # [B, K+1] float64: u_accept, site ("accept", c) at column c (column 0 unused)
+    uf_ptr,  # [B] float64: u_final
+    out_ptr,  # [B, K+1] int64: the output tokens (every position written)
+    part_ptr,  # [B, C] float64: the chunk sums of the stop row's weights
+    cnt_ptr,  # [B] int32: check-in counters (0 before and after)
+    K,  # drafts per row
+    V,  # vocabulary size
+    C,  # chunks per row (the grid's second axis)
+    CH,  # entries per chunk
+    HAS_Q: tl.constexpr,  # sampled drafts with laws q (else deterministic: q one-hot)
+    KB: tl.constexpr,  # a power of two >= K
+    CB: tl.constexpr,  # a power of two >= C
+    BLOCK: tl.constexpr,  # ids per inner step
+):
     b = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1).to(tl.int64)
     r, x, ks = stop_node(x_ptr, q_ptr, p_ptr, ua_ptr, b, K, V, HAS_Q, KB)

@@ -13,23 +13,23 @@ import triton.language as tl
 
 @triton.jit
 def tree_attention_kernel(
-    q_ptr,
-    kt_ptr,
-    vt_ptr,
-    kp_ptr,
-    vp_ptr,
-    pre_ptr,
-    mask_ptr,
-    out_ptr,
-    H,
-    N,
-    S,
-    D,
-    scale,
-    W: tl.constexpr,
-    DB: tl.constexpr,
-    BS: tl.constexpr,
-    NB: tl.constexpr,
+    q_ptr,  # [B, H, N, D] float: the tree nodes' queries
+    kt_ptr,  # [B, H, N, D] float: the tree nodes' keys
+    vt_ptr,  # [B, H, N, D] float: the tree nodes' values
+    kp_ptr,  # [B, H, S, D] float: the prefix cache's keys
+    vp_ptr,  # [B, H, S, D] float: the prefix cache's values
+    pre_ptr,  # [B] int64: prefix_len, the valid prefix slots of each row
+    mask_ptr,  # [B, N, W] int32: the packed ancestor-or-self bits
+    out_ptr,  # [B, H, N, D] float32: the output
+    H,  # heads
+    N,  # nodes per tree
+    S,  # prefix cache slots
+    D,  # head dimension
+    scale,  # float32: 1 / sqrt(D)
+    W: tl.constexpr,  # 32-bit words per mask row
+    DB: tl.constexpr,  # a power of two >= D
+    BS: tl.constexpr,  # prefix slots per step
+    NB: tl.constexpr,  # a power of two >= N
 ):
     bh = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1).to(tl.int64)

@@ -12,7 +12,13 @@ import triton.language as tl
 
 
 @triton.jit
-def tree_buffers_kernel(par_ptr, mask_ptr, depth_ptr, N, W: tl.constexpr):
+def tree_buffers_kernel(
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    mask_ptr,  # [B, N, W] int32: the packed ancestor-or-self bits (written)
+    depth_ptr,  # [B, N] int64: the nodes' depths (written)
+    N,  # nodes per tree
+    W: tl.constexpr,  # 32-bit words per mask row
+):
     b = tl.program_id(0).to(tl.int64)
     ws = tl.arange(0, W)
     tl.store(mask_ptr + (b * N) * W + ws, tl.where(ws == 0, 1, 0).to(tl.int32))
@@ -28,7 +34,17 @@ def tree_buffers_kernel(par_ptr, mask_ptr, depth_ptr, N, W: tl.constexpr):
 
 
 @triton.jit
-def gather_rows_kernel(src_ptr, src_slot_ptr, dst_ptr, dst_slot_ptr, H, S, N, D, DB: tl.constexpr):
+def gather_rows_kernel(
+    src_ptr,  # [B, H, S, D] float: the rows read
+    src_slot_ptr,  # [B, N] int64: the slot read for each j (-1: none)
+    dst_ptr,  # [B, H, S, D] float: the rows written (not aliasing src)
+    dst_slot_ptr,  # [B, N] int64: the slot written for each j (-1: none)
+    H,  # heads
+    S,  # slots per row
+    N,  # copies per row (the grid's second axis)
+    D,  # head dimension
+    DB: tl.constexpr,  # a power of two >= D
+):
     """Copy row ``src[b, h, src_slot[b, j]]`` to ``dst[b, h, dst_slot[b, j]]`` for every j with
     both slots >= 0 (one program per (b, h, j); the two tensors must not alias)."""
     bh = tl.program_id(0).to(tl.int64)

@@ -13,7 +13,11 @@ from .sampling import W_TRUNCATED, argmax_row, inverse_cdf, last_of, running_sum
 
 
 @triton.jit
-def entropy_row(p_row, V, BLOCK: tl.constexpr):
+def entropy_row(
+    p_row,  # [V] float: the target row
+    V,
+    BLOCK: tl.constexpr,
+):
     """``H = -sum_x p(x) log(p(x) + 1e-5)``, summed left to right."""
     carry = tl.zeros((), dtype=tl.float64)
     for start in range(0, V, BLOCK):
@@ -27,18 +31,18 @@ def entropy_row(p_row, V, BLOCK: tl.constexpr):
 
 @triton.jit
 def typical_tree_kernel(
-    par_ptr,
-    tok_ptr,
-    p_ptr,
-    uf_ptr,
-    acc_ptr,
-    nxt_ptr,
-    N,
-    V,
-    eps,
-    delta,
-    NB: tl.constexpr,
-    BLOCK: tl.constexpr,
+    par_ptr,  # [B, N] int64: the trees' parents (-1 at the root)
+    tok_ptr,  # [B, N] int64: the nodes' tokens
+    p_ptr,  # [B, N, V] float: the target laws, one per node
+    uf_ptr,  # [B] float64: u_final
+    acc_ptr,  # [B, N] int64: the accepted nodes from the root (the caller fills -1)
+    nxt_ptr,  # [B] int64: the next token
+    N,  # nodes per tree
+    V,  # vocabulary size
+    eps,  # float64: the threshold's cap (Medusa's epsilon)
+    delta,  # float64: the threshold's entropy factor, min(eps, delta exp(-H))
+    NB: tl.constexpr,  # a power of two >= N
+    BLOCK: tl.constexpr,  # ids per inner step
 ):
     b = tl.program_id(0).to(tl.int64)
     ns = tl.arange(0, NB)
