@@ -73,4 +73,4 @@ def test_e2e_command_exit_codes_and_json(tmp_path):
         ["e2e", "--proposer", "draft", "--steps", "0"],
         ["e2e", "--proposer", "draft", "--runs", "-1"],
     ):
-        assert main(bad) == 2, bad
+        assert main(bad) == 4, bad  # usage errors exit 4

@@ -149,9 +149,9 @@ def test_matrix_command_writes_json_and_agrees_with_declarations(tmp_path, capsy
     assert "| rule |" in capsys.readouterr().out
 
 
-def test_matrix_command_usage_errors_exit_2(capsys):
-    assert main(["matrix", "--rule", "nonsense"]) == 2
-    assert main(["matrix", "--instances", "0", "--progress", "off"]) == 2
+def test_matrix_command_usage_errors_exit_4(capsys):
+    assert main(["matrix", "--rule", "nonsense"]) == 4
+    assert main(["matrix", "--instances", "0", "--progress", "off"]) == 4
     assert "instances" in capsys.readouterr().err
 
 
