@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specproof.optimized.bench import chain_inputs, tree_inputs
-from specproof.properties.backends import REGISTRY
+from specproof.properties.conformance.backends import REGISTRY
 
 FULL = torch.cuda.is_available()
 CHAIN = (64, 8, 32000) if FULL else (8, 4, 128)

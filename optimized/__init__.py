@@ -5,7 +5,7 @@ tape sites (:mod:`specproof.reference.choices`): ``u_accept[b, c]`` is the unifo
 ``("accept", c)`` of row b (column 0 unused), ``u_final[b]`` that of ``("final", 0)``. Fed the
 same uniforms, kernel and reference return the same tokens (``tests/test_optimized_coupled.py``),
 and a generator-based wrapper implements the chain contract of
-:mod:`specproof.properties.contracts`.
+:mod:`specproof.properties.conformance.contracts`.
 
 Triton kernels run on CUDA tensors when a GPU is present; on CPU tensors they run under Triton's
 interpreter, chosen when CUDA is absent and ``TRITON_INTERPRET`` is unset. That choice, and

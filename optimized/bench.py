@@ -2,7 +2,7 @@
 
 CPU (always): each rule's optimized kernel (the Triton interpreter when there is no GPU)
 against a straightforward batched PyTorch implementation of the same rule where one exists
-(``torch.token``, ``torch.block`` of :mod:`specproof.properties.backends.torch_chain`) and
+(``torch.token``, ``torch.block`` of :mod:`specproof.properties.conformance.backends.torch_chain`) and
 against the reference (pure Python, row by row), on the same inputs, reported as time per call
 and ratios to the batched PyTorch (or reference) time; plus the audit's throughput in verified
 steps per second for the same three engines.
@@ -94,7 +94,7 @@ def tree_inputs(B: int, parents: list[int], V: int, seed: int = 0):
 
 
 def cpu_section(quick: bool, report: Callable[[str], None]) -> list[Row]:
-    from specproof.properties.backends import REGISTRY
+    from specproof.properties.conformance.backends import REGISTRY
 
     rows: list[Row] = []
     min_calls, min_s = (2, 0.5) if quick else (3, 2.0)
@@ -133,9 +133,9 @@ def cpu_section(quick: bool, report: Callable[[str], None]) -> list[Row]:
 
 def audit_throughput(quick: bool, report: Callable[[str], None]) -> list[Row]:
     """Verified steps per second of the audit (contract checks, sampling, test) per engine."""
-    from specproof.properties.audit import AuditConfig, audit
-    from specproof.properties.backends import REGISTRY
-    from specproof.properties.battery import chain_battery
+    from specproof.properties.audit.battery import chain_battery
+    from specproof.properties.audit.stages import AuditConfig, audit
+    from specproof.properties.conformance.backends import REGISTRY
 
     case = [c for c in chain_battery() if c.name == "iid/K4/V8"]
     rows = []

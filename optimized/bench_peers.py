@@ -139,7 +139,7 @@ def flashinfer_chain(x, dp, tp, device: str) -> Peer:
 
 
 def _vllm_modules() -> dict[str, Any]:
-    from specproof.properties.backends.thirdparty import vllm as adapter
+    from specproof.properties.conformance.backends.thirdparty import vllm as adapter
 
     return adapter._load()
 
@@ -214,7 +214,7 @@ def sglang_chain(x, dp, tp, device: str, block_verification: bool) -> Peer:
     if peer.why:
         return peer
     try:
-        from specproof.properties.backends.thirdparty import sglang as adapter
+        from specproof.properties.conformance.backends.thirdparty import sglang as adapter
 
         kernels = adapter._kernels()
     except Exception as e:
@@ -259,8 +259,8 @@ def sglang_tree_target_only(parents, tokens, tp, device: str) -> Peer:
     if peer.why:
         return peer
     try:
-        from specproof.properties.backends.thirdparty import sglang_cuda
-        from specproof.properties.backends.thirdparty.sglang import tree_links
+        from specproof.properties.conformance.backends.thirdparty import sglang_cuda
+        from specproof.properties.conformance.backends.thirdparty.sglang import tree_links
 
         fn = sglang_cuda._kernel()
     except Exception as e:

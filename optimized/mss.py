@@ -52,7 +52,8 @@ def multi_draft(
         scratch = torch.empty(2, t.B, t.V, dtype=torch.float64, device=device)
         multi_draft_kernel[(t.B,)](
             t.parents, t.tokens, q, t.target, ua, uf, scratch[0], scratch[1], t.accepted, t.next_token,
-            t.N, t.V, HAS_Q=t.draft is not None, WITHOUT_REPLACEMENT=without_replacement, BLOCK=block, **LAUNCH,
+            t.N, t.V, HAS_Q=t.draft is not None, WITHOUT_REPLACEMENT=without_replacement, BLOCK=block,
+            **LAUNCH,
         )  # fmt: skip
         return t.accepted, t.next_token
     chunk, C, CB = chunking(t.V, t.target.element_size(), block, chunk)

@@ -3,7 +3,7 @@
 ``specproof audit chain|tree TARGET`` audits a black-box verifier statistically; ``specproof
 audit`` alone audits every built-in backend (the reference rules, the correct alternatives and
 the mutant corpus) and checks each verdict against what the backend declares
-(:mod:`.audit_cli`); ``specproof replay`` turns an audit's witness into a pytest test.
+(:mod:`.audit.cli`); ``specproof replay`` turns an audit's witness into a pytest test.
 ``specproof backends`` lists the registered names.
 
 ``specproof matrix`` prints the exactness matrix (proposal process x rule), each cell checked
@@ -24,18 +24,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specproof.reference.processes import PROCESSES
-from specproof.reference.rules import RULES
-
-from .audit_cli import (
+from specproof.properties.audit.cli import (
     UsageError,
     add_audit_parser,
     add_replay_parser,
     add_robustness_parser,
     show_progress,
 )
-from .matrix import LOSSY, exactness_matrix, markdown
-from .verdicts import EXIT_TABLE, USAGE_ERROR
+from specproof.properties.oracle.matrix import LOSSY, exactness_matrix, markdown
+from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR
+from specproof.reference.processes import PROCESSES
+from specproof.reference.rules import RULES
 
 
 def _progress_printer(enabled: bool) -> Callable[[int, int, str], None]:
@@ -97,8 +96,8 @@ def _show_progress(mode: str) -> bool:
 
 def _cmd_backends(args: argparse.Namespace) -> int:
     """Verifier backends (chain, tree) and engines (``specproof audit engine``), registered."""
-    from .backends import all_backends
-    from .engines import list_engines
+    from specproof.properties.conformance.backends import all_backends
+    from specproof.properties.engine.registry import list_engines
 
     backends = all_backends()
     engines = list_engines()
@@ -118,12 +117,12 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from .calibration import calibrate, markdown
+    from specproof.properties.audit.calibration import calibrate, markdown
 
     show = _show_progress(args.progress)
     report = (lambda s: print(s, file=sys.stderr)) if show else None
     if args.deep:
-        from .calibration import calibrate_deep, markdown_deep
+        from specproof.properties.audit.calibration import calibrate_deep, markdown_deep
 
         runs = 300 if args.runs is None else args.runs
         table = markdown_deep(calibrate_deep(runs, args.samples, args.alpha, args.power_runs, report))
@@ -159,10 +158,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_e2e(args: argparse.Namespace) -> int:
+    from specproof.properties.e2e import check as e2e
     from specproof.reference.errors import SpecproofInputError
     from specproof.reference.proposers import PROPOSERS
-
-    from . import e2e
 
     def fail(msg: str) -> int:
         print(f"specproof e2e: {msg}", file=sys.stderr)
@@ -251,7 +249,7 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
 
 
 def _cmd_conform(args: argparse.Namespace) -> int:
-    from . import conform
+    from specproof.properties.conformance import conform
 
     if not args.budget_seconds > 0:
         print(

@@ -15,7 +15,7 @@ with ``--specproof-underpowered skip``). Options: ``--specproof-alpha`` (1e-6),
 ``--specproof-seed`` (0), ``--specproof-budget-seconds`` (per case, 60: a guard only),
 ``--specproof-samples`` (a fixed sample size per case instead of the planner's).
 
-In a test of your own, the ``specproof_audit`` fixture is :func:`specproof.properties.audit.audit`
+In a test of your own, the ``specproof_audit`` fixture is :func:`specproof.properties.audit.stages.audit`
 with the target resolved for you::
 
     def test_my_sampler_is_lossless(specproof_audit):
@@ -79,8 +79,8 @@ class SpecproofCaseItem(pytest.Item):
         self.result: Any = None
 
     def runtest(self) -> None:
-        from .audit import AuditConfig, audit
-        from .verdicts import Verdict
+        from specproof.properties.audit.stages import AuditConfig, audit
+        from specproof.properties.verdicts import Verdict
 
         opt = self.config.getoption
         config = AuditConfig(
@@ -95,7 +95,7 @@ class SpecproofCaseItem(pytest.Item):
             probes=self.case is None,
         )
         if self.case is None:  # the id-range probes alone: the smoke stage of one small case
-            from .audit import default_cases
+            from specproof.properties.audit.stages import default_cases
 
             config.cases = default_cases(self.backend, config.seed)[:1]
             config.samples = 2
@@ -159,8 +159,8 @@ def pytest_collection_modifyitems(
     req = _requested(config)
     if req is None:
         return
-    from .audit import default_cases
-    from .backends import TargetError, resolve
+    from specproof.properties.audit.stages import default_cases
+    from specproof.properties.conformance.backends import TargetError, resolve
 
     kind, target = req
     procs = config.getoption("specproof_process")
@@ -178,14 +178,14 @@ def pytest_collection_modifyitems(
 @pytest.fixture
 def specproof_audit() -> Callable[..., Any]:
     """``specproof_audit(target_or_callable, kind="chain", processes=None, **AuditConfig fields)``."""
-    from .audit import AuditConfig, audit
-    from .backends import Backend, resolve
+    from specproof.properties.audit.stages import AuditConfig, audit
+    from specproof.properties.conformance.backends import Backend, resolve
 
     def run(
         target: Any, kind: str = "chain", processes: tuple[str, ...] | None = None, **options: Any
     ) -> Any:
         if callable(target):
-            from .backends import CHAIN_PROCESSES
+            from specproof.properties.conformance.backends import CHAIN_PROCESSES
 
             if processes is None and kind == "tree":
                 raise ValueError("processes: a tree audit needs the proposal processes the verifier claims")

@@ -8,7 +8,7 @@ the context. One target forward per step, so the mean number of emitted tokens p
 speed-up in target forwards.
 
 The law this loop emits over several steps is checked exactly by
-:func:`specproof.properties.exact.multi_step_check` (which runs the same process and rule on
+:func:`specproof.properties.oracle.exact.multi_step_check` (which runs the same process and rule on
 :class:`TransformerLM` laws), and the loop itself is checked against those laws in
 tests/test_decode.py (the tree forward's laws equal the path forward's within 1e-10).
 """

@@ -69,7 +69,7 @@ fi
 cd /tmp || exit 1  # the checkout's specproof/ folder would shadow the installed package
 step peers 120 python3 - <<'EOF'
 import importlib.metadata as md
-from specproof.properties.backends.thirdparty import ADAPTERS, availability
+from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
 for dist in ("flashinfer-python", "apache-tvm-ffi", "vllm", "sglang", "sgl-kernel"):
     try:
         print(f"{dist} {md.version(dist)}")
@@ -108,11 +108,11 @@ step side-by-side "$([ $quick = 1 ] && echo 90 || echo 200)" python3 -m specproo
 # 7. conformance of the CUDA-only adapters and vLLM (compiled), then the engine audit if present
 names=$(python3 - <<'EOF'
 import importlib
-from specproof.properties.backends.thirdparty import ADAPTERS, availability
+from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
 names = []
 for a in ADAPTERS:
     if a.module in ("flashinfer", "sglang_cuda", "vllm") and availability(a)[0]:
-        names += [b["name"] for b in importlib.import_module(f"specproof.properties.backends.thirdparty.{a.module}").backends()]
+        names += [b["name"] for b in importlib.import_module(f"specproof.properties.conformance.backends.thirdparty.{a.module}").backends()]
 print(" ".join(names))
 EOF
 )

@@ -46,7 +46,7 @@ def test_audit_usage_errors_exit_4(tmp_path, capsys):
     assert main(["audit", "chain"]) == 4
     assert main(["audit", "tree", "torch.token"]) == 4  # a chain backend
     assert (
-        main(["audit", "tree", "specproof.properties.backends.torch_chain:strict_chain"]) == 4
+        main(["audit", "tree", "specproof.properties.conformance.backends.torch_chain:strict_chain"]) == 4
     )  # no --process
     assert main(["audit", "chain", "no.such.module:fn"]) == 4
     assert main(["audit", "chain", "torch.token", "--tv", "0"]) == 4
@@ -66,7 +66,7 @@ def test_help_states_the_exit_codes(capsys):
 
 
 def test_audit_of_a_module_function_target(capsys):
-    target = "specproof.properties.backends.torch_chain:strict_chain"
+    target = "specproof.properties.conformance.backends.torch_chain:strict_chain"
     assert main(["audit", "chain", target, "--process", "onehot_chain", *QUICK]) == 0
 
 
@@ -108,7 +108,7 @@ def test_pytest_plugin_fixture(pytester):
     pytester.makepyfile(
         """
         def test_mine(specproof_audit):
-            from specproof.properties.backends.torch_chain import block_chain
+            from specproof.properties.conformance.backends.torch_chain import block_chain
             r = specproof_audit(block_chain, kind="chain", tv=0.1, large_vocab_tv=0.5)
             assert r.verdict == "pass", r.summary()
         """
@@ -117,8 +117,8 @@ def test_pytest_plugin_fixture(pytester):
 
 
 def test_a_slow_verifier_short_of_its_plan_is_underpowered_and_says_what_it_reached():
-    from specproof.properties.audit import AuditConfig, audit
-    from specproof.properties.backends import REGISTRY
+    from specproof.properties.audit.stages import AuditConfig, audit
+    from specproof.properties.conformance.backends import REGISTRY
 
     result = audit(REGISTRY[("chain", "reference.token")], AuditConfig(budget_seconds=5, probes=False))
     assert result.verdict == "underpowered"

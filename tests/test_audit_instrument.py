@@ -24,12 +24,12 @@ import time
 import pytest
 import torch
 
-from specproof.properties import mutants  # noqa: F401  (registers mutant.*)
-from specproof.properties.audit import AuditConfig, audit
-from specproof.properties.backends import REGISTRY, Backend
-from specproof.properties.backends.torch_chain import token_chain
-from specproof.properties.battery import chain_battery
+from specproof.properties.audit.battery import chain_battery
+from specproof.properties.audit.stages import AuditConfig, audit
 from specproof.properties.cli import main
+from specproof.properties.conformance import mutants  # noqa: F401  (registers mutant.*)
+from specproof.properties.conformance.backends import REGISTRY, Backend
+from specproof.properties.conformance.backends.torch_chain import token_chain
 
 SMALL = [
     c for c in chain_battery() if c.name in ("iid/K1/V8", "onehot/K2/V6/tiny", "iid/K3/V5", "iid/K2/V8/rows")
@@ -112,7 +112,7 @@ BAD = textwrap.dedent(
 
     import torch
 
-    from specproof.properties.backends.torch_chain import token_chain
+    from specproof.properties.conformance.backends.torch_chain import token_chain
 
     CALLS = {"n": 0}
 
@@ -174,7 +174,7 @@ def test_exit_codes_for_every_verdict(tmp_path, capsys, bad):
 
 
 def test_an_internal_error_exits_4_with_its_traceback(monkeypatch, capsys):
-    from specproof.properties import audit as audit_module
+    from specproof.properties.audit import stages as audit_module
 
     def broken(*a, **k):
         raise RuntimeError("an internal bug")
@@ -250,7 +250,7 @@ USER_KERNEL = textwrap.dedent(
     import triton
     import triton.language as tl
 
-    from specproof.properties.backends.torch_chain import token_chain
+    from specproof.properties.conformance.backends.torch_chain import token_chain
 
     SEEN = []
 
@@ -282,7 +282,7 @@ USER_KERNEL = textwrap.dedent(
 def test_a_user_triton_verifier_is_audited_with_its_own_settings(tmp_path, monkeypatch):
     before = {k: v for k, v in os.environ.items() if k.startswith("TRITON")}
     import specproof.optimized  # noqa: F401
-    from specproof.properties.backends import all_backends, load_callable
+    from specproof.properties.conformance.backends import all_backends, load_callable
 
     all_backends()
     assert {k: v for k, v in os.environ.items() if k.startswith("TRITON")} == before
@@ -314,7 +314,7 @@ def test_specproof_kernels_still_run_in_their_own_scope():
 
 
 def test_output_paths_are_checked_before_the_run(tmp_path, capsys, monkeypatch):
-    from specproof.properties import audit as audit_module
+    from specproof.properties.audit import stages as audit_module
 
     def must_not_run(*a, **k):
         raise AssertionError("the audit ran before the output path was checked")

@@ -1,4 +1,4 @@
-"""The tree-builder contract (properties/buffers.py): the checks, exactly, and their mutants.
+"""The tree-builder contract (properties/conformance/buffers.py): the checks, exactly, and their mutants.
 
 The reference's and the Triton engine's builders equal the reference on every battery tree; a
 causal mask, flattened position ids (the node's index), a dropped leaf, a wrong shape, an
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specproof.properties.backends.thirdparty.eagle import choices_of
-from specproof.properties.backends.thirdparty.medusa import medusa_choices
-from specproof.properties.buffers import (
+from specproof.properties.conformance.backends.thirdparty.eagle import choices_of
+from specproof.properties.conformance.backends.thirdparty.medusa import medusa_choices
+from specproof.properties.conformance.buffers import (
     EAGLE_MC_SIM_7B_63,
     MEDUSA_MC_SIM_7B_63,
     TreeBuffers,

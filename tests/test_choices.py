@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specproof.properties import strategies as sps
-from specproof.properties.exact import step_emitted_law
+from specproof.properties.oracle import strategies as sps
+from specproof.properties.oracle.exact import step_emitted_law
 from specproof.reference.choices import (
     Sampler,
     TapeExhaustedError,
@@ -128,7 +128,7 @@ class _FlippedCoins(TapeReader):
 
 
 def _tape_counts(rule: str, reader_cls, n: int, seed: int):
-    from specproof.properties.exact import Instance, step_inputs
+    from specproof.properties.oracle.exact import Instance, step_inputs
     from specproof.reference.processes import PROCESSES
 
     proc = "iid_chain" if rule in ("token", "block") else "iid_siblings"

@@ -1,4 +1,4 @@
-"""The per-position tests of next-token laws (properties/conditional.py).
+"""The per-position tests of next-token laws (properties/audit/conditional.py).
 
 * calibrated: on exact samples of a K = 8 battery case (drawn from the law itself, no verifier)
   the per-position p-value falls below 0.01 in at most 11 of 300 seeded runs (a count of 12 or
@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from scipy import stats as st
 
-from specproof.properties import mutants  # noqa: F401  (registers mutant.*)
-from specproof.properties.audit import AuditConfig, audit
-from specproof.properties.backends import REGISTRY
-from specproof.properties.battery import Inputs, build_models, chain_battery, complete
-from specproof.properties.conditional import battery_tests, sequence_tests
+from specproof.properties.audit.battery import Inputs, build_models, chain_battery, complete
+from specproof.properties.audit.conditional import battery_tests, sequence_tests
+from specproof.properties.audit.stages import AuditConfig, audit
+from specproof.properties.conformance import mutants  # noqa: F401  (registers mutant.*)
+from specproof.properties.conformance.backends import REGISTRY
 from specproof.reference.models import ToyLM
 
 DEEP = {c.name: c for c in chain_battery()}["iid/K8/V8/deep"]

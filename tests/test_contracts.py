@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from specproof.properties.cli import main
-from specproof.properties.contracts import ContractViolation, check_chain_output, check_tree_output
+from specproof.properties.conformance.contracts import (
+    ContractViolation,
+    check_chain_output,
+    check_tree_output,
+)
 
 DRAFTS = torch.tensor([[1, 2], [3, 0]])
 

@@ -18,9 +18,9 @@ import dataclasses
 import pytest
 import torch
 
-from specproof.properties.audit import AuditConfig, audit, default_cases
-from specproof.properties.backends import Backend
-from specproof.properties.backends.thirdparty import flashinfer, sglang_cuda
+from specproof.properties.audit.stages import AuditConfig, audit, default_cases
+from specproof.properties.conformance.backends import Backend
+from specproof.properties.conformance.backends.thirdparty import flashinfer, sglang_cuda
 
 
 def _sample(w: torch.Tensor, u: float) -> int:
@@ -140,7 +140,7 @@ def test_adapters_say_why_they_are_unavailable(monkeypatch):
     package is present says that CUDA is missing (and is not imported)."""
     import importlib.metadata
 
-    from specproof.properties.backends.thirdparty import ADAPTERS, availability
+    from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
 
     def absent(package: str) -> str:
         raise importlib.metadata.PackageNotFoundError(package)

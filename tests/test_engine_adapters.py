@@ -15,9 +15,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from specproof.properties.backends.thirdparty import sglang_engine, vllm_engine
-from specproof.properties.engine_audit import EngineAuditConfig, audit_engine
-from specproof.properties.engines import ENGINES, T07, T1, EngineSpec, Sampling, _ensure_registered
+from specproof.properties.conformance.backends.thirdparty import sglang_engine, vllm_engine
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+from specproof.properties.engine.registry import ENGINES, T07, T1, EngineSpec, Sampling, _ensure_registered
 from specproof.properties.verdicts import Verdict
 
 PATHS = {"target": "/models/target", "draft": "/models/draft"}

@@ -1,4 +1,4 @@
-"""The engine audit (properties/engine_audit.py) on specproof's own loops (properties/engines.py).
+"""The engine audit (properties/engine/audit.py) on specproof's own loops (properties/engine/registry.py).
 
 Every statistical test here runs at a fixed sample size with fixed seeds (the audit's seeds
 derive from ``seed``; torch runs single-threaded inside the audit), so its verdicts are
@@ -27,9 +27,9 @@ import os
 import numpy as np
 import pytest
 
-from specproof.properties import engines as E
-from specproof.properties.engine_audit import EngineAuditConfig, audit_engine, report_blocks, write_report
-from specproof.properties.engines import (
+from specproof.properties.engine import registry as E
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, report_blocks, write_report
+from specproof.properties.engine.registry import (
     GREEDY,
     T07,
     T1,
@@ -127,7 +127,7 @@ def test_the_hand_written_loop_with_rollback_is_the_reference_loop_token_for_tok
 
 def test_registry_lists_every_proposer_and_exact_rule_and_the_mutants():
     rows = {r["name"]: r for r in E.list_engines()}
-    from specproof.properties.e2e import applicable_rules
+    from specproof.properties.e2e.check import applicable_rules
     from specproof.reference.proposers import PROPOSERS
 
     for p in PROPOSERS.values():
@@ -251,7 +251,7 @@ def test_the_plan_comes_from_alpha_tv_power_and_cells_and_greedy_needs_few_sampl
     res = audit_engine(spec, EngineAuditConfig(tv=0.2, power=0.99))
     assert res.cases[0].point_mass and res.cases[0].planned == math.ceil(math.log(0.01) / math.log(0.8))
     assert res.verdict == Verdict.PASS and "point mass" in res.plan_text
-    from specproof.properties.stats import plan_samples
+    from specproof.properties.audit.stats import plan_samples
 
     spec = with_options(resolve_engine("mutant.greedy_draft_soft_law"), prompts=[(0, 6)], samplings=[T1])
     res = audit_engine(spec, EngineAuditConfig(alpha=1e-4, tv=0.3, looks=4, max_cells=16))
@@ -273,7 +273,7 @@ def test_a_budget_too_small_for_the_plan_ends_underpowered_never_pass():
 def test_json_report_and_cli(tmp_path, capsys):
     import argparse
 
-    from specproof.properties import engine_audit
+    from specproof.properties.engine import audit as engine_audit
 
     parser = argparse.ArgumentParser()
     parser.add_argument("kind")
@@ -328,7 +328,7 @@ def test_json_report_and_cli(tmp_path, capsys):
 def test_user_engines_resolve_from_a_file(tmp_path):
     path = tmp_path / "my_engine.py"
     path.write_text(
-        "from specproof.properties.engines import DirectEngine\n"
+        "from specproof.properties.engine.registry import DirectEngine\n"
         "from specproof.reference.models import ToyLM\n"
         "def make(temperature=1.0, top_k=None, top_p=None):\n"
         "    return DirectEngine(ToyLM(5, 2, exact=False))\n"
@@ -378,11 +378,11 @@ def test_pytest_fixture_audits_an_engine(pytester):
 
 def test_engine_findings_reproduce_in_the_reference():
     """The HF findings' mechanisms as one-line changes of exact reference processes
-    (properties/findings.py), checked by the exact oracle (proofs_notes/thirdparty.md)."""
+    (properties/oracle/findings.py), checked by the exact oracle (proofs_notes/thirdparty.md)."""
     from fractions import Fraction
 
-    from specproof.properties.exact import check
-    from specproof.properties.findings import (
+    from specproof.properties.oracle.exact import check
+    from specproof.properties.oracle.findings import (
         ARGMAX_WITNESS,
         PERMUTED_WITNESS,
         argmax_told_q_witness,
@@ -405,7 +405,7 @@ def _registered(group: str) -> list[str]:
 
 
 def test_the_optimized_loop_is_registered_for_every_proposer_and_rule_with_a_kernel():
-    from specproof.properties.e2e import applicable_rules
+    from specproof.properties.e2e.check import applicable_rules
     from specproof.reference.proposers import PROPOSERS
 
     names = set(_registered("optimized"))

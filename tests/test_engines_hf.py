@@ -8,7 +8,7 @@ order; greedy decoding for each path that has one); the documented relaxations a
 ensemble weight is lossy; the ``heuristic`` schedule, whose draft length persists across calls,
 breaks "equal seeds give equal tokens"); and the two findings, each with its cause pinned in
 transformers' own code and reproduced in the reference by the exact oracle
-(properties/findings.py, proofs_notes/thirdparty.md):
+(properties/oracle/findings.py, proofs_notes/thirdparty.md):
 
 * Gemma 4's assistant drafts the argmax but hands the verifier its soft logits: lossy;
 * universal speculative decoding (assistant with another tokenizer, sampling) hands the verifier
@@ -25,9 +25,9 @@ from fractions import Fraction
 import pytest
 import torch
 
-from specproof.properties.backends.thirdparty import ADAPTERS, availability
-from specproof.properties.engine_audit import EngineAuditConfig, audit_engine
-from specproof.properties.engines import GREEDY, T07, T1, Sampling, resolve_engine, with_options
+from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+from specproof.properties.engine.registry import GREEDY, T07, T1, Sampling, resolve_engine, with_options
 from specproof.properties.verdicts import Verdict
 
 
@@ -88,7 +88,7 @@ def test_documented_relaxations_are_caught():
 def test_gemma4_assistant_drafts_the_argmax_but_verifies_them_as_sampled(monkeypatch):
     from transformers.generation import utils
 
-    from specproof.properties.findings import argmax_told_q_witness
+    from specproof.properties.oracle.findings import argmax_told_q_witness
 
     res = _audit("hf.gemma4_assistant", T1, samples=400, prompt=(0, 6))
     assert res.verdict == Verdict.LOSSY, res.summary()
@@ -116,8 +116,8 @@ def test_gemma4_assistant_drafts_the_argmax_but_verifies_them_as_sampled(monkeyp
 def test_universal_speculative_decoding_tells_the_verifier_a_permuted_draft_law():
     from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
-    from specproof.properties.backends.thirdparty import hf_engine
-    from specproof.properties.findings import permuted_draft_law_witness
+    from specproof.properties.conformance.backends.thirdparty import hf_engine
+    from specproof.properties.oracle.findings import permuted_draft_law_witness
 
     def mismatches(order: str) -> list[int]:
         tr = AssistantToTargetTranslator(

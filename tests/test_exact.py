@@ -9,9 +9,9 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 
-from specproof.properties import strategies as sps
 from specproof.properties.cli import main
-from specproof.properties.exact import Instance, check, emitted_law
+from specproof.properties.oracle import strategies as sps
+from specproof.properties.oracle.exact import Instance, check, emitted_law
 from specproof.reference.laws import acceptance, normalize, onehot, positive_part
 from specproof.reference.models import greedy_sequence
 from specproof.reference.processes import PROCESSES
@@ -156,7 +156,7 @@ def test_matrix_command_usage_errors_exit_4(capsys):
 
 
 def test_matrix_exit_1_when_a_declaration_is_wrong(monkeypatch, tmp_path):
-    import specproof.properties.matrix as M
+    import specproof.properties.oracle.matrix as M
 
     lying = dict(RULES)
     lying["typical"] = Rule(

@@ -1,4 +1,4 @@
-"""Findings on third-party verifiers reproduced in the reference (properties/findings.py).
+"""Findings on third-party verifiers reproduced in the reference (properties/oracle/findings.py).
 
 EAGLE-1's posterior divides by the original q(x) instead of q renormalized without the siblings
 already tried: as a reference rule, the exact oracle finds it lossy under drafting without
@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from specproof.properties.exact import check
-from specproof.properties.findings import (
+from specproof.properties.oracle.exact import check
+from specproof.properties.oracle.findings import (
     EAGLE_RATIO,
     EAGLE_WITNESS,
     MEDUSA_WITNESS,

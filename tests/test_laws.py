@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from specproof.properties import strategies as sps
+from specproof.properties.oracle import strategies as sps
 from specproof.reference import errors as E
 from specproof.reference.laws import DEFAULT_TOL, acceptance, as_law, residual
 from specproof.reference.step import make_step

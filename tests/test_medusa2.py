@@ -22,9 +22,9 @@ import copy
 import pytest
 import torch
 
-from specproof.properties import mismatch
 from specproof.properties.cli import main
-from specproof.properties.exact import reference_law
+from specproof.properties.e2e import mismatch
+from specproof.properties.oracle.exact import reference_law
 from specproof.reference.decode import e2e_models
 from specproof.reference.laws import tv_distance
 from specproof.reference.proposers import PROPOSERS, TREE_SMALL

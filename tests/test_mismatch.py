@@ -22,10 +22,10 @@ import weakref
 import pytest
 import torch
 
-from specproof.properties import e2e
-from specproof.properties import mismatch as mm
 from specproof.properties.cli import main
-from specproof.properties.exact import multi_step_check
+from specproof.properties.e2e import check as e2e
+from specproof.properties.e2e import mismatch as mm
+from specproof.properties.oracle.exact import multi_step_check
 from specproof.reference.decode import e2e_models
 from specproof.reference.errors import SpecproofInputError
 from specproof.reference.proposers import PROPOSERS

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from specproof.properties.audit import AuditConfig, audit
-from specproof.properties.backends import REGISTRY
-from specproof.properties.battery import chain_battery
-from specproof.properties.mutants import alternatives, corpus
+from specproof.properties.audit.battery import chain_battery
+from specproof.properties.audit.stages import AuditConfig, audit
+from specproof.properties.conformance.backends import REGISTRY
+from specproof.properties.conformance.mutants import alternatives, corpus
 
 SCORE: dict[str, bool] = {}
 
@@ -53,7 +53,7 @@ def test_every_correct_alternative_passes(backend):
 )
 def test_reference_rules_get_their_declared_verdict(kind, name, process, expect):
     b = REGISTRY[(kind, name)]
-    from specproof.properties.backends import Backend
+    from specproof.properties.conformance.backends import Backend
 
     b = Backend(b.name, b.kind, b.fn, (process,), b.expected(process), b.law)
     result = audit(b, AuditConfig(tv=0.3, large_vocab_tv=0.5, stop_early=True, probes=False))

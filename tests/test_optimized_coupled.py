@@ -347,9 +347,9 @@ def test_optimized_token_backend_meets_the_contract_and_passes_a_small_audit():
     # cases), alpha 1e-6, seed 0, no id-range probes (an interpreted program walks all 262,144
     # ids of a probe row: minutes; on a GPU the audit runs them). Exercises the generator
     # wrapper and the contract; the coupling tests carry the weight of the law.
-    from specproof.properties.audit import AuditConfig, audit
-    from specproof.properties.backends import REGISTRY
-    from specproof.properties.battery import chain_battery
+    from specproof.properties.audit.battery import chain_battery
+    from specproof.properties.audit.stages import AuditConfig, audit
+    from specproof.properties.conformance.backends import REGISTRY
 
     cases = [c for c in chain_battery() if c.name in ("iid/K2/V8", "onehot/K1/V8")]
     config = AuditConfig(tv=0.6, cases=cases, probes=False)

@@ -367,7 +367,7 @@ def test_e2e_checks_run_on_the_optimized_loop(monkeypatch):
     # the exact law is the reference program's (run() computes it; stubbed here to keep this
     # test fast); optimized_run adds the coupling and runs the sampled and statistical checks on
     # the optimized loop
-    from specproof.properties import e2e
+    from specproof.properties.e2e import check as e2e
 
     exact = {"exact_check": {"lossless": True, "tv": 0.0}, "sampled": {"vocab": 16}, "statistical": None}
     monkeypatch.setattr(e2e, "run", lambda *a, **k: {k: dict(v) if v else v for k, v in exact.items()})

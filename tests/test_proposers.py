@@ -25,7 +25,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specproof.properties.exact import multi_step_check
+from specproof.properties.oracle.exact import multi_step_check
 from specproof.reference.decode import decode, e2e_models
 from specproof.reference.dynamic_tree import DynamicTree, candidates, expand, select
 from specproof.reference.errors import ShapeError

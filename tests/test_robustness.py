@@ -1,4 +1,4 @@
-"""The robustness battery (properties/robustness.py): malformed inputs in a forked child.
+"""The robustness battery (properties/audit/robustness.py): malformed inputs in a forked child.
 
 Deterministic (no statistics): each malformed input is classified as raised, returned, hung or
 crashed, and the verdict is ``robust`` only when every malformed input is refused (the two valid
@@ -13,10 +13,10 @@ import threading
 
 import pytest
 
-from specproof.properties.backends import REGISTRY, Backend
-from specproof.properties.backends.torch_chain import token_chain
+from specproof.properties.audit.robustness import malformed, robustness
 from specproof.properties.cli import main
-from specproof.properties.robustness import malformed, robustness
+from specproof.properties.conformance.backends import REGISTRY, Backend
+from specproof.properties.conformance.backends.torch_chain import token_chain
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis.errors import NoSuchExample
 
-from specproof.properties import strategies as sps
-from specproof.properties.exact import check, expected_length, step_emitted_law, step_length_law
+from specproof.properties.oracle import strategies as sps
+from specproof.properties.oracle.exact import check, expected_length, step_emitted_law, step_length_law
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
 

@@ -1,4 +1,4 @@
-"""The statistical multi-step check of ``specproof e2e`` (properties/sequence_test.py).
+"""The statistical multi-step check of ``specproof e2e`` (properties/audit/sequence_test.py).
 
 Cells: fixed from the law and the run count, each expected to hold >= 10 runs, at most
 ``max_cells``, a partition of every sequence. Verdicts at alpha 1e-6 with fixed seeds (so they
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specproof.properties.sequence_test import sequence_test, trie_cells
+from specproof.properties.audit.sequence_test import sequence_test, trie_cells
 from specproof.reference.decode import decode, e2e_models
 from specproof.reference.models import ToyLM, sequence_law
 from specproof.reference.proposers import PROPOSERS

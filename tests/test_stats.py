@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from specproof.properties import stats
-from specproof.properties.battery import Inputs, build_models, chain_battery, complete, tree_battery
-from specproof.properties.partition import build_partition
+from specproof.properties.audit import stats
+from specproof.properties.audit.battery import Inputs, build_models, chain_battery, complete, tree_battery
+from specproof.properties.audit.partition import build_partition
 
 
 def test_planner_reaches_the_requested_power_and_no_less_n_does():

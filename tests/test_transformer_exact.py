@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from specproof.properties.exact import ModelInstance, check
+from specproof.properties.oracle.exact import ModelInstance, check
 from specproof.reference.decode import e2e_models
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES

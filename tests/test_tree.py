@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specproof.properties import strategies as sps
+from specproof.properties.oracle import strategies as sps
 from specproof.reference import errors as E
 from specproof.reference.tree import DraftTree, validate_parents
 

@@ -1,0 +1,371 @@
+"""Audit reports a person can act on: Markdown (text bar plots) or HTML (inline SVG plots).
+
+A report holds the verdict of every audited backend, and for each flagged one: the witness
+case, its most deviating cells observed against expected, and the emitted-length histogram.
+The format follows the file name: ``.html``/``.htm`` for HTML, anything else Markdown.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specproof.properties.audit.stages import AuditResult, CaseResult
+from specproof.properties.verdicts import Verdict
+
+Block = tuple[str, Any]
+
+
+@dataclass
+class Bars:
+    title: str
+    labels: list[str]
+    observed: Sequence[float]
+    expected: Sequence[float] | None = None
+
+
+def _case_table(result: AuditResult) -> Block:
+    rows = []
+    for r in result.cases:
+        tv = "" if r.tv is None else f"{r.tv.estimate:.4f} [{r.tv.low:.4f}, {r.tv.high:.4f}]"
+        ran = r.status in ("ran", "short")
+        rows.append(
+            [
+                r.case.name,
+                r.status.replace("_", " ") + (f" ({r.reason})" if r.reason else ""),
+                f"{r.n}/{r.planned}",
+                f"{r.tv_planned:g}",
+                str(r.cells) if ran else "",
+                f"{r.unresolved:.3f}" if ran else "",
+                f"{r.uncovered:.3f}" if ran else "",
+                ("0 (hard failure)" if r.hard_failure else f"{r.pvalue:.3g}") if ran else "",
+                f"{r.power:.3f}" if ran else "0",
+                f"{r.detectable_tv:.4f}" if ran else "1",
+                tv,
+                "**rejected**" if r.rejected else "",
+            ]
+        )
+    return (
+        "table",
+        (
+            [
+                "case",
+                "status",
+                "steps / planned",
+                "planned TV",
+                "cells",
+                "unresolved",
+                "uncovered (positions)",
+                "p",
+                "power at planned TV",
+                f"TV detected at power {result.config.power:g}",
+                "TV on cells (95%)",
+                "",
+            ],
+            rows,
+        ),
+    )
+
+
+def _witness_blocks(w: CaseResult) -> list[Block]:
+    blocks: list[Block] = [("p", f"Witness: {w.case.describe()}.")]
+    if w.hard_failure:
+        blocks.append(("p", w.hard_failure["detail"]))
+    else:
+        blocks.append(
+            (
+                "p",
+                f"p = {w.pvalue:.3g} (chi-square {w.p_chi2:.3g}, exact cells {w.p_cells:.3g}, per position "
+                f"{w.p_positions:.3g}) on {w.n} steps over {w.cells} cells.",
+            )
+        )
+        top = w.worst[:8]
+        blocks.append(
+            (
+                "bars",
+                Bars(
+                    "Observed vs expected, most deviating cells (prefix of the completed output)",
+                    [c["cell"] for c in top],
+                    [c["observed"] for c in top],
+                    [c["expected"] for c in top],
+                ),
+            )
+        )
+        pw = w.positions.witness() if w.positions else None
+        if pw is not None and pw.worst is not None and pw.pvalue < 0.5:
+            g = pw.worst
+            blocks.append(
+                (
+                    "bars",
+                    Bars(
+                        f"Next token at position {pw.position} ({g.label}): observed vs expected "
+                        f"(position p = {pw.pvalue:.3g})",
+                        g.labels,
+                        g.observed,
+                        g.expected,
+                    ),
+                )
+            )
+    L = w.lengths
+    if L:
+        blocks.append(("bars", Bars("Emitted tokens per step", [str(i) for i in range(1, len(L))], L[1:])))
+    blocks.append(("p", "To turn this witness into a failing unit test: `specproof replay AUDIT.json`."))
+    return blocks
+
+
+def _verdict_line(r: AuditResult) -> str:
+    c = r.config
+    if r.verdict == Verdict.PASS:
+        tvs = sorted({x.tv_planned for x in r.cases if x.status != "smoke_only"})
+        return (
+            f"PASS: every case ran its plan; power >= {c.power:g} against TV >= "
+            + " / ".join(f"{t:g}" for t in tvs)
+            + " on its cells."
+        )
+    if r.verdict == Verdict.UNDERPOWERED:
+        return (
+            f"UNDERPOWERED: no deviation found, but {len(r.short)} case(s) ran short of the plan; "
+            f"the run vouches for TV >= {r.vouched_tv():.3g} only."
+        )
+    if r.verdict == Verdict.LOSSY:
+        return "LOSSY: a deviation from the preserved law (witness below)."
+    if r.verdict == Verdict.CONTRACT_VIOLATION:
+        v = r.violation or {}
+        return f"CONTRACT VIOLATION [{v.get('kind')}] in {v.get('case')}: {v.get('detail')}"
+    return f"{r.verdict.value.upper()}: the run stopped before its plan ended."
+
+
+def blocks_for(
+    results: list[AuditResult],
+    title: str,
+    overall: str | None = None,
+    robustness: list[Any] | None = None,
+) -> list[Block]:
+    """Overall verdict first, then what ran short or did not run, then the details."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out: list[Block] = [("h1", title)]
+    if len(results) == 1 and overall is None:
+        out.append(("p", "**Verdict: " + _verdict_line(results[0]) + "**"))
+    else:
+        bad = [r for r in results if r.expected is not None and r.verdict != r.expected]
+        word = overall or ("agrees" if not bad else "disagrees")
+        out.append(
+            (
+                "p",
+                f"**Verdict: {word.upper()}: {len(results) - len(bad)}/{len(results)} backends got their "
+                "declared verdict.**",
+            )
+        )
+        for r in bad:
+            out.append(("p", f"- {r.backend} ({r.kind}): expected {r.expected}, got {r.verdict.value}."))
+    short = [(r, c) for r in results for c in r.short]
+    if short:
+        out.append(("h2", "Ran short of the plan or not run"))
+        out.append(
+            (
+                "table",
+                (
+                    ["backend", "case", "status", "steps / planned", "TV detected at the stated power"],
+                    [
+                        [
+                            r.backend,
+                            c.case.name,
+                            c.status.replace("_", " ") + (f" ({c.reason})" if c.reason else ""),
+                            f"{c.n}/{c.planned}",
+                            f"{c.detectable_tv:.3g}" if c.status in ("ran", "short") else "1 (not run)",
+                        ]
+                        for r, c in short
+                    ],
+                ),
+            )
+        )
+    out.append(("p", f"Generated {now}."))
+    if results:
+        c = results[0].config
+        out.append(
+            (
+                "p",
+                f"Family-wise alpha {c.alpha:g} per backend (Holm over its cases); each case's sample size "
+                f"planned for power {c.power:g} against its planned TV; seed {c.seed}; budget guard "
+                f"{c.budget_seconds:g} s per backend.",
+            )
+        )
+    rows = []
+    for r in results:
+        agrees = "" if r.expected is None else ("yes" if r.expected == r.verdict else "**NO**")
+        powers = [c.power for c in r.cases]
+        det = [c.detectable_tv for c in r.cases if not c.case.sparse and c.status in ("ran", "short")]
+        rows.append(
+            [
+                r.backend,
+                r.kind,
+                ", ".join(r.processes),
+                r.expected or "",
+                r.verdict.value,
+                agrees,
+                f"{min(powers):.3f}" if powers else "",
+                f"{max(det):.4f}" if det else "",
+                str(sum(c.n for c in r.cases)),
+                f"{r.seconds:.1f}",
+            ]
+        )
+    out.append(
+        (
+            "table",
+            (
+                [
+                    "backend",
+                    "kind",
+                    "processes",
+                    "expected",
+                    "verdict",
+                    "agrees",
+                    "min power",
+                    "max TV detected (dense V)",
+                    "steps",
+                    "s",
+                ],
+                rows,
+            ),
+        )
+    )
+    for r in results:
+        if r.verdict == Verdict.PASS and len(results) > 1:
+            continue
+        out.append(("h2", f"{r.backend} ({r.kind}): {r.verdict.value}"))
+        out.append(("p", _verdict_line(r)))
+        if r.violation:
+            v = r.violation
+            if v.get("traceback"):
+                out.append(("pre", v["traceback"]))
+            out.append(_case_table(r))
+            continue
+        if r.finding:
+            out.append(("p", f"Found in the {r.finding['during']}: {r.finding['detail']}"))
+        w = r.witness
+        if r.shrunk is not None:
+            out.append(("p", "Shrunk witness (a smaller case, still rejected at alpha / cases / shrink):"))
+            out.extend(_witness_blocks(r.shrunk))
+            out.append(("p", "The case first rejected:"))
+        if w is not None:
+            out.extend(_witness_blocks(w))
+        elif r.ran:
+            closest = min(r.ran, key=lambda c: c.pvalue)
+            out.append(("p", "No case rejected. The case closest to a rejection:"))
+            out.extend(_witness_blocks(closest)[1:])
+        out.append(_case_table(r))
+    for rb in robustness or []:
+        out.extend(rb.blocks())
+    return out
+
+
+def _bar_text(b: Bars) -> str:
+    top = max([*b.observed, *(b.expected or [])], default=1) or 1
+    width = 40
+    lines = [f"**{b.title}**", "", "```"]
+    lab = max((len(x) for x in b.labels), default=1)
+    for i, label in enumerate(b.labels):
+        o = b.observed[i]
+        lines.append(f"{label:>{lab}} obs {'#' * round(width * o / top):<{width}} {o:g}")
+        if b.expected is not None:
+            e = b.expected[i]
+            lines.append(f"{'':>{lab}} exp {'.' * round(width * e / top):<{width}} {e:.1f}")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    parts = []
+    for kind, x in blocks:
+        if kind == "h1":
+            parts.append(f"# {x}")
+        elif kind == "h2":
+            parts.append(f"## {x}")
+        elif kind == "p":
+            parts.append(str(x))
+        elif kind == "pre":
+            parts.append("```\n" + str(x).rstrip() + "\n```")
+        elif kind == "table":
+            head, rows = x
+            lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+            parts.append("\n".join(lines))
+        elif kind == "bars":
+            parts.append(_bar_text(x))
+    return "\n\n".join(parts) + "\n"
+
+
+def _bar_svg(b: Bars) -> str:
+    top = max([*b.observed, *(b.expected or [])], default=1) or 1
+    row_h, left, width = 22, 180, 360
+    h = row_h * len(b.labels) + 10
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 90}" height="{h}">']
+    for i, label in enumerate(b.labels):
+        y = 5 + i * row_h
+        o = b.observed[i]
+        out.append(
+            f'<text x="{left - 6}" y="{y + 14}" text-anchor="end" font-size="12">{html.escape(label)}</text>'
+        )
+        out.append(f'<rect x="{left}" y="{y + 2}" width="{width * o / top:.1f}" height="9" fill="#3366cc"/>')
+        if b.expected is not None:
+            e = b.expected[i]
+            out.append(
+                f'<rect x="{left}" y="{y + 11}" width="{width * e / top:.1f}" height="9" fill="#bbbbbb"/>'
+            )
+        out.append(
+            f'<text x="{left + width + 6}" y="{y + 14}" font-size="12">{o:g}'
+            + ("" if b.expected is None else f" / {b.expected[i]:.1f}")
+            + "</text>"
+        )
+    out.append("</svg>")
+    legend = "" if b.expected is None else " (blue: observed; grey: expected)"
+    return f"<h3>{html.escape(b.title)}{legend}</h3>" + "".join(out)
+
+
+def to_html(blocks: list[Block]) -> str:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>specproof audit</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}</style></head><body>",
+    ]
+    for kind, x in blocks:
+        if kind in ("h1", "h2"):
+            parts.append(f"<{kind}>{html.escape(str(x))}</{kind}>")
+        elif kind == "p":
+            text = html.escape(str(x))
+            if text.startswith("**") and text.endswith("**"):
+                text = f"<strong>{text[2:-2]}</strong>"
+            parts.append(f"<p>{text}</p>")
+        elif kind == "pre":
+            parts.append(f"<pre>{html.escape(str(x))}</pre>")
+        elif kind == "table":
+            head, rows = x
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>")
+            for row in rows:
+                parts.append(
+                    "<tr>"
+                    + "".join(f"<td>{html.escape(str(c).replace('**', ''))}</td>" for c in row)
+                    + "</tr>"
+                )
+            parts.append("</table>")
+        elif kind == "bars":
+            parts.append(_bar_svg(x))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(
+    path: str,
+    results: list[AuditResult],
+    title: str = "specproof audit",
+    overall: str | None = None,
+    robustness: list[Any] | None = None,
+) -> None:
+    """Write the report (HTML for .html/.htm, Markdown otherwise), atomically."""
+    from specproof.properties.audit.cli import atomic_write
+
+    blocks = blocks_for(results, title, overall, robustness)
+    atomic_write(path, to_html(blocks) if path.lower().endswith((".html", ".htm")) else to_markdown(blocks))

@@ -1,0 +1,489 @@
+"""HF transformers' ``generate`` as engines: every candidate generator that runs on tiny models.
+
+Each engine is the user's call, ``target.generate(prompt, do_sample=True, temperature=T,
+top_k=K, top_p=P, max_new_tokens=M, <the path's options>)`` with torch's global RNG seeded
+(inside ``torch.random.fork_rng``, so the caller's RNG state is untouched): nothing of the
+decoding is drawn by the adapter. Models are built from configs with fixed seeds (no download):
+an 8-token Llama target (2 layers, width 32, ``initializer_range`` 0.3, so its next-token laws are
+spread and a 1-layer assistant of its own seed agrees with it on 30 to 45% of the mass: drafts
+are accepted and rejected). Options that transformers reads from the *assistant's*
+``generation_config`` (``num_assistant_tokens``, its schedule, ``assistant_confidence_threshold``)
+are set there, as a user does.
+
+``target_law`` is the target's own forward on the context (no speculation), its last logits
+turned into the requested law in float64 (:meth:`..engines.Sampling.law`: temperature, then
+top-k, then top-p, transformers' order).
+
+The candidate generators of ``transformers/generation/candidate_generator.py`` (5.24) and where
+they are audited (README, "Engine audit"; proofs_notes/engine_audit.md):
+
+=========================================  =================================================
+AssistedCandidateGenerator                 ``hf.assisted*`` (an assistant model)
+AssistedCandidateGeneratorDifferentTok.    ``hf.universal.greedy`` (do_sample=False only)
+UniversalSpeculativeDecodingGenerator      ``hf.universal*`` (different tokenizers, sampling)
+PromptLookupCandidateGenerator             ``hf.prompt_lookup*``
+EarlyExitCandidateGenerator                ``hf.early_exit``
+SinglePositionMultiTokenCandidateGenerator ``hf.gemma4_assistant*``, ``hf.gemma4_unified_assistant``
+DFlashTokenCandidateGenerator              ``hf.dflash`` (MuseGlimmer assistant, any target)
+MTPCandidateGenerator                      not run: ``MtpModel.from_pretrained`` reads the MTP
+                                           weights from a checkpoint whose layer names are
+                                           fixed per model family (e.g. ``model.layers.61``)
+=========================================  =================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from specproof.properties.engine.registry import GREEDY, T07, T1, EngineSpec, Sampling
+
+VOCAB = 8
+PROMPTS: tuple[tuple[int, ...], ...] = ((0, 6), (5, 2, 5, 2))
+TOP_K, TOP_P = Sampling(1.0, top_k=3), Sampling(0.7, top_p=0.8)
+
+
+def available() -> tuple[bool, str]:
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return False, "transformers is not installed (pip install specproof[hf])"
+    import specproof.optimized  # noqa: F401  (Triton's mode is decided before transformers imports it)
+
+    try:
+        import transformers.generation.candidate_generator  # noqa: F401
+    except Exception as e:
+        return False, f"transformers {version} is installed but does not import: {e}"
+    return True, version
+
+
+def _quiet() -> None:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+
+def _seeded(seed: int, make: Callable[[], Any]) -> Any:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make()
+
+
+def llama(seed: int, vocab: int = VOCAB, layers: int = 2, init: float = 0.3) -> Any:
+    """A tiny Llama from a config: no BOS/EOS (every sample is exactly M tokens long)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        initializer_range=init,
+        tie_word_embeddings=False,
+    )
+    return _seeded(seed, lambda: LlamaForCausalLM(cfg).eval())
+
+
+def word_tokenizer(words: Sequence[str], order: str = "alphabetical") -> Any:
+    """A word-level fast tokenizer over ``words`` (id = position; ``words`` must hold
+    ``<unk>``), built locally. ``get_vocab()`` of a fast tokenizer comes in the order of a hash
+    map, which changes from process to process; here it is fixed: ``"alphabetical"`` (by word,
+    not by id, as arbitrary as a hash order but reproducible) or ``"ids"`` (ascending ids)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if order not in ("alphabetical", "ids"):
+        raise ValueError(f"order: 'alphabetical' or 'ids', got {order!r}")
+
+    class WordTokenizer(PreTrainedTokenizerFast):
+        def get_vocab(self) -> dict[str, int]:
+            vocab = super().get_vocab()
+            key = (lambda kv: kv[0]) if order == "alphabetical" else (lambda kv: kv[1])
+            return dict(sorted(vocab.items(), key=key))
+
+    tk = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return WordTokenizer(tokenizer_object=tk)
+
+
+#: The target's words, and the assistant's: the same 8 in another order plus two it alone has.
+#: A word neither knows encodes as ``<unk>``, a word like the others (not a special token).
+TARGET_WORDS = ("a", "b", "c", "d", "e", "f", "g", "<unk>")
+ASSISTANT_WORDS = ("<unk>", "g", "f", "e", "x", "d", "c", "b", "a", "y")
+
+
+class HFEngine:
+    """``target.generate(...)`` under the engine contract (module docstring). ``last_forwards``
+    counts the target's full forwards in the last call (its verification steps)."""
+
+    def __init__(
+        self,
+        target: Any,
+        sampling: Sampling,
+        options: dict[str, Any],
+        warmup: bool = False,
+        full_layers: int | None = None,
+    ) -> None:
+        _quiet()
+        self.target, self.sampling, self.options = target, sampling, options
+        self.vocab = int(target.config.get_text_config().vocab_size)
+        self.last_forwards = 0
+        base = getattr(target, target.base_model_prefix)
+        full = full_layers or base.config.num_hidden_layers
+
+        def count(module: Any, args: Any, kwargs: Any) -> None:
+            if base.config.num_hidden_layers == full:
+                self.last_forwards += 1
+
+        target.register_forward_pre_hook(count, with_kwargs=True)
+        if warmup:
+            self.generate([0, 1], 2, 0)
+
+    def _sampling_kwargs(self) -> dict[str, Any]:
+        s = self.sampling
+        if s.greedy:
+            return {"do_sample": False}
+        return {
+            "do_sample": True,
+            "temperature": s.temperature,
+            "top_k": s.top_k or 0,
+            "top_p": 1.0 if s.top_p is None else s.top_p,
+        }
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+        self.last_forwards = 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = self.target.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                **self._sampling_kwargs(),
+                **self.options,
+            )
+        return [int(x) for x in out[0, len(prompt_ids) :]]
+
+    @torch.no_grad()
+    def target_law(self, context: Sequence[int]) -> list[float]:
+        ids = torch.tensor([list(context)], dtype=torch.long)
+        logits = self.target(ids).logits[0, -1]
+        return self.sampling.law(logits.double().tolist())
+
+
+# --------------------------------------------------------------------------- the paths
+
+
+def assisted(
+    sampling: Sampling,
+    *,
+    schedule: str = "constant",
+    tokens: int = 3,
+    threshold: float = 0.0,
+    ensemble: float | None = None,
+    defaults: bool = False,
+) -> HFEngine:
+    """An assistant model (``AssistedCandidateGenerator``); ``defaults``: the assistant's
+    generation config as transformers fills it (up to 20 drafts, confidence threshold 0.4)."""
+    target, assistant = llama(0), llama(1, layers=1)
+    if not defaults:
+        gc = assistant.generation_config
+        gc.num_assistant_tokens = tokens
+        gc.num_assistant_tokens_schedule = schedule
+        gc.assistant_confidence_threshold = threshold
+    options: dict[str, Any] = {"assistant_model": assistant}
+    if ensemble is not None:
+        options["assistant_ensemble_weight"] = ensemble
+    return HFEngine(target, sampling, options)
+
+
+def prompt_lookup(sampling: Sampling, *, tokens: int = 3, ngram: int = 2) -> HFEngine:
+    """``prompt_lookup_num_tokens`` (``PromptLookupCandidateGenerator``): n-gram lookup drafts."""
+    options = {"prompt_lookup_num_tokens": tokens, "max_matching_ngram_size": ngram}
+    return HFEngine(llama(0), sampling, options)
+
+
+def early_exit(sampling: Sampling, *, layers: int = 3, exit_at: int = 1) -> HFEngine:
+    """``assistant_early_exit`` (``EarlyExitCandidateGenerator``): the target's first layers draft."""
+    target = llama(0, layers=layers)
+    target.generation_config.num_assistant_tokens = 3
+    target.generation_config.assistant_confidence_threshold = 0.0
+    return HFEngine(target, sampling, {"assistant_early_exit": exit_at}, full_layers=layers)
+
+
+def universal(sampling: Sampling, *, warmup: bool = False, order: str = "alphabetical") -> HFEngine:
+    """An assistant with its own tokenizer (a different vocabulary of 10 words, 8 shared):
+    ``UniversalSpeculativeDecodingGenerator`` when sampling, ``AssistedCandidateGeneratorDifferent
+    Tokenizers`` when greedy. ``warmup``: one call at build time (the first call differs, see
+    proofs_notes/thirdparty.md)."""
+    target, assistant = llama(0), llama(2, vocab=len(ASSISTANT_WORDS), layers=1)
+    gc = assistant.generation_config
+    gc.num_assistant_tokens, gc.assistant_confidence_threshold = 3, 0.0
+    options = {
+        "assistant_model": assistant,
+        "tokenizer": word_tokenizer(TARGET_WORDS),
+        "assistant_tokenizer": word_tokenizer(ASSISTANT_WORDS, order),
+    }
+    return HFEngine(target, sampling, options, warmup=warmup)
+
+
+def gemma4_target(seed: int = 0) -> Any:
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    return _seeded(seed, lambda: Gemma4ForCausalLM(Gemma4TextConfig(**_gemma4_text(2))).eval())
+
+
+def _gemma4_text(layers: int) -> dict[str, Any]:
+    return dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+        sliding_window=16,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        initializer_range=0.1,
+        hidden_size_per_layer_input=0,
+        vocab_size_per_layer_input=0,
+    )
+
+
+def gemma4_assistant(
+    sampling: Sampling, *, tokens: int = 3, unified: bool = False, ordered_embeddings: bool = False
+) -> HFEngine:
+    """Gemma 4 with a Gemma 4 assistant (``SinglePositionMultiTokenCandidateGenerator``): the
+    assistant reads the target's last hidden state and shared KV, one position, several drafts.
+    ``unified``: ``Gemma4UnifiedAssistantForCausalLM``; ``ordered_embeddings``: the assistant's
+    centroid-masked head (2 centroids, the top 1 kept; token ordering the identity)."""
+    from transformers import (
+        Gemma4AssistantConfig,
+        Gemma4AssistantForCausalLM,
+        Gemma4TextConfig,
+        Gemma4UnifiedAssistantConfig,
+        Gemma4UnifiedAssistantForCausalLM,
+    )
+
+    target = gemma4_target()
+    config_cls: Any = Gemma4UnifiedAssistantConfig if unified else Gemma4AssistantConfig
+    model_cls: Any = Gemma4UnifiedAssistantForCausalLM if unified else Gemma4AssistantForCausalLM
+    config = config_cls(
+        text_config=Gemma4TextConfig(**_gemma4_text(1)),
+        backbone_hidden_size=32,
+        num_centroids=2,
+        centroid_intermediate_top_k=1,
+        use_ordered_embeddings=ordered_embeddings,
+    )
+    assistant = _seeded(1, lambda: model_cls(config).eval())
+    if ordered_embeddings:  # a checkpoint stores the ordering; a fresh model holds uninitialized memory
+        assistant.masked_embedding.token_ordering.copy_(torch.arange(VOCAB))
+    assistant.generation_config.num_assistant_tokens = tokens
+    return HFEngine(target, sampling, {"assistant_model": assistant})
+
+
+def dflash(sampling: Sampling, *, block: int = 3) -> HFEngine:
+    """A DFlash drafter (``MuseGlimmerAssistantModel``, ``speculation_type="dflash"``) on a Llama
+    target of 9 tokens (id 8 is the drafter's mask token, a target token like the others)."""
+    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+
+    target = llama(0, vocab=VOCAB + 1)
+    config = MuseGlimmerAssistantConfig(  # type: ignore[call-arg]
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        block_size=block,
+        mask_token_id=VOCAB,
+        target_layer_ids=[0, 1],
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        max_position_embeddings=64,
+        sliding_window=64,
+        initializer_range=0.3,
+    )
+    assistant = _seeded(5, lambda: MuseGlimmerAssistantModel(config).eval())
+    return HFEngine(target, sampling, {"assistant_model": assistant, "speculation_type": "dflash"})
+
+
+def _spec(
+    name: str,
+    build: Callable[[Sampling], HFEngine],
+    doc: str,
+    samplings: tuple[Sampling, ...] = (T1, T07),
+    expect: str = "pass",
+    vocab: int = VOCAB,
+    notes: str = "",
+) -> EngineSpec:
+    return EngineSpec(
+        name, "hf", doc, build, vocab, PROMPTS, samplings, expect=expect, available=available, notes=notes
+    )
+
+
+def engines() -> list[EngineSpec]:
+    p = functools.partial
+    return [
+        _spec(
+            "hf.assisted",
+            p(assisted, defaults=True),
+            "assistant_model=draft, the assistant's generation config as transformers fills it "
+            "(num_assistant_tokens 20, schedule constant, assistant_confidence_threshold 0.4)",
+        ),
+        _spec(
+            "hf.assisted[k=3]",
+            assisted,
+            "assistant_model=draft; assistant generation_config: num_assistant_tokens=3, constant, "
+            "assistant_confidence_threshold=0 (off); with top-k and top-p settings",
+            (T1, T07, TOP_K, TOP_P),
+        ),
+        _spec(
+            "hf.assisted.greedy",
+            assisted,
+            "assistant_model=draft, do_sample=False (num_assistant_tokens=3)",
+            (GREEDY,),
+        ),
+        _spec(
+            "hf.assisted[heuristic]",
+            p(assisted, schedule="heuristic", tokens=2),
+            "num_assistant_tokens_schedule='heuristic' (documented: the draft length persists across calls)",
+            expect="contract_violation",
+        ),
+        _spec(
+            "hf.assisted[heuristic_transient]",
+            p(assisted, schedule="heuristic_transient", tokens=2),
+            "num_assistant_tokens_schedule='heuristic_transient' (reset after each call)",
+        ),
+        _spec(
+            "hf.assisted[threshold=0.7]",
+            p(assisted, tokens=4, threshold=0.7),
+            "assistant_confidence_threshold=0.7: drafting stops at the first draft the assistant gives < 0.7",
+        ),
+        _spec(
+            "hf.assisted[ensemble=0.5]",
+            p(assisted, ensemble=0.5),
+            "assistant_ensemble_weight=0.5 (documented as biased: verifies against 0.5 p + 0.5 q)",
+            expect="lossy",
+        ),
+        _spec(
+            "hf.prompt_lookup",
+            prompt_lookup,
+            "prompt_lookup_num_tokens=3, max_matching_ngram_size=2",
+            (T1, T07, TOP_K),
+        ),
+        _spec(
+            "hf.prompt_lookup[ngram=1]",
+            p(prompt_lookup, tokens=2, ngram=1),
+            "prompt_lookup_num_tokens=2, max_matching_ngram_size=1",
+        ),
+        _spec(
+            "hf.prompt_lookup.greedy", prompt_lookup, "prompt_lookup_num_tokens=3, do_sample=False", (GREEDY,)
+        ),
+        _spec(
+            "hf.early_exit",
+            early_exit,
+            "assistant_early_exit=1 on a 3-layer target (its first layer and head draft 3 tokens)",
+        ),
+        _spec(
+            "hf.universal",
+            universal,
+            "assistant with another tokenizer (10 words, 8 shared, other ids; get_vocab() in word order): "
+            "UniversalSpeculativeDecodingGenerator, as the user calls it",
+            expect="pass",
+        ),
+        _spec(
+            "hf.universal[warm]",
+            p(universal, warmup=True),
+            "the same after one warm-up call (so that the law is tested past the first call)",
+        ),
+        _spec(
+            "hf.universal[warm,ids]",
+            p(universal, warmup=True, order="ids"),
+            "the same, with an assistant tokenizer whose get_vocab() lists ids in ascending order",
+        ),
+        _spec(
+            "hf.universal.greedy",
+            universal,
+            "assistant with another tokenizer, do_sample=False: "
+            "AssistedCandidateGeneratorDifferentTokenizers",
+            (GREEDY,),
+        ),
+        _spec(
+            "hf.gemma4_assistant",
+            gemma4_assistant,
+            "Gemma4ForCausalLM + Gemma4AssistantForCausalLM (SinglePositionMultiTokenCandidateGenerator), "
+            "num_assistant_tokens=3",
+        ),
+        _spec(
+            "hf.gemma4_assistant[ordered_embeddings]",
+            p(gemma4_assistant, ordered_embeddings=True),
+            "the same with use_ordered_embeddings=True (centroid-masked head: 2 centroids, top 1)",
+        ),
+        _spec(
+            "hf.gemma4_unified_assistant",
+            p(gemma4_assistant, unified=True),
+            "Gemma4ForCausalLM + Gemma4UnifiedAssistantForCausalLM "
+            "(SinglePositionMultiTokenCandidateGenerator)",
+        ),
+        _spec(
+            "hf.gemma4_assistant.greedy",
+            gemma4_assistant,
+            "Gemma4ForCausalLM + Gemma4AssistantForCausalLM, do_sample=False",
+            (GREEDY,),
+        ),
+        _spec(
+            "hf.dflash",
+            dflash,
+            "Llama + MuseGlimmerAssistantModel, speculation_type='dflash' (DFlashTokenCandidateGenerator), "
+            "block_size=3",
+            vocab=VOCAB + 1,
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- checkpoints on disk
+
+_CHECKPOINTS: dict[str, str] = {}
+
+
+def checkpoints() -> dict[str, str]:
+    """The target and a 1-layer draft (:func:`llama` seeds 0 and 1) saved with ``save_pretrained``
+    in a temporary folder (once per process), for engines that load models from disk (vLLM,
+    SGLang). Returns ``{"target": path, "draft": path}``."""
+    if not _CHECKPOINTS:
+        import tempfile
+
+        root = tempfile.mkdtemp(prefix="specproof-engine-")
+        for name, model in (("target", llama(0)), ("draft", llama(1, layers=1))):
+            path = f"{root}/{name}"
+            model.save_pretrained(path)
+            _CHECKPOINTS[name] = path
+    return dict(_CHECKPOINTS)
+
+
+def checkpoint_law(sampling: Sampling) -> Callable[[Sequence[int]], list[float]]:
+    """``target_law`` of the saved target: the same weights, run by transformers, no speculation."""
+    model = llama(0)
+
+    @torch.no_grad()
+    def law(context: Sequence[int]) -> list[float]:
+        logits = model(torch.tensor([list(context)], dtype=torch.long)).logits[0, -1]
+        return sampling.law(logits.double().tolist())
+
+    return law
