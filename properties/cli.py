@@ -32,6 +32,7 @@ from specproof.properties.audit.cli import (
     show_progress,
 )
 from specproof.properties.oracle.matrix import LOSSY, exactness_matrix, markdown
+from specproof.properties.oracle.rule_report import add_rule_parser
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
@@ -317,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_parser(sub)
     add_replay_parser(sub)
     add_robustness_parser(sub)
+    add_rule_parser(sub)
 
     c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audit's test")
     c.add_argument(

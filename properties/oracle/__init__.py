@@ -10,5 +10,15 @@
 """
 
 from specproof.properties.oracle.exact import Instance, ModelInstance, OracleResult, check, multi_step_check
+from specproof.properties.oracle.rule_report import RuleReport, load_rule, rule_report
 
-__all__ = ["Instance", "ModelInstance", "OracleResult", "check", "multi_step_check"]
+__all__ = [
+    "Instance",
+    "ModelInstance",
+    "OracleResult",
+    "RuleReport",
+    "check",
+    "load_rule",
+    "multi_step_check",
+    "rule_report",
+]
