@@ -110,6 +110,20 @@ def test_the_nucleus_gated_rule_is_exact_on_hypothesis_instances(process):
     run()
 
 
+def test_the_nucleus_gated_rule_never_emits_more_than_token_level():
+    """Its acceptance q a <= min(p, q) pointwise: E[emitted] <= token-level's on every seeded chain
+    instance, exactly, and strictly less on some (the price of the gate)."""
+    drawn = seeded_instances(4, 0)
+    strictly = 0
+    for process in CHAIN_PROCESSES:
+        for inst in drawn[process]:
+            gated = check(GATED, process, inst).expected_emitted
+            token = check(RULES["token"], process, inst).expected_emitted
+            assert gated <= token, inst.describe()
+            strictly += gated < token
+    assert strictly > 0
+
+
 def _gated_with_token_residual(ch: Choices, step: Step, top: Fraction = Fraction(4, 5)) -> Outcome:
     """A mutant of nucleus_gated: the gated acceptance, but token-level's residual norm((p - q)+)
     instead of the unaccepted mass norm(p - q a)."""

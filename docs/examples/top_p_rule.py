@@ -48,7 +48,8 @@ TOP = Fraction(4, 5)
 
 
 def top_p_token(ch: Choices, step: Step, top: Fraction = TOP) -> Outcome:
-    """Token-level sampling against the truncated target ``p' = top_p(p)`` (lossy)."""
+    """Token-level sampling against the truncated target ``p' = top_p(p)`` (lossy). Witnesses:
+    docs/adding-a-rule.md; tests/test_rule_report.py."""
     path, node = [0], 0
     while True:
         p = top_p(step.target_probs[node], top)  # the one-sided truncation
@@ -72,7 +73,8 @@ def nucleus(p: Law, top: Fraction) -> set[int]:
 
 
 def nucleus_gated(ch: Choices, step: Step, top: Fraction = TOP) -> Outcome:
-    """Accept only drafts in the target's nucleus; reject to the unaccepted mass (exact)."""
+    """Accept only drafts in the target's nucleus; reject to the unaccepted mass (exact).
+    Proof and tests: docs/examples/nucleus_gated.md."""
     path, node = [0], 0
     while True:
         p = step.target_probs[node]
