@@ -11,7 +11,7 @@ pytest-xdist spreads them over cores. Each item audits its case at level ``alpha
 ``--specproof-alpha``) to its planned sample size, and fails with the case's witness, or as
 ``underpowered`` when its plan cannot finish within the per-case time guard (``skip`` instead
 with ``--specproof-underpowered skip``). Options: ``--specproof-alpha`` (1e-6),
-``--specproof-tv`` (0.01), ``--specproof-large-vocab-tv`` (0.1), ``--specproof-power`` (0.99),
+``--specproof-tv`` (0.01), ``--specproof-large-vocab-tv`` (0.2), ``--specproof-power`` (0.99),
 ``--specproof-seed`` (0), ``--specproof-budget-seconds`` (per case, 60: a guard only),
 ``--specproof-samples`` (a fixed sample size per case instead of the planner's).
 
@@ -53,8 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption(
         "--specproof-large-vocab-tv",
         type=float,
-        default=0.1,
-        help="TV planned for the memory-bound cases, V > 4096 (default 0.1)",
+        default=0.2,
+        help="TV planned for the memory-bound cases, V > 4096 (default 0.2)",
     )
     g.addoption(
         "--specproof-underpowered",

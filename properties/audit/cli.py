@@ -114,7 +114,7 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
         "--large-vocab-tv",
         type=float,
         default=None,
-        help="TV planned for the memory-bound cases, V > 4096 (default 0.1; every step moves dense rows)",
+        help="TV planned for the memory-bound cases, V > 4096 (default 0.2; every step moves dense rows)",
     )
     a.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
     a.add_argument(
@@ -278,7 +278,7 @@ def _config(args: argparse.Namespace, budget: float) -> Any:
             power=float(args.power),
             seed=int(args.seed),
             budget_seconds=float(budget),
-            large_vocab_tv=0.1 if args.large_vocab_tv is None else float(args.large_vocab_tv),
+            large_vocab_tv=0.2 if args.large_vocab_tv is None else float(args.large_vocab_tv),
             samples=None if args.samples is None else int(args.samples),
             batch=int(args.batch),
             max_cells=int(args.cells),

@@ -82,7 +82,7 @@ class AuditConfig:
     budget_seconds: float = 600.0  # a guard: what cannot finish in it makes the verdict underpowered
     #: the TV planned for the memory-bound cases (V > LARGE_VOCAB); None: they get the smoke
     #: stage only (contract, zero mass), no samples and no power claimed for them
-    large_vocab_tv: float | None = 0.1
+    large_vocab_tv: float | None = 0.2
     max_cells: int = 128
     min_count: float = 10.0
     samples: int | None = None  # a fixed sample size per case, instead of the planner's
