@@ -181,11 +181,9 @@ class ProcessReport:
     witness_source: str | None = None
     error: str | None = None
     seconds: float = 0.0
-
-    @property
-    def exact_arithmetic(self) -> bool:
-        """Whether the TV is exact (the rule kept to Fractions) rather than float64."""
-        return isinstance(self.tv, (int, Fraction))
+    #: Whether every probability the oracle computed was rational (the rule kept to Fractions),
+    #: so that the TV is exact; False when the rule brought floats in.
+    exact_arithmetic: bool = True
 
     def cell_text(self) -> str:
         """This cell as the README's matrix prints it."""
@@ -601,6 +599,7 @@ def _run_cell(
 ) -> ProcessReport:
     worst: OracleResult | None = None
     smallest: OracleResult | None = None
+    rational = True
     for inst in drawn:
         try:
             res = check(rule, process, inst)
@@ -613,13 +612,18 @@ def _run_cell(
                 len(drawn),
                 error=f"{type(e).__name__}: {e} (on {inst.describe()})",
             )
+        rational = rational and all(isinstance(v, (int, Fraction)) for v in res.law.values())
         if worst is None or res.tv > worst.tv:
             worst = res
         if res.tv > 0 and (smallest is None or _size(inst) < _size(smallest.instance)):
             smallest = res
     assert worst is not None
-    if worst.tv == 0:
-        return ProcessReport(process, V_EXACT, declared, declared, len(drawn), tv=worst.tv, worst=worst)
+    # with integer laws (point masses) tv_distance divides an int by 2: a float, but exact
+    tv = Fraction(worst.tv) if rational else worst.tv
+    if tv == 0:
+        return ProcessReport(
+            process, V_EXACT, declared, declared, len(drawn), tv=tv, worst=worst, exact_arithmetic=rational
+        )
     assert smallest is not None
     witness, source = smallest, "smallest lossy seeded instance"
     if shrink:
@@ -632,10 +636,11 @@ def _run_cell(
         declared,
         not declared,
         len(drawn),
-        tv=worst.tv,
+        tv=tv,
         worst=worst,
         witness=witness,
         witness_source=source,
+        exact_arithmetic=rational,
     )
 
 
