@@ -150,9 +150,9 @@ def audit_throughput(quick: bool, report: Callable[[str], None]) -> list[Row]:
         )
         report(f"  audit {name:20s} {steps:7d} steps in {r.seconds:6.1f} s: {rate:9.1f} steps/s")
     base = rows[0].extra["steps_per_s"]
-    for r in rows:
-        r.ratio = base / r.extra["steps_per_s"]
-        r.baseline = "torch.token"
+    for row in rows:
+        row.ratio = base / row.extra["steps_per_s"]
+        row.baseline = "torch.token"
     return rows
 
 
@@ -226,7 +226,7 @@ def gpu_section(
             uf = torch.rand(B, dtype=torch.float64, device=device)
             elt = tp.element_size()
             shape = f"B={B} K={K} V={V} {str(dtype).split('.')[-1]}"
-            variants = [
+            variants: list[tuple[str, str, Callable[..., torch.Tensor]]] = [
                 ("token", "optimized, auto path", functools.partial(token, validate=False)),
                 (
                     "token",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specproof.reference.errors import BadParameterError
 from specproof.reference.transformer import Block, TinyTransformer, rms_norm, rope
 
 from .paged_kv import PagedKVCache, QueryBatch, paged_attention, write_kv
@@ -42,7 +43,11 @@ class BlockWeights:
     down: torch.Tensor
 
     @classmethod
-    def of(cls, blk: Block, dtype: torch.dtype, device: torch.device | None = None) -> BlockWeights:
+    def of(cls, blk: torch.nn.Module, dtype: torch.dtype, device: torch.device | None = None) -> BlockWeights:
+        """``blk`` is a :class:`Block` (typed as a Module: what iterating a ModuleList yields)."""
+        if not isinstance(blk, Block):
+            raise BadParameterError("blk", f"expected a reference Block, got {type(blk).__name__}")
+
         def w(t: torch.Tensor) -> torch.Tensor:
             return t.detach().to(device or t.device, dtype).clone()
 

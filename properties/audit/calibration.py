@@ -66,17 +66,20 @@ def cases() -> list[Case]:
 
 
 def _rate(
-    backend_name: str, case: Case, runs: int, seed0: int, **cfg: object
+    backend_name: str, case: Case, runs: int, seed0: int, alpha: float, samples: int | None = None
 ) -> tuple[int, list[float], list[float]]:
     backend = REGISTRY[("chain", backend_name)]
     pvals, chi, tvs = [], [], []
     for run in range(runs):
-        r = audit(backend, AuditConfig(seed=seed0 + run, cases=[case], budget_seconds=3600, **cfg))  # type: ignore[arg-type]
+        # the statistics only: no id-range probes (seconds per run, and not what is measured)
+        config = AuditConfig(
+            seed=seed0 + run, cases=[case], budget_seconds=3600, alpha=alpha, samples=samples, probes=False
+        )
+        r = audit(backend, config)
         c = r.cases[0]
         pvals.append(c.pvalue)
         chi.append(c.p_chi2)
         tvs.append(c.tv.estimate if c.tv else float("nan"))
-    alpha = float(cfg["alpha"])  # type: ignore[arg-type]
     return int((np.array(pvals) <= alpha).sum()), chi, tvs
 
 
@@ -135,11 +138,21 @@ class DeepRow:
         return lo, hi
 
 
-def _deep(backend_name: str, case: Case, runs: int, seed0: int, level: float, **cfg: object) -> DeepRow:
+def _deep(
+    backend_name: str,
+    case: Case,
+    runs: int,
+    seed0: int,
+    level: float,
+    alpha: float,
+    samples: int | None = None,
+) -> DeepRow:
     backend = REGISTRY[("chain", backend_name)]
     pos, cells, comb, unc = [], [], [], []
     for run in range(runs):
-        config = AuditConfig(seed=seed0 + run, cases=[case], budget_seconds=3600, probes=False, **cfg)  # type: ignore[arg-type]
+        config = AuditConfig(
+            seed=seed0 + run, cases=[case], budget_seconds=3600, probes=False, alpha=alpha, samples=samples
+        )
         c = audit(backend, config).cases[0]
         pos.append(c.p_positions)
         cells.append(min(1.0, 2 * min(c.p_chi2, c.p_cells)))
@@ -147,7 +160,7 @@ def _deep(backend_name: str, case: Case, runs: int, seed0: int, level: float, **
         unc.append(c.uncovered)
     count = lambda ps: int((np.array(ps) <= level).sum())  # noqa: E731
     ks = float(st.kstest(pos, "uniform").pvalue)
-    n = int(cfg.get("samples") or 0)
+    n = samples or 0
     return DeepRow(
         backend_name,
         case.name,

@@ -15,6 +15,7 @@ as ``hf.speculative_sampling[ensemble=0.5]``: it must be flagged.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -87,7 +88,8 @@ class PromptLookupDraft:
         from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
         gen = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=2, max_length=10**6)
-        ids, _ = gen.get_candidates(torch.tensor([prefix]))
+        # HF annotates a LongTensor; torch.tensor of Python ints is int64, typed as a plain Tensor
+        ids, _ = gen.get_candidates(cast(torch.LongTensor, torch.tensor([prefix])))
         self.vocab, self.prefix = vocab, prefix
         self.candidates = [int(v) for v in ids[0, len(prefix) :]]
 
