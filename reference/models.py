@@ -30,13 +30,14 @@ from typing import Protocol
 
 import numpy as np
 
-from .laws import Law, argmax
+from .laws import Law, Num, argmax
 
 STYLES = ("random", "sparse", "peaked", "onehot", "uniform", "tiny", "ties")
 
 
 class LM(Protocol):
-    vocab: int
+    @property
+    def vocab(self) -> int: ...  # read-only: a field or a property (MixLM's) both satisfy it
 
     def law(self, context: tuple[int, ...]) -> Law: ...
 
@@ -133,11 +134,11 @@ class MixLM:
         return tuple(t * x + (1 - t) * y for x, y in zip(a, b))
 
 
-def sequence_law(lm: LM, prefix: tuple[int, ...], m: int) -> dict[tuple[int, ...], object]:
+def sequence_law(lm: LM, prefix: tuple[int, ...], m: int) -> dict[tuple[int, ...], Num]:
     """The exact law of the next ``m`` tokens sampled from ``lm`` after ``prefix``."""
-    law: dict[tuple[int, ...], object] = {(): 1}
+    law: dict[tuple[int, ...], Num] = {(): 1}
     for _ in range(m):
-        nxt: dict[tuple[int, ...], object] = {}
+        nxt: dict[tuple[int, ...], Num] = {}
         for seq, w in law.items():
             for x, px in enumerate(lm.law(prefix + seq)):
                 if px > 0:
