@@ -29,7 +29,6 @@ acceptance and a biased mutant are flagged; the cells' expected counts and looku
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.audit.conditional import ConditionalResult, sequence_tests
-from specproof.properties.audit.partition import split_children
+from specproof.properties.audit.partition import TrieCells, expand_trie
 from specproof.properties.audit.stats import detectable_tv, pearson
 from specproof.properties.verdicts import Verdict
 from specproof.reference.models import LM, greedy_sequence
@@ -45,26 +44,7 @@ from specproof.reference.models import LM, greedy_sequence
 Seq = tuple[int, ...]
 
 
-@dataclass
-class Cells:
-    """A partition of the M-token sequences: prefix cells and pooled "rest" cells."""
-
-    probs: np.ndarray
-    labels: list[str]
-    unresolved: float
-    expanded: dict[Seq, int]  # expanded prefix -> its rest cell (-1: none)
-    leaf: dict[Seq, int]  # unexpanded prefix (or full sequence) -> its cell
-
-    def index(self, seq: Seq) -> int:
-        """The cell of ``seq``; -1 if it has zero probability under the law."""
-        node: Seq = ()
-        while node in self.expanded:
-            child = seq[: len(node) + 1]
-            if child in self.expanded or child in self.leaf:
-                node = child
-                continue
-            return self.expanded[node]
-        return self.leaf.get(node, -1)
+Cells = TrieCells  # the joint law's cells: prefix cells and pooled "rest" cells, with ``index``
 
 
 def trie_cells(law: dict[Seq, float], n: int, min_count: float = 10.0, max_cells: int = 128) -> Cells:
@@ -93,66 +73,17 @@ def prefix_cells(
     max_cells: int = 128,
 ) -> Cells:
     """Cells for ``n`` samples of the M-token law whose next-token law after a prefix is
-    ``next_law(prefix)``, expanded best-first; ``next_law`` is called only on expanded prefixes
-    (and along single continuations, to tell resolved cells), so the law need not be enumerable."""
-    if n < 1:
-        raise ValueError(f"n: must be at least 1, got {n}")
-    if max_cells < 1:
-        raise ValueError(f"max_cells: must be at least 1, got {max_cells}")
-    memo: dict[Seq, list[tuple[float, int]]] = {}
+    ``next_law(prefix)`` (a row over the vocabulary, normalized here), expanded best-first by
+    the audit's engine (:func:`.partition.expand_trie`, ties by prefix); ``next_law`` is called
+    only on expanded prefixes (and along single continuations, to tell resolved cells), so the
+    law need not be enumerable."""
 
-    def kids_of(node: Seq) -> list[tuple[float, int]]:
-        """(probability, token) of the positive next tokens after ``node``, most likely first."""
-        if node not in memo:
-            row = [float(v) for v in next_law(node)]
-            total = sum(row)
-            memo[node] = sorted(
-                ((v / total, x) for x, v in enumerate(row) if v > 0), key=lambda t: (-t[0], t[1])
-            )
-        return memo[node]
+    def law(node: Seq) -> list[tuple[float, int]]:
+        row = [float(v) for v in next_law(node)]
+        total = sum(row)
+        return [(v / total, x) for x, v in enumerate(row) if v > 0]
 
-    def single(node: Seq) -> bool:
-        while len(node) < horizon:
-            k = kids_of(node)
-            if len(k) != 1:
-                return False
-            node = node + (k[0][1],)
-        return True
-
-    cells: list[tuple[float, str, bool]] = []
-    expanded: dict[Seq, int] = {}
-    leaf_nodes: list[tuple[Seq, float]] = []
-    count = 1
-    frontier: list[tuple[float, Seq]] = [(-1.0, ())]
-    while frontier:
-        negp, node = heapq.heappop(frontier)
-        mass = -negp
-        if len(node) == horizon:
-            leaf_nodes.append((node, mass))
-            continue
-        children = [(mass * p, node + (x,)) for p, x in kids_of(node)]
-        keep, rest = split_children(children, n, min_count)
-        new = len(keep) + (1 if rest else 0)
-        if not keep or count - 1 + new > max_cells:
-            leaf_nodes.append((node, mass))
-            continue
-        count += new - 1
-        expanded[node] = -1
-        if rest:
-            expanded[node] = len(cells)
-            label = " ".join(map(str, node)) + (" " if node else "") + "{" + f"{len(rest)} other}}"
-            cells.append((sum(p for p, _ in rest), label, len(rest) == 1 and single(rest[0][1])))
-        for p, c in keep:
-            heapq.heappush(frontier, (-p, c))
-    leaf: dict[Seq, int] = {}
-    for node, mass in sorted(leaf_nodes):
-        leaf[node] = len(cells)
-        label = " ".join(map(str, node)) + (" *" if len(node) < horizon else "")
-        cells.append((mass, label, single(node)))
-    probs = np.array([c[0] for c in cells])
-    probs = probs / probs.sum()
-    unresolved = float(sum(p for p, c in zip(probs, cells) if not c[2]))
-    return Cells(probs, [c[1] for c in cells], unresolved, expanded, leaf)
+    return expand_trie(law, horizon, n, min_count, max_cells, ties="prefix")
 
 
 @dataclass
