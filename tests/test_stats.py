@@ -7,8 +7,15 @@ import pytest
 from scipy import stats as st
 
 from specproof.properties.audit import stats
-from specproof.properties.audit.battery import Inputs, build_models, chain_battery, complete, tree_battery
-from specproof.properties.audit.partition import build_partition
+from specproof.properties.audit.battery import (
+    Inputs,
+    build_models,
+    chain_battery,
+    child_hash,
+    complete,
+    tree_battery,
+)
+from specproof.properties.audit.partition import NO_CELL, build_partition
 
 
 def test_planner_reaches_the_requested_power_and_no_less_n_does():
@@ -107,3 +114,50 @@ def test_sparse_case_support_has_high_ids():
     part = build_partition(models, 10_000)
     assert part.probs.sum() == pytest.approx(1.0)
     assert 0 <= part.unresolved <= 1
+
+
+def _case(name, cases):
+    return [c for c in cases if c.name == name][0]
+
+
+@pytest.mark.parametrize(
+    ("case", "sub"),
+    [
+        (_case("iid/K3/V5", chain_battery()), 0),
+        (_case("onehot/K2/V6/onehot", chain_battery()), 0),
+        (_case("iid/K2/V152064/sparse", chain_battery()), 0),
+        (_case("iid/K2/V8/rows", chain_battery()), 1),
+        (_case("wor/fan3/V6/tiny", tree_battery("wor_siblings")), 0),
+    ],
+    ids=lambda c: getattr(c, "name", str(c)),
+)
+@pytest.mark.parametrize(("n", "max_cells"), [(500, 128), (20_000, 128), (20_000, 16)])
+def test_partition_lookups_agree_and_cells_hold_their_sequences_mass(case, sub, n, max_cells):
+    # Every sequence over the support (plus an id outside it for the sparse case), exactly: the
+    # vectorized Partition.assign equals the trie's per-sequence index, every positive-probability
+    # sequence has a cell, and each cell's probability is the summed probability of its sequences.
+    import itertools
+
+    import torch
+
+    models = build_models(case)
+    part = build_partition(models, n, sub, max_cells=max_cells)
+    ids = [int(t) for t in models.support] + ([case.vocab - 2] if case.sparse else [])
+    M = case.horizon
+    seqs = list(itertools.product(ids, repeat=M))
+    prob = []
+    for s in seqs:
+        h, p = models.roots[sub], 1.0
+        for x in s:
+            p *= dict((t, q) for q, t in models.law_py(h, sub)).get(x, 0.0)
+            h = child_hash(h, x)
+        prob.append(p)
+    cells = part.assign(torch.tensor(seqs, dtype=torch.int64)).tolist()
+    assert cells == [part.trie.index(s) for s in seqs]
+    mass = np.zeros(part.cells)
+    for c, p in zip(cells, prob):
+        if p > 0:
+            assert c != NO_CELL
+            mass[c] += p
+    assert np.allclose(mass / sum(prob), part.probs, rtol=0, atol=1e-12)
+    assert 1 <= part.cells <= max_cells
