@@ -176,7 +176,7 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
         rows = e2e.table_rows(args.steps, args.seed, show, engine=args.engine)
         print(e2e.markdown_table(rows, args.steps))
         if args.json:
-            _write_json(args.json, rows)
+            _write_json(args.json, [r.to_json() for r in rows])
         return 0
     if args.proposer not in PROPOSERS:
         why = "is required (or --table)" if args.proposer is None else "is unknown"
@@ -195,58 +195,34 @@ def _cmd_e2e(args: argparse.Namespace) -> int:
     if not args.calibration_temperature > 0:
         return fail(f"--calibration-temperature must be > 0, got {args.calibration_temperature}")
     try:
-        report = e2e.run(
+        result = e2e.run(
             proposer,
             rule,
-            args.steps,
-            args.seed,
-            args.runs,
-            index,
-            show,
-            args.against,
-            args.mismatch,
+            steps=args.steps,
+            seed=args.seed,
+            runs=args.runs,
+            process_index=index,
+            progress=show,
+            against=args.against,
+            mismatch_kind=args.mismatch,
             engine=args.engine,
         )
     except SpecproofInputError as err:  # a mismatched deployment, refused before decoding
         return fail(str(err))
-    ex, sa, stat = report["exact_check"], report["sampled"], report["statistical"]
-    claim = "declared exact" if report["declared_exact"] else "not declared exact"
-    print(
-        f"{proposer.name} ({proc.name}) verified by {rule} ({claim}): "
-        + ("LOSSLESS" if report["lossless"] else "LOSSY")
-        + (" against the original target" if report.get("against") == "original" else "")
-    )
-    print(
-        f"  exact law of 2 steps on a {ex['vocab']}-token transformer ({ex['drafts']} drafts, depth "
-        f"{ex['depth']}): TV = {ex['tv']:.3g}; {ex['mean_emitted_per_step']:.3f} tokens per step expected"
-    )
-    line = (
-        f"  sampled on a {sa['vocab']}-token transformer: {sa['mean_emitted_per_target_forward']:.2f} "
-        f"tokens per target forward over {sa['steps']} steps ({sa['drafts_per_step']} drafts each); "
-        f"first-draft acceptance alpha = {sa['alpha']:.3f}"
-    )
-    if sa["closed_form_iid"] is not None:
-        line += f", i.i.d. closed form {sa['closed_form_iid']:.2f}"
-    print(line)
-    if stat is not None:
-        print(f"  statistical: {stat['summary']}")
-    if report.get("coupling"):
-        print(f"  {report['coupling']['summary']}")
-    for more in e2e.describe_more(report):
-        print(more)
+    print(result.summary())
     cals: list[Any] = []
     if args.calibration:
-        report["calibration"], cals = e2e.calibration(
+        result.calibration, cals = e2e.calibration(
             proposer, rule, args.seed, args.calibration_temperature, index, show
         )
-        print("\n".join(e2e.calibration_lines(report["calibration"], cals)))
+        print("\n".join(e2e.calibration_lines(result.calibration, cals)))
     if args.report:
         if args.report.lower().endswith(".svg") and not args.calibration:
             return fail("--report PATH.svg holds the reliability diagrams: add --calibration")
-        e2e.write_report(args.report, report, cals)
+        e2e.write_report(args.report, result, cals)
     if args.json:
-        _write_json(args.json, report)
-    return 0 if report["lossless"] else 1
+        _write_json(args.json, result.to_json())
+    return result.exit_code
 
 
 def _cmd_conform(args: argparse.Namespace) -> int:
@@ -261,22 +237,22 @@ def _cmd_conform(args: argparse.Namespace) -> int:
     try:
         report = conform.run(
             args.backend or None,
-            args.budget_seconds,
-            args.seed,
-            args.shrink_seconds,
-            _e2e_progress(args.progress),
+            budget_seconds=args.budget_seconds,
+            seed=args.seed,
+            shrink_seconds=args.shrink_seconds,
+            progress=_e2e_progress(args.progress),
         )
     except KeyError as e:
         print(f"specproof conform: {e.args[0]}", file=sys.stderr)
         return USAGE_ERROR
-    table = conform.markdown(report)
+    table = report.markdown()
     print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table + "\n")
     if args.json:
-        _write_json(args.json, report)
-    return 0 if all(r["agrees"] for r in report["rows"]) else 1
+        _write_json(args.json, report.to_json())
+    return report.exit_code
 
 
 def _write_json(path: str, data: Any) -> None:

@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from specproof.reference.errors import SpecproofError
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("specproof", "specproof audit of a speculative-decoding verifier")
@@ -120,7 +122,9 @@ class SpecproofCaseItem(pytest.Item):
         return "specproof", 0, f"specproof {self.backend.kind} audit: {what}"
 
 
-class SpecproofCaseFailure(Exception):
+class SpecproofCaseFailure(SpecproofError):
+    """A battery case whose audit did not pass (its ``result`` holds the audit)."""
+
     def __init__(self, result: Any) -> None:
         super().__init__(result.verdict)
         self.result = result

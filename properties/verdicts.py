@@ -4,6 +4,8 @@ engine audit, with the exit status each one gives on the command line.
 ==================  ====  =====================================================================
 verdict             exit  meaning
 ==================  ====  =====================================================================
+exact               0     proven: the total variation is exactly 0, by enumeration (the exact
+                          oracle, the matrix, the exact checks of ``e2e``)
 pass                0     every case ran its plan: no deviation, at the stated power
 lossy               1     a deviation from the preserved law was found (with a witness)
 contract_violation  2     the black box broke its contract (shape, padding, ids, determinism,
@@ -12,6 +14,8 @@ underpowered        3     no deviation found, but some case ran short of its pla
                           run): the report lists them and the TV the run can vouch for
 error               4     a usage error (bad option, missing file) or an internal error
 interrupted         4     stopped by the user (Ctrl-C); what ran is written out
+not_applicable      0     nothing to check: e.g. a chain-only rule under a process that drafts
+                          trees (a matrix cell), a tree builder that can express no tree
 ==================  ====  =====================================================================
 
 ``Verdict`` is a ``str`` enum: ``Verdict.PASS == "pass"``, and it serializes to JSON as its value.
@@ -23,12 +27,14 @@ from enum import Enum
 
 
 class Verdict(str, Enum):
+    EXACT = "exact"
     PASS = "pass"
     LOSSY = "lossy"
     CONTRACT_VIOLATION = "contract_violation"
     UNDERPOWERED = "underpowered"
     ERROR = "error"
     INTERRUPTED = "interrupted"
+    NOT_APPLICABLE = "not_applicable"
 
     def __str__(self) -> str:  # f-strings and print show the value, as for a plain string
         return self.value
@@ -39,12 +45,14 @@ class Verdict(str, Enum):
 
 
 EXIT_CODES: dict[Verdict, int] = {
+    Verdict.EXACT: 0,
     Verdict.PASS: 0,
     Verdict.LOSSY: 1,
     Verdict.CONTRACT_VIOLATION: 2,
     Verdict.UNDERPOWERED: 3,
     Verdict.ERROR: 4,
     Verdict.INTERRUPTED: 4,
+    Verdict.NOT_APPLICABLE: 0,
 }
 USAGE_ERROR = 4  # the exit status of a usage or internal error, for every subcommand
 

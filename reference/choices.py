@@ -39,6 +39,8 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from specproof.reference.errors import SpecproofError
+
 Site = tuple[str, int]
 Num = Any  # int, float or Fraction: the reference is generic over the number type
 T = TypeVar("T")
@@ -137,7 +139,7 @@ class Sampler(_UniformChoices):
         return u
 
 
-class TapeExhaustedError(LookupError):
+class TapeExhaustedError(SpecproofError, LookupError):
     """A program asked for a site that the tape does not hold."""
 
 
@@ -178,7 +180,10 @@ def _ratio(w: Num, total: Num) -> Num:
     return w / total
 
 
-class _Fork(Exception):
+class _Fork(SpecproofError):
+    """Control flow of the enumerator (never escapes :func:`enumerate_law`): a draw with several
+    outcomes beyond the replayed prefix."""
+
     def __init__(self, outcomes: list[tuple[Any, Num]]) -> None:
         self.outcomes = outcomes
 

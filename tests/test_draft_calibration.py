@@ -196,16 +196,22 @@ def test_reports_have_text_bars_and_a_reliability_diagram(tmp_path):
     root = ET.fromstring(svg.split("</figcaption>", 1)[1].removesuffix("</figure>"))
     rects = [e for e in root.iter() if e.tag.endswith("rect")]
     assert len(rects) == 1 + 3  # the frame, one bar per non-empty bin
-    report = {
-        "proposer": "x",
-        "process": "p",
-        "rule": "rrs",
-        "lossless": True,
-        "exact_check": {"tv": 0.0, "mean_emitted_per_step": 2.0},
-        "statistical": None,
-        "baseline": None,
-        "mismatch": None,
-        "calibration": {
+    report = e2e.E2EResult(
+        proposer="x",
+        process="p",
+        rule="rrs",
+        declared_exact=True,
+        exact_check=e2e.ExactCheck(vocab=4, steps=2, depth=2, drafts=2, tv=0.0, mean_emitted_per_step=2.0),
+        sampled=e2e.SampledCheck(
+            vocab=16,
+            drafts_per_step=3,
+            steps=1,
+            emitted=1,
+            mean_emitted_per_target_forward=1.0,
+            alpha=0.5,
+            closed_form_iid=None,
+        ),
+        calibration={
             "settings": {
                 "process": "p",
                 "rule": "rrs",
@@ -216,7 +222,7 @@ def test_reports_have_text_bars_and_a_reliability_diagram(tmp_path):
             },
             "drafters": [],
         },
-    }
+    )
     e2e.write_report(str(tmp_path / "r.html"), report, [cal, cal])
     page = (tmp_path / "r.html").read_text()
     assert page.count("<svg") == 2 and "Reliability diagrams" in page

@@ -141,7 +141,7 @@ def test_matrix_command_writes_json_and_agrees_with_declarations(tmp_path, capsy
     by = {(c["process"], c["rule"]): c for c in cells}
     assert by[("iid_chain", "token")]["verdict"] == "exact" and by[("iid_chain", "token")]["tv"] == 0
     assert (
-        by[("topk_siblings", "block")]["verdict"] == "not applicable"
+        by[("topk_siblings", "block")]["verdict"] == "not_applicable"
         and by[("topk_siblings", "block")]["tv"] is None
     )
     assert by[("topk_siblings", "token")]["verdict"] == "lossy" and by[("topk_siblings", "token")]["tv"] > 0

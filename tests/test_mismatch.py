@@ -138,7 +138,7 @@ def test_weights_trained_for_another_target_stay_lossless_and_collapse_acceptanc
     tv, deployed = _exact_accepted(proposer, dep.small, dep.small_drafter)
     assert tv < 1e-12  # the rule stays exact
     f = mm.acceptance_finding(mm.Acceptance("own", own), mm.Acceptance("deployed", deployed))
-    assert f.collapsed and f.p_value is None, f.message()
+    assert f.collapsed and f.pvalue is None, f.message()
     msg = f.message()
     assert f"{deployed:.3f}" in msg and f"{own:.3f}" in msg and "ACCEPTANCE COLLAPSED" in msg
 
@@ -200,10 +200,10 @@ def test_sampled_collapse_is_flagged_and_a_remeasurement_is_not():
     dep = mm.deployment(p, SMALL, BIG, "revision")
     deployed = measure("revision", dep.big, dep.big_drafter, 0)
     f = mm.acceptance_finding(own, deployed)
-    assert f.collapsed and f.p_value is not None and f.p_value < 1e-3, f.message()
+    assert f.collapsed and f.pvalue is not None and f.pvalue < 1e-3, f.message()
     again = measure("own, seed 1", BIG, p.make_drafter(BIG), 1)
     g = mm.acceptance_finding(own, again)
-    assert not g.collapsed and g.p_value is not None and g.p_value > 0.01, g.message()
+    assert not g.collapsed and g.pvalue is not None and g.pvalue > 0.01, g.message()
 
 
 def test_e2e_reports_a_revision_mismatch_with_both_numbers(monkeypatch, capsys):

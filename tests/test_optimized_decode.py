@@ -369,14 +369,37 @@ def test_e2e_checks_run_on_the_optimized_loop(monkeypatch):
     # the optimized loop
     from specproof.properties.e2e import check as e2e
 
-    exact = {"exact_check": {"lossless": True, "tv": 0.0}, "sampled": {"vocab": 16}, "statistical": None}
-    monkeypatch.setattr(e2e, "run", lambda *a, **k: {k: dict(v) if v else v for k, v in exact.items()})
+    def exact(*a, **k):
+        return e2e.E2EResult(
+            proposer="ngram",
+            process="onehot_chain",
+            rule="token",
+            declared_exact=True,
+            exact_check=e2e.ExactCheck(
+                vocab=4, steps=2, depth=2, drafts=2, tv=0.0, mean_emitted_per_step=1.0
+            ),
+            sampled=e2e.SampledCheck(
+                vocab=16,
+                drafts_per_step=3,
+                steps=0,
+                emitted=0,
+                mean_emitted_per_target_forward=0.0,
+                alpha=0.0,
+                closed_form_iid=None,
+            ),
+        )
+
+    monkeypatch.setattr(e2e, "run", exact)
     report = e2e.optimized_run(PROPOSERS["ngram"], "token", steps=2, seed=0, runs=12)
-    assert report["engine"] == "optimized" and report["coupling"]["equal"]
-    assert report["coupling"]["requests"] >= 4 and report["coupling"]["steps"] >= 8
-    assert report["sampled"]["engine"] == "optimized" and report["sampled"]["steps"] == 2
-    assert report["statistical"]["runs"] == 12 and report["statistical"]["lossless"]
-    assert report["lossless"]
+    assert report.engine == "optimized" and report.coupling is not None and report.coupling.equal
+    assert report.coupling.requests >= 4 and report.coupling.steps >= 8
+    assert report.sampled.engine == "optimized" and report.sampled.steps == 2
+    assert report.statistical is not None and report.statistical.runs == 12 and report.statistical.lossless
+    assert report.lossless and report.verdict == "pass"
+    js = report.to_json()
+    assert (
+        js["verdict"] == "pass" and js["engine"] == "optimized" and js["statistical"]["engine"] == "optimized"
+    )
     with pytest.raises(BadParameterError, match="no optimized kernel"):
         e2e.optimized_run(PROPOSERS["ngram"], "traversal")
 

@@ -56,7 +56,7 @@ def test_the_top_p_verifier_is_lossy_with_an_exact_shrunk_witness_where_it_claim
         w = cell.witness
         assert w is not None and isinstance(w.tv, Fraction) and w.tv > 0
         assert cell.witness_source == "shrunk by hypothesis"
-        assert w.instance.vocab <= 3 and len(w.instance.shape) <= 3, w.explain()
+        assert w.instance.vocab <= 3 and len(w.instance.shape) <= 3, w.summary()
         # the witness is a claim anyone can re-check: the oracle again, from scratch
         assert check(TOP_P, cell.process, w.instance).tv == w.tv
         assert w.witness(), "a lossy witness names its deviating cells"
@@ -105,7 +105,7 @@ def test_the_nucleus_gated_rule_is_exact_on_hypothesis_instances(process):
     @given(sps.instances(process))
     def run(instance):
         res = check(GATED, process, instance)
-        assert res.tv == 0, res.explain()
+        assert res.tv == 0, res.summary()
 
     run()
 

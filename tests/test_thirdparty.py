@@ -351,5 +351,5 @@ def test_hf_prompt_lookup_as_a_proposer_is_lossless_under_every_exact_rule():
 
     assert PromptLookupDraft(4, (2, 0, 3, 2, 0, 3), 3).candidates == [2, 0, 3]  # continues the match
     row = _proposer_row(proposers()[0])
-    assert row["verdict"] == "pass" and row["deterministic"] and row["max_tv"] < 1e-12, row
-    assert len(row["rules"]) == 8
+    assert row.verdict == "pass" and row.deterministic and row.max_tv is not None and row.max_tv < 1e-12, row
+    assert row.rules is not None and len(row.rules) == 8

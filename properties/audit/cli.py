@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR, Verdict
+from specproof.reference.errors import SpecproofError
 from specproof.reference.processes import PROCESSES
 
 #: The main job's fixed plan per speed class of backend (``Backend.speed``): the TV planned on
@@ -50,7 +51,7 @@ guard only: a plan that cannot finish in it ends underpowered, never pass."""
 )
 
 
-class UsageError(ValueError):
+class UsageError(SpecproofError, ValueError):
     """A command-line mistake: exit status 4 with the message, no traceback."""
 
 

@@ -23,8 +23,10 @@ import json
 import pprint
 from typing import Any
 
+from specproof.reference.errors import SpecproofError
 
-class ReplayError(ValueError):
+
+class ReplayError(SpecproofError, ValueError):
     """The JSON holds nothing to replay, or not in a form this version understands."""
 
 

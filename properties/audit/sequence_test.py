@@ -86,13 +86,14 @@ def prefix_cells(
     return expand_trie(law, horizon, n, min_count, max_cells, ties="prefix")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SequenceTest:
     """The verdict on sampled M-token sequences against their exact law.
 
     Two families, combined by Bonferroni: Pearson's test on the prefix cells (the joint law;
     its power against TV on the cells is planned) and the per-position tests of
     :mod:`.conditional` (every next-token law with enough samples, so deep positions are seen).
+    ``verdict`` is ``pass`` or ``lossy``; ``summary()`` says so in a line, ``to_json()`` in full.
     """
 
     runs: int
@@ -109,10 +110,6 @@ class SequenceTest:
     zero: dict[str, Any] | None = None  # a sequence the law gives probability 0
 
     @property
-    def p_value(self) -> float:  # the earlier spelling
-        return self.pvalue
-
-    @property
     def lossless(self) -> bool:
         return self.pvalue >= self.alpha
 
@@ -125,7 +122,7 @@ class SequenceTest:
         """Share of sampled sequences with a position no per-position test covered."""
         return 1.0 if self.conditional is None else self.conditional.uncovered
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         if self.greedy:
             ok = "every run" if self.lossless else "NOT every run"
             return f"{ok} of {self.runs} emitted the target's greedy {self.horizon} tokens"
@@ -150,6 +147,10 @@ class SequenceTest:
                 )
                 text += f"; deviates at position {w.position} after {g.label} ({cells})"
         return text
+
+    def describe(self) -> str:
+        """:meth:`summary` (its earlier name)."""
+        return self.summary()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -201,13 +202,13 @@ def test_sequences(
     if cond.zero is not None:
         r = cond.zero[0]
         return SequenceTest(
-            runs,
-            horizon,
-            alpha,
-            0.0,
-            0,
-            0.0,
-            0.0,
+            runs=runs,
+            horizon=horizon,
+            alpha=alpha,
+            pvalue=0.0,
+            cells=0,
+            detectable_tv=0.0,
+            unresolved=0.0,
             p_joint=0.0,
             conditional=cond,
             zero={"run": r, "sequence": list(firsts[r]), "position": cond.zero[1]},
@@ -224,13 +225,13 @@ def test_sequences(
         for j in np.argsort(-np.abs(z))[:5]
     ]
     return SequenceTest(
-        runs,
-        horizon,
-        alpha,
-        float(min(1.0, 2 * min(p_joint, cond.pvalue))),
-        len(cells.probs),
-        detectable_tv(runs, alpha / 2, power, df),
-        cells.unresolved,
+        runs=runs,
+        horizon=horizon,
+        alpha=alpha,
+        pvalue=float(min(1.0, 2 * min(p_joint, cond.pvalue))),
+        cells=len(cells.probs),
+        detectable_tv=detectable_tv(runs, alpha / 2, power, df),
+        unresolved=cells.unresolved,
         p_joint=float(p_joint),
         conditional=cond,
         worst=worst,
@@ -262,7 +263,16 @@ def sequence_test(
     if greedy:
         want = greedy_sequence(target, prompt, horizon)
         ok = all(f == want for f in firsts)
-        return SequenceTest(runs, horizon, alpha, 1.0 if ok else 0.0, 1, 0.0, 0.0, greedy=True)
+        return SequenceTest(
+            runs=runs,
+            horizon=horizon,
+            alpha=alpha,
+            pvalue=1.0 if ok else 0.0,
+            cells=1,
+            detectable_tv=0.0,
+            unresolved=0.0,
+            greedy=True,
+        )
     return test_sequences(
         firsts, lambda prefix: target.law(prompt + prefix), target.vocab, horizon, alpha, max_cells
     )

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import SpecproofError
 from specproof.reference.proposers.medusa import choices_to_shape
 from specproof.reference.tree import DraftTree
 
@@ -44,7 +46,7 @@ VIOLATIONS: dict[str, str] = {
 }
 
 
-class Unsupported(Exception):
+class Unsupported(SpecproofError):
     """The builder cannot express this tree (not a failure: it is reported as unsupported)."""
 
 
@@ -89,7 +91,10 @@ def _tensor(x: Any, what: str) -> torch.Tensor:
     return x.detach().cpu()
 
 
-class BufferViolation(Exception):
+class BufferViolation(SpecproofError):
+    """A builder's output that differs from the reference's buffers; ``kind`` is one of
+    :data:`VIOLATIONS`."""
+
     def __init__(self, kind: str, detail: str) -> None:
         self.kind, self.detail = kind, detail
         super().__init__(f"{kind}: {detail}")
@@ -191,16 +196,20 @@ class CaseOutcome:
 
 @dataclass
 class BuilderResult:
+    """A builder on the battery. ``verdict``: ``contract_violation`` if some output differs from
+    the reference's (or the builder raised), ``pass`` if every tree it can express is right,
+    ``not_applicable`` if it can express none of them."""
+
     name: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         statuses = {o.status for o in self.outcomes}
         if statuses - {"pass", "unsupported"}:
-            return "contract_violation"
-        return "pass" if "pass" in statuses else "unsupported"
+            return Verdict.CONTRACT_VIOLATION
+        return Verdict.PASS if "pass" in statuses else Verdict.NOT_APPLICABLE
 
     @property
     def checked(self) -> int:
@@ -208,7 +217,8 @@ class BuilderResult:
 
     def summary(self) -> str:
         unsup = sum(o.status == "unsupported" for o in self.outcomes)
-        head = f"{self.name} (tree builder): {self.verdict.upper()}: {self.checked} trees equal the reference"
+        head = f"{self.name} (tree builder): {self.verdict.value.upper()}: "
+        head += f"{self.checked} trees equal the reference"
         lines = [head + (f", {unsup} not expressible by the builder" if unsup else "")]
         lines += [
             f"  {o.name} ({o.nodes} nodes): {o.status}: {o.detail}"
@@ -221,7 +231,7 @@ class BuilderResult:
         return {
             "backend": self.name,
             "kind": "tree_builder",
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "seconds": self.seconds,
             "cases": [o.__dict__ for o in self.outcomes],
         }
@@ -235,17 +245,19 @@ def conform(name: str, builder: TreeBuilder, seed: int = 0) -> BuilderResult:
         try:
             out = builder(parents)
         except Unsupported as e:
-            result.outcomes.append(CaseOutcome(case, len(parents), "unsupported", str(e)))
+            outcome = CaseOutcome(name=case, nodes=len(parents), status="unsupported", detail=str(e))
+            result.outcomes.append(outcome)
             continue
         except Exception as e:
-            result.outcomes.append(CaseOutcome(case, len(parents), "raised", f"{type(e).__name__}: {e}"))
+            detail = f"{type(e).__name__}: {e}"
+            result.outcomes.append(CaseOutcome(name=case, nodes=len(parents), status="raised", detail=detail))
             continue
         try:
             check(parents, out)
         except BufferViolation as e:
-            result.outcomes.append(CaseOutcome(case, len(parents), e.kind, e.detail))
+            result.outcomes.append(CaseOutcome(name=case, nodes=len(parents), status=e.kind, detail=e.detail))
             continue
-        result.outcomes.append(CaseOutcome(case, len(parents), "pass"))
+        result.outcomes.append(CaseOutcome(name=case, nodes=len(parents), status="pass"))
     result.seconds = time.perf_counter() - start
     return result
 

@@ -11,8 +11,13 @@ Rows, one per (backend, process) for verifiers and one per tree builder:
   adapter's, checked exactly on the tree battery.
 
 Packages that are not installed get a row saying so and how to install them. The report
-carries the date and every version audited. Exit status: 0 when every verdict is the one
-expected, 1 when some differ (a finding to read), 2 on usage errors.
+carries the date and every version audited.
+
+:func:`run` returns a :class:`ConformanceReport`: its ``rows`` (:class:`ConformanceRow`, each with
+its own ``verdict``), its ``verdict`` (``pass`` when every row got the verdict its package
+expects, ``lossy`` when some differ: a finding to read), ``markdown()`` (the table; ``summary()``
+is the same) and ``to_json()`` (what ``--json`` writes). Exit status: 0 when every verdict is the
+one expected, 1 when some differ, 4 on usage errors.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import importlib.metadata
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +38,7 @@ from specproof.properties.audit.stages import AuditConfig, audit
 from specproof.properties.conformance.backends import REGISTRY, Backend, thirdparty
 from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
 from specproof.properties.conformance.buffers import BuilderResult, builtin_builders, conform
+from specproof.properties.verdicts import Verdict
 
 
 def versions() -> dict[str, str]:
@@ -48,45 +55,148 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _verifier_row(backend: Backend, process: str, result: Any) -> dict[str, Any]:
+@dataclass(kw_only=True)
+class ConformanceRow:
+    """One row of the table: a verifier under one process (``kind`` chain or tree), a proposer
+    in the decoding loop (``proposer``) or a tree builder (``tree_builder``). The fields under
+    each kind's comment are set for that kind only (None otherwise)."""
+
+    backend: str
+    kind: str
+    what: str
+    process: str
+    expected: str
+    verdict: Verdict
+    agrees: bool
+    seconds: float
+    witness: str | None
+    summary: str
+    # verifiers (the statistical audit)
+    cases: int | None = None  # also tree builders: the trees of the battery
+    cases_at_power: int | None = None
+    detects_tv: float | None = None
+    samples: int | None = None
+    deviation: str | None = None  # a lossy verdict's deviation, in words
+    # proposers (the exact 2-step check)
+    rules: list[str] | None = None
+    max_tv: float | None = None
+    deterministic: bool | None = None
+    # tree builders
+    cases_checked: int | None = None
+    unsupported: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        head = {
+            "backend": self.backend,
+            "kind": self.kind,
+            "what": self.what,
+            "process": self.process,
+            "expected": self.expected,
+            "verdict": self.verdict.value,
+            "agrees": self.agrees,
+        }
+        if self.kind == "proposer":
+            more: dict[str, Any] = {
+                "rules": self.rules,
+                "max_tv": self.max_tv,
+                "deterministic": self.deterministic,
+            }
+        elif self.kind == "tree_builder":
+            more = {"cases": self.cases, "cases_checked": self.cases_checked, "unsupported": self.unsupported}
+        else:
+            more = {
+                "cases": self.cases,
+                "cases_at_power": self.cases_at_power,
+                "detects_tv": self.detects_tv,
+                "samples": self.samples,
+            }
+        tail: dict[str, Any] = {"seconds": self.seconds, "witness": self.witness, "summary": self.summary}
+        if self.deviation is not None:
+            tail["deviation"] = self.deviation
+        return head | more | tail
+
+
+@dataclass(kw_only=True)
+class ConformanceReport:
+    """What :func:`run` found (module doc)."""
+
+    date: str
+    versions: dict[str, str]
+    budget_seconds: float
+    seed: int
+    rows: list[ConformanceRow] = field(default_factory=list)
+    not_installed: list[dict[str, str]] = field(default_factory=list)  # adapter, package, reason
+
+    @property
+    def agrees(self) -> bool:
+        return all(r.agrees for r in self.rows)
+
+    @property
+    def verdict(self) -> Verdict:
+        """``pass`` when every row got the verdict its package expects, ``lossy`` otherwise."""
+        return Verdict.PASS if self.agrees else Verdict.LOSSY
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    def markdown(self) -> str:
+        return markdown(self)
+
+    def summary(self) -> str:
+        return self.markdown()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "date": self.date,
+            "versions": self.versions,
+            "budget_seconds": self.budget_seconds,
+            "seed": self.seed,
+            "rows": [r.to_json() for r in self.rows],
+            "not_installed": self.not_installed,
+        }
+
+
+def _verifier_row(backend: Backend, process: str, result: Any) -> ConformanceRow:
     cases = result.cases
     cfg = result.config
-    reached = sum(r.power >= cfg.power for r in cases)
-    row: dict[str, Any] = {
-        "backend": backend.name,
-        "kind": backend.kind,
-        "what": backend.doc,
-        "process": process,
-        "expected": backend.expected(process),
-        "verdict": result.verdict.value,
-        # underpowered: no deviation found but short of the plan; not a contradiction of "pass"
-        "agrees": result.verdict == backend.expected(process)
-        or (result.verdict == "underpowered" and backend.expected(process) == "pass"),
-        "cases": len(cases),
-        "cases_at_power": reached,
-        "detects_tv": max((r.detectable_tv for r in cases), default=1.0),
-        "samples": sum(r.n for r in cases),
-        "seconds": round(result.seconds, 1),
-        "witness": None,
-        "summary": result.summary(),
-    }
-    if result.verdict == "lossy":
+    expected = backend.expected(process)
+    witness = deviation = None
+    if result.verdict == Verdict.LOSSY:
         w = result.shrunk or result.witness
         if w is not None:
-            row["witness"] = w.case.describe()
+            witness = w.case.describe()
             if w.hard_failure:
-                row["deviation"] = "emits a token of target probability 0"
+                deviation = "emits a token of target probability 0"
             elif w.tv is not None:
-                row["deviation"] = (
+                deviation = (
                     f"p = {w.pvalue:.2g}, TV on cells {w.tv.estimate:.2f} "
                     f"[{w.tv.low:.2f}, {w.tv.high:.2f}] ({w.tv.confidence:.0%})"
                 )
-    elif result.verdict == "contract_violation" and result.violation:
-        row["witness"] = f"[{result.violation['kind']}] {result.violation['detail']}"
-    return row
+    elif result.verdict == Verdict.CONTRACT_VIOLATION and result.violation:
+        witness = f"[{result.violation['kind']}] {result.violation['detail']}"
+    return ConformanceRow(
+        backend=backend.name,
+        kind=backend.kind,
+        what=backend.doc,
+        process=process,
+        expected=expected,
+        verdict=result.verdict,
+        # underpowered: no deviation found but short of the plan; not a contradiction of "pass"
+        agrees=result.verdict == expected or (result.verdict == Verdict.UNDERPOWERED and expected == "pass"),
+        cases=len(cases),
+        cases_at_power=sum(r.power >= cfg.power for r in cases),
+        detects_tv=max((r.detectable_tv for r in cases), default=1.0),
+        samples=sum(r.n for r in cases),
+        seconds=round(result.seconds, 1),
+        witness=witness,
+        summary=result.summary(),
+        deviation=deviation,
+    )
 
 
-def _proposer_row(spec: dict[str, Any]) -> dict[str, Any]:
+def _proposer_row(spec: dict[str, Any]) -> ConformanceRow:
     """A third-party proposer in the decoding loop: it must give the same drafts for the same
     context, and every rule declared exact for its process must be lossless over two steps on
     the 4-token transformer (the exact check of ``specproof e2e``)."""
@@ -112,42 +222,42 @@ def _proposer_row(spec: dict[str, Any]) -> dict[str, Any]:
             tvs[rule.name] = float(tv)
     worst = max(tvs, key=lambda r: tvs[r])
     ok = deterministic and tvs[worst] < 1e-12
-    return {
-        "backend": spec["name"],
-        "kind": "proposer",
-        "what": spec["doc"],
-        "process": process.name,
-        "expected": "pass",
-        "verdict": "pass" if ok else "lossy",
-        "agrees": ok,
-        "rules": sorted(tvs),
-        "max_tv": tvs[worst],
-        "deterministic": deterministic,
-        "seconds": round(time.perf_counter() - start, 1),
-        "witness": None
+    return ConformanceRow(
+        backend=spec["name"],
+        kind="proposer",
+        what=spec["doc"],
+        process=process.name,
+        expected="pass",
+        verdict=Verdict.PASS if ok else Verdict.LOSSY,
+        agrees=ok,
+        rules=sorted(tvs),
+        max_tv=tvs[worst],
+        deterministic=deterministic,
+        seconds=round(time.perf_counter() - start, 1),
+        witness=None
         if ok
         else (f"TV {tvs[worst]:.3g} with {worst}" if deterministic else "not deterministic"),
-        "summary": f"{spec['name']}: {len(tvs)} rules, largest TV {tvs[worst]:.3g} over 2 exact steps",
-    }
+        summary=f"{spec['name']}: {len(tvs)} rules, largest TV {tvs[worst]:.3g} over 2 exact steps",
+    )
 
 
-def _builder_row(name: str, doc: str, res: BuilderResult) -> dict[str, Any]:
+def _builder_row(name: str, doc: str, res: BuilderResult) -> ConformanceRow:
     bad = [o for o in res.outcomes if o.status not in ("pass", "unsupported")]
-    return {
-        "backend": name,
-        "kind": "tree_builder",
-        "what": doc,
-        "process": "-",
-        "expected": "pass",
-        "verdict": res.verdict,
-        "agrees": res.verdict in ("pass", "unsupported"),
-        "cases": len(res.outcomes),
-        "cases_checked": res.checked,
-        "unsupported": sum(o.status == "unsupported" for o in res.outcomes),
-        "seconds": round(res.seconds, 2),
-        "witness": f"{bad[0].name}: [{bad[0].status}] {bad[0].detail}" if bad else None,
-        "summary": res.summary(),
-    }
+    return ConformanceRow(
+        backend=name,
+        kind="tree_builder",
+        what=doc,
+        process="-",
+        expected="pass",
+        verdict=res.verdict,
+        agrees=res.verdict in (Verdict.PASS, Verdict.NOT_APPLICABLE),
+        cases=len(res.outcomes),
+        cases_checked=res.checked,
+        unsupported=sum(o.status == "unsupported" for o in res.outcomes),
+        seconds=round(res.seconds, 2),
+        witness=f"{bad[0].name}: [{bad[0].status}] {bad[0].detail}" if bad else None,
+        summary=res.summary(),
+    )
 
 
 def run(
@@ -156,10 +266,10 @@ def run(
     seed: int = 0,
     shrink_seconds: float = 10.0,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> ConformanceReport:
     """Every installed adapter (or only ``names``), plus the built-in tree builders."""
     say = progress or (lambda msg: None)
-    rows: list[dict[str, Any]] = []
+    rows: list[ConformanceRow] = []
     missing: list[dict[str, str]] = []
     wanted = set(names) if names else None
     for adapter in ADAPTERS:
@@ -202,55 +312,54 @@ def run(
         say(f"checking the tree builder {name}")
         rows.append(_builder_row(name, "specproof's own (for comparison)", conform(name, fn, seed)))
     if wanted is not None:
-        known = {r["backend"] for r in rows} | {m["adapter"] for m in missing}
+        known = {r.backend for r in rows} | {m["adapter"] for m in missing}
         unknown = sorted(wanted - known)
         if unknown:
             raise KeyError(f"BACKEND: {', '.join(unknown)} is not an installed adapter or tree builder")
-    return {
-        "date": datetime.date.today().isoformat(),
-        "versions": versions(),
-        "budget_seconds": budget_seconds,
-        "seed": seed,
-        "rows": rows,
-        "not_installed": missing,
-    }
+    return ConformanceReport(
+        date=datetime.date.today().isoformat(),
+        versions=versions(),
+        budget_seconds=budget_seconds,
+        seed=seed,
+        rows=rows,
+        not_installed=missing,
+    )
 
 
-def markdown(report: dict[str, Any]) -> str:
-    v = report["versions"]
+def markdown(report: ConformanceReport) -> str:
+    v = report.versions
     lines = [
-        f"Conformance of third-party backends, {report['date']} "
-        f"(`specproof conform`, seed {report['seed']}, "
-        f"{report['budget_seconds']:g} s per verifier and process).",
+        f"Conformance of third-party backends, {report.date} "
+        f"(`specproof conform`, seed {report.seed}, "
+        f"{report.budget_seconds:g} s per verifier and process).",
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
         "",
         "| backend | process | expected | verdict | power reached | samples | time | witness |",
         "|---|---|---|---|---|---:|---:|---|",
     ]
-    for r in report["rows"]:
-        if r["kind"] == "proposer":
-            power = f"exact 2-step law, {len(r['rules'])} rules: largest TV {r['max_tv']:.1g}"
+    for r in report.rows:
+        if r.kind == "proposer":
+            power = f"exact 2-step law, {len(r.rules or [])} rules: largest TV {r.max_tv:.1g}"
             samples = "-"
-        elif r["kind"] == "tree_builder":
-            power = f"exact on {r['cases_checked']} trees" + (
-                f" ({r['unsupported']} not expressible)" if r["unsupported"] else ""
+        elif r.kind == "tree_builder":
+            power = f"exact on {r.cases_checked} trees" + (
+                f" ({r.unsupported} not expressible)" if r.unsupported else ""
             )
             samples = "-"
         else:
-            samples = f"{r['samples']:,}"
-            if r.get("deviation"):
-                power = f"deviation found: {r['deviation']}"
+            samples = f"{r.samples:,}"
+            if r.deviation:
+                power = f"deviation found: {r.deviation}"
             else:
                 power = (
-                    f"{r['cases_at_power']}/{r['cases']} cases at 0.99 vs TV 0.01; "
-                    f"all detect TV {r['detects_tv']:.2g}"
+                    f"{r.cases_at_power}/{r.cases} cases at 0.99 vs TV 0.01; all detect TV {r.detects_tv:.2g}"
                 )
-        verdict = r["verdict"] + ("" if r["agrees"] else " (unexpected)")
+        verdict = r.verdict.value + ("" if r.agrees else " (unexpected)")
         lines.append(
-            f"| {r['backend']} | {r['process']} | {r['expected']} | {verdict} | {power} | {samples} | "
-            f"{r['seconds']:g} s | {r['witness'] or ''} |"
+            f"| {r.backend} | {r.process} | {r.expected} | {verdict} | {power} | {samples} | "
+            f"{r.seconds:g} s | {r.witness or ''} |"
         )
-    for m in report["not_installed"]:
+    for m in report.not_installed:
         lines.append(f"| {m['adapter']}.* | - | - | not run | {m['reason']} | - | - | |")
     return "\n".join(lines)

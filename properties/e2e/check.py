@@ -14,7 +14,12 @@ One report per (proposer, process, rule):
   several steps, so ``runs`` independent decodings are tested against the target's exact law
   of their first 3 tokens (:mod:`.sequence_test`, alpha 1e-6).
 
-The verdict is lossy if either check flags it.
+:func:`run` returns an :class:`E2EResult`: ``verdict`` is ``lossy``
+(:class:`~specproof.properties.verdicts.Verdict`) if any check flags it; otherwise ``pass`` when
+the statistical check ran (it found no deviation at its alpha: the weaker of the two claims), and
+``exact`` when the enumerated law is the only evidence (``runs=0``; equal to the target's up to
+float64 rounding). ``summary()`` is what ``specproof e2e`` prints, ``to_json()`` what ``--json``
+writes.
 
 ``engine="optimized"`` (``specproof e2e --engine optimized``): the same checks on the optimized
 loop (:mod:`specproof.optimized.decode`, :func:`optimized_run`); the exact law, enumerated from
@@ -39,13 +44,16 @@ Three more reports (docs/self-drafting.md):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from specproof.properties.audit.sequence_test import sequence_test
+from specproof.properties.audit.sequence_test import SequenceTest, sequence_test
 from specproof.properties.e2e import draft_calibration, mismatch
+from specproof.properties.e2e.mismatch import AcceptanceFinding, BaselineFinding, DraftLawFinding, LawDistance
 from specproof.properties.oracle.exact import multi_step_check
+from specproof.properties.verdicts import Verdict
 from specproof.reference.decode import decode, e2e_models
 from specproof.reference.dynamic_tree import DynamicTree
 from specproof.reference.errors import BadParameterError
@@ -61,6 +69,246 @@ STAT_HORIZON = 3
 ALPHA = 1e-6
 #: the sampled acceptance comparison of ``--mismatch``: prompts (independent runs), steps each
 MISMATCH_RUNS, MISMATCH_STEPS = 16, 16
+
+
+@dataclass(kw_only=True)
+class ExactCheck:
+    """The exact law of ``steps`` steps on the ``vocab``-token target against the target's own."""
+
+    vocab: int
+    steps: int
+    depth: int
+    drafts: int
+    tv: float
+    mean_emitted_per_step: float
+
+    @property
+    def lossless(self) -> bool:
+        return self.tv < 1e-12  # float64 laws: equal up to rounding
+
+    def summary(self) -> str:
+        return (
+            f"exact law of {self.steps} steps on a {self.vocab}-token transformer ({self.drafts} drafts, "
+            f"depth {self.depth}): TV = {self.tv:.3g}; "
+            f"{self.mean_emitted_per_step:.3f} tokens per step expected"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vocab": self.vocab,
+            "steps": self.steps,
+            "depth": self.depth,
+            "drafts": self.drafts,
+            "tv": self.tv,
+            "lossless": self.lossless,
+            "mean_emitted_per_step": self.mean_emitted_per_step,
+        }
+
+
+@dataclass(kw_only=True)
+class SampledCheck:
+    """Decoding measured on the ``vocab``-token target (rates, not a test)."""
+
+    vocab: int
+    drafts_per_step: int
+    steps: int  # target forwards
+    emitted: int
+    mean_emitted_per_target_forward: float
+    alpha: float  # the mean first-draft acceptance probability seen along the run
+    closed_form_iid: float | None
+    engine: str | None = None  # "optimized" when the optimized loop ran it
+
+    def summary(self) -> str:
+        line = (
+            f"sampled on a {self.vocab}-token transformer: {self.mean_emitted_per_target_forward:.2f} "
+            f"tokens per target forward over {self.steps} steps ({self.drafts_per_step} drafts each); "
+            f"first-draft acceptance alpha = {self.alpha:.3f}"
+        )
+        if self.closed_form_iid is not None:
+            line += f", i.i.d. closed form {self.closed_form_iid:.2f}"
+        return line
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "vocab": self.vocab,
+            "drafts_per_step": self.drafts_per_step,
+            "steps": self.steps,
+            "emitted": self.emitted,
+            "mean_emitted_per_target_forward": self.mean_emitted_per_target_forward,
+            "alpha": self.alpha,
+            "closed_form_iid": self.closed_form_iid,
+        }
+        if self.engine is not None:
+            out["engine"] = self.engine
+        return out
+
+
+@dataclass(kw_only=True)
+class Coupling:
+    """``--engine optimized``: the optimized loop against the reference loop on shared tapes."""
+
+    requests: int
+    steps: int
+    dtype: str
+    diverged: list[int]
+
+    @property
+    def equal(self) -> bool:
+        return not self.diverged
+
+    def summary(self) -> str:
+        what = "every token equal" if self.equal else f"requests {self.diverged} DIVERGED"
+        return (
+            f"coupled to the reference loop on shared tapes ({self.requests} requests x {self.steps} "
+            f"steps, {self.dtype}): {what}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "steps": self.steps,
+            "dtype": self.dtype,
+            "equal": self.equal,
+            "diverged": self.diverged,
+            "summary": self.summary(),
+        }
+
+
+@dataclass(kw_only=True)
+class MismatchReport:
+    """``--mismatch``: acceptance of a mismatched deployment against the draft weights' own target."""
+
+    kind: str
+    deployment: str
+    exact: AcceptanceFinding
+    sampled: AcceptanceFinding
+    draft_laws: DraftLawFinding | None
+
+    @property
+    def collapsed(self) -> bool:
+        return self.exact.collapsed or self.sampled.collapsed
+
+    @property
+    def caught(self) -> bool:
+        return self.collapsed or (self.draft_laws is not None and not self.draft_laws.agree)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "deployment": self.deployment,
+            "exact": self.exact.to_json(),
+            "sampled": self.sampled.to_json(),
+            "draft_laws": None if self.draft_laws is None else self.draft_laws.to_json(),
+            "collapsed": self.collapsed,
+            "caught": self.caught,
+        }
+
+
+@dataclass(kw_only=True)
+class E2EResult:
+    """Every check of one (proposer, process, rule) (module doc). ``verdict``: ``lossy`` if a check
+    flags it, else ``pass`` if the statistical check ran, else ``exact``."""
+
+    proposer: str
+    process: str
+    rule: str
+    declared_exact: bool
+    exact_check: ExactCheck
+    sampled: SampledCheck
+    statistical: SequenceTest | None = None
+    against: str = "verifier"  # the baseline of the checks: "verifier" or "original"
+    baseline: BaselineFinding | None = None  # a moved baseline (the verifier is fine-tuned)
+    baseline_kl: LawDistance | None = None  # the fine-tuned target vs the original
+    mismatch: MismatchReport | None = None
+    coupling: Coupling | None = None  # --engine optimized
+    engine: str = "reference"
+    calibration: dict[str, Any] | None = None  # :func:`calibration`'s report, when asked for
+
+    @property
+    def lossless(self) -> bool:
+        return (
+            self.exact_check.lossless
+            and (self.coupling is None or self.coupling.equal)
+            and (self.statistical is None or self.statistical.lossless)
+        )
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.lossless:
+            return Verdict.LOSSY
+        return Verdict.EXACT if self.statistical is None else Verdict.PASS
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    def head(self) -> str:
+        claim = "declared exact" if self.declared_exact else "not declared exact"
+        return (
+            f"{self.proposer} ({self.process}) verified by {self.rule} ({claim}): "
+            + ("LOSSLESS" if self.lossless else "LOSSY")
+            + (" against the original target" if self.against == "original" else "")
+        )
+
+    def summary(self) -> str:
+        """What ``specproof e2e`` prints (the calibration lines aside)."""
+        lines = [self.head(), "  " + self.exact_check.summary(), "  " + self.sampled.summary()]
+        if self.statistical is not None:
+            lines.append(f"  statistical: {self.statistical.summary()}")
+        if self.coupling is not None:
+            lines.append(f"  {self.coupling.summary()}")
+        lines += describe_more(self)
+        return "\n".join(lines)
+
+    def baseline_json(self) -> dict[str, Any] | None:
+        if self.baseline is None:
+            return None
+        out = self.baseline.to_json(self.against)
+        if self.baseline_kl is not None:
+            out |= {"kl_per_position": self.baseline_kl.__dict__, "kl_summary": self.baseline_kl.describe()}
+        return out
+
+    def statistical_json(self) -> dict[str, Any] | None:
+        res = self.statistical
+        if res is None:
+            return None
+        out: dict[str, Any] = {
+            "runs": res.runs,
+            "horizon": res.horizon,
+            "alpha": res.alpha,
+            "pvalue": res.pvalue,
+            "cells": res.cells,
+            "detectable_tv": res.detectable_tv,
+            "unresolved": res.unresolved,
+            "lossless": res.lossless,
+            "summary": res.summary(),
+        }
+        if self.engine != "reference":
+            out["engine"] = self.engine
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "verdict": self.verdict.value,
+            "proposer": self.proposer,
+            "process": self.process,
+            "rule": self.rule,
+            "declared_exact": self.declared_exact,
+            "exact_check": self.exact_check.to_json(),
+            "sampled": self.sampled.to_json(),
+            "statistical": self.statistical_json(),
+            "lossless": self.lossless,
+            "against": self.against,
+            "baseline": self.baseline_json(),
+            "mismatch": None if self.mismatch is None else self.mismatch.to_json(),
+        }
+        if self.coupling is not None:
+            out["coupling"] = self.coupling.to_json()
+        if self.engine != "reference":
+            out["engine"] = self.engine
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return out
 
 
 def applicable_rules(proposer: Proposer, process_index: int = 0) -> list[str]:
@@ -91,7 +339,7 @@ def run(
     against: str = "verifier",
     mismatch_kind: str | None = None,
     engine: str = "reference",
-) -> dict[str, Any]:
+) -> E2EResult:
     """Every check of one (proposer, process, rule); see the module doc. ``against``: the
     baseline, ``"verifier"`` (the model that verifies) or ``"original"`` (the target before any
     fine-tuning); ``mismatch_kind``: a mismatched deployment to stage (:data:`.mismatch.KINDS`).
@@ -133,31 +381,30 @@ def run(
     shape = DraftTree(proposer.shape, "shape")
     alpha = float(np.mean(out.overlaps)) if out.overlaps else 0.0
     chain_k = shape.n - 1 if shape.is_chain and proc.chain else None
-    report: dict[str, Any] = {
-        "proposer": proposer.name,
-        "process": proc.name,
-        "rule": rule,
-        "declared_exact": proc.name in RULES[rule].exact_for,
-        "exact_check": {
-            "vocab": small.vocab,
-            "steps": 2,
-            "depth": exact_depth,
-            "drafts": _drafts(proc, proposer.exact_shape),
-            "tv": float(tv),
-            "lossless": bool(tv < 1e-12),  # float64 laws: equal up to rounding
-            "mean_emitted_per_step": float(exact_mean),
-        },
-        "sampled": {
-            "vocab": big.vocab,
-            "drafts_per_step": _drafts(proc, proposer.shape),
-            "steps": out.target_forwards,
-            "emitted": sum(out.emitted_per_step),
-            "mean_emitted_per_target_forward": out.mean_emitted,
-            "alpha": alpha,
-            "closed_form_iid": closed_form(alpha, chain_k) if chain_k and rule == "token" else None,
-        },
-        "statistical": None,
-    }
+    report = E2EResult(
+        proposer=proposer.name,
+        process=proc.name,
+        rule=rule,
+        declared_exact=proc.name in RULES[rule].exact_for,
+        exact_check=ExactCheck(
+            vocab=small.vocab,
+            steps=2,
+            depth=exact_depth,
+            drafts=_drafts(proc, proposer.exact_shape),
+            tv=float(tv),
+            mean_emitted_per_step=float(exact_mean),
+        ),
+        sampled=SampledCheck(
+            vocab=big.vocab,
+            drafts_per_step=_drafts(proc, proposer.shape),
+            steps=out.target_forwards,
+            emitted=sum(out.emitted_per_step),
+            mean_emitted_per_target_forward=out.mean_emitted,
+            alpha=alpha,
+            closed_form_iid=closed_form(alpha, chain_k) if chain_k and rule == "token" else None,
+        ),
+        against="original" if baseline and against == "original" else "verifier",
+    )
     if runs > 0:
         if progress:
             progress(
@@ -182,32 +429,14 @@ def run(
         target = TransformerLM(
             big if baseline and against == "original" else verifier, 0.0 if greedy else 1.0
         )
-        res = sequence_test(one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy)
-        report["statistical"] = {
-            "runs": res.runs,
-            "horizon": res.horizon,
-            "alpha": res.alpha,
-            "p_value": res.p_value,
-            "cells": res.cells,
-            "detectable_tv": res.detectable_tv,
-            "unresolved": res.unresolved,
-            "lossless": res.lossless,
-            "summary": res.describe(),
-        }
-    report["lossless"] = report["exact_check"]["lossless"] and (
-        report["statistical"] is None or report["statistical"]["lossless"]
-    )
-    report["against"] = "original" if baseline and against == "original" else "verifier"
-    report["baseline"] = None
+        report.statistical = sequence_test(
+            one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy
+        )
     if baseline is not None:
-        kl = mismatch.kl_per_position(big, verifier)
-        report["baseline"] = baseline.to_json(report["against"]) | {
-            "kl_per_position": kl.__dict__,
-            "kl_summary": kl.describe(),
-        }
-    report["mismatch"] = None
+        report.baseline = baseline
+        report.baseline_kl = mismatch.kl_per_position(big, verifier)
     if mismatch_kind is not None:
-        report["mismatch"] = _mismatch_report(proposer, proc, rule, dep, exact_mean, seed, progress)
+        report.mismatch = _mismatch_report(proposer, proc, rule, dep, exact_mean, seed, progress)
     return report
 
 
@@ -219,7 +448,7 @@ def _mismatch_report(
     exact_mean: float,
     seed: int,
     progress: Callable[[str], None] | None,
-) -> dict[str, Any]:
+) -> MismatchReport:
     """Acceptance of the mismatched deployment against the draft weights with their own target:
     exact on the 4-token target (expected accepted drafts per step), sampled on the 16-token one
     (:data:`MISMATCH_RUNS` prompts of the target's own text, :data:`MISMATCH_STEPS` steps each)."""
@@ -250,15 +479,9 @@ def _mismatch_report(
     if dep.big is proposer.verifying_target(big):  # same target: the draft laws must be the same
         contexts = [p[:n] for p in prompts for n in range(2, len(p) + 1)]
         laws = mismatch.compare_draft_laws(proposer.make_drafter(big), dep.big_drafter, contexts)
-    return {
-        "kind": dep.kind,
-        "deployment": dep.doc,
-        "exact": exact.to_json(),
-        "sampled": sampled.to_json(),
-        "draft_laws": None if laws is None else laws.to_json(),
-        "collapsed": exact.collapsed or sampled.collapsed,
-        "caught": exact.collapsed or sampled.collapsed or (laws is not None and not laws.agree),
-    }
+    return MismatchReport(
+        kind=str(dep.kind), deployment=dep.doc, exact=exact, sampled=sampled, draft_laws=laws
+    )
 
 
 #: ``--engine optimized``: the coupling check's prompts and steps (shared tapes, float64)
@@ -275,7 +498,7 @@ def optimized_run(
     process_index: int = 0,
     progress: Callable[[str], None] | None = None,
     engine: str = "optimized",
-) -> dict[str, Any]:
+) -> E2EResult:
     """:func:`run`'s checks on the optimized loop. The exact law of two steps is the reference
     program's, enumerated; it carries over to the optimized loop through the **coupling** check:
     fed the same random tapes as the reference loop (:data:`COUPLING_PROMPTS`, one request each,
@@ -316,16 +539,9 @@ def optimized_run(
         )
         if (ref.tokens, ref.emitted_per_step) != (got[i].tokens, got[i].emitted_per_step):
             diverged.append(i)
-    n = len(COUPLING_PROMPTS)
-    report["coupling"] = {
-        "requests": n,
-        "steps": COUPLING_STEPS,
-        "dtype": "float64",
-        "equal": not diverged,
-        "diverged": diverged,
-        "summary": f"coupled to the reference loop on shared tapes ({n} requests x {COUPLING_STEPS} steps, "
-        + ("float64): every token equal" if not diverged else f"float64): requests {diverged} DIVERGED"),
-    }
+    report.coupling = Coupling(
+        requests=len(COUPLING_PROMPTS), steps=COUPLING_STEPS, dtype="float64", diverged=diverged
+    )
     if progress:
         progress(f"{proposer.name}/{rule}: {steps} sampled steps of the optimized loop")
     dec = OptimizedDecoder(big, proposer, rule, process=proc.name)
@@ -334,15 +550,13 @@ def optimized_run(
     alpha = float(np.mean(out.overlaps)) if out.overlaps else 0.0
     shape = DraftTree(proposer.shape, "shape")
     chain_k = shape.n - 1 if shape.is_chain and proc.chain else None
-    report["sampled"].update(
-        steps=out.target_forwards,
-        emitted=sum(out.emitted_per_step),
-        mean_emitted_per_target_forward=out.mean_emitted,
-        alpha=alpha,
-        closed_form_iid=closed_form(alpha, chain_k) if chain_k and rule == "token" else None,
-        engine="optimized",
-    )
-    report["statistical"] = None
+    sa = report.sampled
+    sa.steps, sa.emitted = out.target_forwards, sum(out.emitted_per_step)
+    sa.mean_emitted_per_target_forward, sa.alpha = out.mean_emitted, alpha
+    sa.closed_form_iid = closed_form(alpha, chain_k) if chain_k and rule == "token" else None
+    sa.engine = "optimized"
+    report.statistical = None
+    report.engine = "optimized"
     if runs > 0:
         if progress:
             progress(f"{proposer.name}/{rule}: {runs} optimized decodings (a batch) against the target's law")
@@ -356,31 +570,15 @@ def optimized_run(
         def one(r: int) -> tuple[int, ...]:
             return tuple(done[r].tokens[len(SAMPLED_PROMPT) :])
 
-        res = sequence_test(one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy)
-        report["statistical"] = {
-            "runs": res.runs,
-            "horizon": res.horizon,
-            "alpha": res.alpha,
-            "p_value": res.p_value,
-            "cells": res.cells,
-            "detectable_tv": res.detectable_tv,
-            "unresolved": res.unresolved,
-            "lossless": res.lossless,
-            "summary": res.describe(),
-            "engine": "optimized",
-        }
-    report["engine"] = "optimized"
-    report["lossless"] = (
-        report["exact_check"]["lossless"]
-        and not diverged
-        and (report["statistical"] is None or report["statistical"]["lossless"])
-    )
+        report.statistical = sequence_test(
+            one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy
+        )
     return report
 
 
 def table_rows(
     steps: int, seed: int, progress: Callable[[str], None] | None = None, engine: str = "reference"
-) -> list[dict[str, Any]]:
+) -> list[E2EResult]:
     """Every proposer x (each rule declared exact for its default process, and typical); on the
     optimized loop (``engine="optimized"``), the rules it has a kernel for."""
     rows = []
@@ -397,27 +595,28 @@ def _kernel_rules() -> tuple[str, ...]:
     return KERNEL_RULES
 
 
-def markdown_table(rows: list[dict[str, Any]], steps: int) -> str:
+def markdown_table(rows: list[E2EResult], steps: int) -> str:
     lines = [
         "| proposer (process) | rule | exact 2-step check | exact mean tokens / step | "
         f"sampled tokens / target forward ({steps} steps) | closed form, i.i.d. alpha |",
         "|---|---|---|---:|---:|---:|",
     ]
     for r in rows:
-        ex, sa = r["exact_check"], r["sampled"]
-        verdict = "lossless" if ex["lossless"] else f"LOSSY (TV {ex['tv']:.3g})"
-        if r.get("baseline"):  # verified by a fine-tuned model (Medusa-2): say how far it moved
-            b = r["baseline"]
+        ex, sa = r.exact_check, r.sampled
+        verdict = "lossless" if ex.lossless else f"LOSSY (TV {ex.tv:.3g})"
+        b = r.baseline
+        if b is not None:  # verified by a fine-tuned model (Medusa-2): say how far it moved
             verdict += (
-                f" w.r.t. the fine-tuned target; it is TV {b['tv_models']:.3g} from the original "
-                f"({'greedy, ' if b['greedy'] else ''}{b['horizon']} tokens), "
-                f"KL {b['kl_per_position']['kl_per_position']:.3g} per position"
+                f" w.r.t. the fine-tuned target; it is TV {b.tv_models:.3g} from the original "
+                f"({'greedy, ' if b.greedy else ''}{b.horizon} tokens)"
             )
-        cf = sa["closed_form_iid"]
-        closed = f"{cf:.2f} (alpha {sa['alpha']:.2f})" if cf is not None else "-"
+            if r.baseline_kl is not None:
+                verdict += f", KL {r.baseline_kl.kl_per_position:.3g} per position"
+        cf = sa.closed_form_iid
+        closed = f"{cf:.2f} (alpha {sa.alpha:.2f})" if cf is not None else "-"
         lines.append(
-            f"| {r['proposer']} ({r['process']}) | {r['rule']} | {verdict} | "
-            f"{ex['mean_emitted_per_step']:.3f} | {sa['mean_emitted_per_target_forward']:.2f} | {closed} |"
+            f"| {r.proposer} ({r.process}) | {r.rule} | {verdict} | "
+            f"{ex.mean_emitted_per_step:.3f} | {sa.mean_emitted_per_target_forward:.2f} | {closed} |"
         )
     return "\n".join(lines)
 
@@ -472,23 +671,24 @@ def calibration(
     return {"settings": settings, "drafters": out}, cals
 
 
-def describe_more(report: dict[str, Any]) -> list[str]:
+def describe_more(report: E2EResult) -> list[str]:
     """The report lines of a moved baseline and of a staged mismatch (none for a plain run)."""
     lines = []
-    b = report.get("baseline")
-    if b:
-        lines.append(f"  baseline: {b['message']}")
+    b = report.baseline
+    if b is not None:
+        lines.append(f"  baseline: {b.message(report.against)}")
+        kl = "" if report.baseline_kl is None else f"; {report.baseline_kl.describe()} on the 16-token target"
         lines.append(
-            f"  the fine-tuned target vs the original: TV {b['tv_models']:.4g} between their "
-            f"{b['horizon']}-token laws on the 4-token target; {b['kl_summary']} on the 16-token target"
+            f"  the fine-tuned target vs the original: TV {b.tv_models:.4g} between their "
+            f"{b.horizon}-token laws on the 4-token target{kl}"
         )
-    m = report.get("mismatch")
-    if m:
-        lines.append(f"  deployment ({m['kind']} mismatch): {m['deployment']}")
-        lines.append(f"  exact, 4-token target: {m['exact']['message']}")
-        lines.append(f"  sampled, 16-token target: {m['sampled']['message']}")
-        if m["draft_laws"]:
-            lines.append(f"  draft laws, 16-token target: {m['draft_laws']['message']}")
+    m = report.mismatch
+    if m is not None:
+        lines.append(f"  deployment ({m.kind} mismatch): {m.deployment}")
+        lines.append(f"  exact, 4-token target: {m.exact.message()}")
+        lines.append(f"  sampled, 16-token target: {m.sampled.message()}")
+        if m.draft_laws is not None:
+            lines.append(f"  draft laws, 16-token target: {m.draft_laws.message()}")
     return lines
 
 
@@ -520,24 +720,26 @@ def calibration_lines(report: dict[str, Any], cals: list[draft_calibration.Calib
     return lines
 
 
-def write_report(path: str, report: dict[str, Any], cals: list[draft_calibration.Calibration]) -> None:
+def write_report(path: str, report: E2EResult, cals: list[draft_calibration.Calibration]) -> None:
     """The run as Markdown (text bars), or ``.html`` with the reliability diagrams, or ``.svg``:
     the diagrams alone, side by side."""
     from specproof.properties.audit.report import to_html, to_markdown
 
-    ex = report["exact_check"]
+    ex = report.exact_check
     head = (
-        f"{report['proposer']} ({report['process']}) verified by {report['rule']}: "
-        + ("LOSSLESS" if report["lossless"] else "LOSSY")
-        + f"; exact 2-step check TV = {ex['tv']:.3g}, "
-        + f"{ex['mean_emitted_per_step']:.3f} tokens per step expected"
+        f"{report.proposer} ({report.process}) verified by {report.rule}: "
+        + ("LOSSLESS" if report.lossless else "LOSSY")
+        + f"; exact 2-step check TV = {ex.tv:.3g}, "
+        + f"{ex.mean_emitted_per_step:.3f} tokens per step expected"
     )
-    blocks: list[Any] = [("h1", f"specproof e2e: {report['proposer']}"), ("p", head)]
-    if report.get("statistical"):
-        blocks.append(("p", "statistical: " + report["statistical"]["summary"]))
+    blocks: list[Any] = [("h1", f"specproof e2e: {report.proposer}"), ("p", head)]
+    if report.statistical is not None:
+        blocks.append(("p", "statistical: " + report.statistical.summary()))
     blocks += [("p", line.strip()) for line in describe_more(report)]
     if cals:
-        st = report["calibration"]["settings"]
+        if report.calibration is None:
+            raise ValueError("report: reliability diagrams need the calibration report (calibration())")
+        st = report.calibration["settings"]
         note = (
             f"{st['process']} verified by {st['rule']} on the 16-token target, seed {st['seed']}; "
             f"{st['prompts_per_domain']} prompts of {st['prompt_length']} tokens in each of two domains "
@@ -547,7 +749,7 @@ def write_report(path: str, report: dict[str, Any], cals: list[draft_calibration
             "Descriptive of these prompts and this seed, not a lossless property."
         )
         blocks += draft_calibration.report_blocks(cals, note)
-        for d in report["calibration"]["drafters"]:
+        for d in report.calibration["drafters"]:
             doms = "; ".join(
                 f"{name}: ECE {x['ece']:.3f} over {x['nodes']} nodes" for name, x in d["domains"].items()
             )

@@ -381,13 +381,13 @@ class Agreement:
     probabilities (the bookkeeping check) or the confidences (the calibration test)."""
 
     z: tuple[float, ...]  # per bin (nan when empty), then all bins together
-    p_value: float  # Bonferroni-adjusted smallest two-sided p
+    pvalue: float  # Bonferroni-adjusted smallest two-sided p
     alpha: float
     against: str = "exact"
 
     @property
     def consistent(self) -> bool:
-        return self.p_value >= self.alpha
+        return self.pvalue >= self.alpha
 
     def describe(self) -> str:
         zs = [abs(z) for z in self.z if not math.isnan(z)]
@@ -399,7 +399,7 @@ class Agreement:
             verdict = "INCONSISTENT" if self.against == "exact" else "REJECTED: miscalibrated"
         return (
             f"{what}: largest |z| {max(zs, default=0):.2f} over {len(zs) - 1} bins and their total "
-            f"(z {self.z[-1]:.2f}), p = {self.p_value:.3g} (Bonferroni, alpha {self.alpha:g}): {verdict}"
+            f"(z {self.z[-1]:.2f}), p = {self.pvalue:.3g} (Bonferroni, alpha {self.alpha:g}): {verdict}"
         )
 
 

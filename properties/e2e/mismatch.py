@@ -272,14 +272,14 @@ class AcceptanceFinding:
     deployed: Acceptance
     ratio: float
     alpha: float
-    p_value: float | None  # one-sided, H0: deployed >= ratio * own (None for exact values)
+    pvalue: float | None  # one-sided, H0: deployed >= ratio * own (None for exact values)
     collapsed: bool
 
     def message(self) -> str:
         both = f"deployed: {self.deployed.describe()}; with its own target: {self.own.describe()}"
         if not self.collapsed:
             return f"acceptance as expected ({both})"
-        how = "" if self.p_value is None else f", one-sided p = {self.p_value:.2g} < alpha {self.alpha:g}"
+        how = "" if self.pvalue is None else f", one-sided p = {self.pvalue:.2g} < alpha {self.alpha:g}"
         rel = self.deployed.mean / self.own.mean if self.own.mean > 0 else 0.0
         return (
             f"ACCEPTANCE COLLAPSED: {rel:.0%} of the rate measured with the draft's own target "
@@ -296,7 +296,7 @@ class AcceptanceFinding:
             "deployed_label": self.deployed.label,
             "ratio": self.ratio,
             "alpha": self.alpha,
-            "p_value": self.p_value,
+            "pvalue": self.pvalue,
             "collapsed": self.collapsed,
             "message": self.message(),
         }

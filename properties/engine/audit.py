@@ -50,6 +50,7 @@ from specproof.properties.audit import stats
 from specproof.properties.audit.sequence_test import SequenceTest, test_sequences
 from specproof.properties.engine.registry import Engine, EngineSpec, Sampling, Seq
 from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import SpecproofError
 
 
 @dataclass
@@ -132,7 +133,7 @@ class CaseResult:
             "unresolved_mass": None if t is None else t.unresolved,
             "uncovered": None if t is None else t.uncovered,
             "test": None if t is None else t.to_json(),
-            "description": None if t is None else t.describe(),
+            "description": None if t is None else t.summary(),
             "target_forwards_per_call": {str(k): v for k, v in sorted(self.forwards.items())},
             "seconds": self.seconds,
             "budget_limited": self.budget_limited,
@@ -183,7 +184,7 @@ class EngineAuditResult:
             return f"{w.case.name}: {w.hard_failure['detail']}"
         if w.test is None:
             return w.case.name
-        text = f"{w.case.name}: {w.test.describe()}"
+        text = f"{w.case.name}: {w.test.summary()}"
         if "deviates at" not in text and w.test.worst:
             cell = w.test.worst[0]
             text += (
@@ -281,7 +282,9 @@ class EngineAuditResult:
         }
 
 
-class _Violation(Exception):
+class _Violation(SpecproofError):
+    """A contract violation of the engine under audit (ends the audit ``contract_violation``)."""
+
     def __init__(self, kind: str, detail: str, case: EngineCase) -> None:
         super().__init__(detail)
         self.kind, self.detail, self.case = kind, detail, case
@@ -451,7 +454,15 @@ def audit_engine(
     M = spec.tokens
     if not 1 <= M <= 12:
         raise ValueError(f"tokens: M must lie in [1, 12], got {M}")
-    result = EngineAuditResult(spec.name, spec.group, spec.doc, config, M, spec.vocab, spec.expect)
+    result = EngineAuditResult(
+        engine=spec.name,
+        group=spec.group,
+        doc=spec.doc,
+        config=config,
+        tokens=M,
+        vocab=spec.vocab,
+        expected=spec.expect,
+    )
     cases = [
         EngineCase(i, tuple(prompt), s, M)
         for i, (s, prompt) in enumerate((s, p) for s in spec.samplings for p in spec.prompts)
@@ -701,7 +712,7 @@ def report_blocks(results: Sequence[EngineAuditResult], title: str = "specproof 
             )
             t = w.test
             if t is not None and not w.hard_failure:
-                out.append(("p", t.describe()))
+                out.append(("p", t.summary()))
                 pos = t.conditional.witness() if t.conditional else None
                 if pos is not None and pos.worst is not None:
                     g = pos.worst

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from specproof.reference.errors import SpecproofError
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("specproof-engine", "specproof engine audit of a speculative generate loop")
@@ -95,7 +97,9 @@ class EngineCaseItem(pytest.Item):
         return "specproof-engine", 0, f"specproof engine audit: {self.name}"
 
 
-class EngineCaseFailure(Exception):
+class EngineCaseFailure(SpecproofError):
+    """An engine audit item that did not pass (its ``result`` holds the audit)."""
+
     def __init__(self, result: Any) -> None:
         super().__init__(str(result.verdict))
         self.result = result

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from specproof.properties.verdicts import Verdict
 from specproof.reference.choices import enumerate_law
 from specproof.reference.laws import tv_distance
 from specproof.reference.models import LM, MixLM, ToyLM, greedy_sequence, sequence_law
@@ -102,7 +103,11 @@ class ModelInstance(_Shaped):
 
 @dataclass
 class OracleResult:
-    """The exact comparison of one step's completed law with the reference law."""
+    """The exact comparison of one step's completed law with the reference law.
+
+    ``verdict``: :attr:`Verdict.EXACT <specproof.properties.verdicts.Verdict.EXACT>` when the TV
+    is exactly 0 (proven on this instance), :attr:`~specproof.properties.verdicts.Verdict.LOSSY`
+    otherwise; ``summary()`` says so with the worst cells, ``to_json()`` as plain values."""
 
     rule: str
     process: str
@@ -117,6 +122,10 @@ class OracleResult:
     def lossless(self) -> bool:
         return self.tv == 0
 
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.EXACT if self.lossless else Verdict.LOSSY
+
     def witness(self, k: int = 3) -> list[tuple[Seq, Any, Any]]:
         """The ``k`` cells where the step's law and the reference law differ most."""
         keys = set(self.law) | set(self.reference)
@@ -125,7 +134,7 @@ class OracleResult:
         diffs.sort(key=lambda d: (-abs(d[1] - d[2]), d[0]))
         return diffs[:k]
 
-    def explain(self) -> str:
+    def summary(self) -> str:
         """A message a person can act on: verdict, TV, the instance and the worst cells."""
         head = f"rule {self.rule!r} with process {self.process!r}: " + (
             "lossless (TV = 0 exactly)" if self.lossless else f"LOSSY, TV = {self.tv} (~{float(self.tv):.4g})"
@@ -136,6 +145,29 @@ class OracleResult:
                 f"  P(next {self.horizon} tokens = {seq}) = {got} with the rule, {want} for the target"
             )
         return "\n".join(lines)
+
+    def explain(self) -> str:
+        """:meth:`summary` (its earlier name)."""
+        return self.summary()
+
+    def to_json(self) -> dict[str, Any]:
+        """The verdict, the TV (float, and exact as a string), the instance and the worst cells;
+        the two laws themselves are left out (``V^M`` entries)."""
+        return {
+            "verdict": self.verdict.value,
+            "rule": self.rule,
+            "process": self.process,
+            "instance": self.instance.describe(),
+            "horizon": self.horizon,
+            "tv": float(self.tv),
+            "tv_exact": str(self.tv),
+            "expected_emitted": float(self.expected_emitted),
+            "expected_emitted_exact": str(self.expected_emitted),
+            "witness": [
+                {"tokens": list(seq), "rule": str(got), "target": str(want)}
+                for seq, got, want in self.witness()
+            ],
+        }
 
 
 def max_drafts(vocab: int, max_cells: int) -> int:

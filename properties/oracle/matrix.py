@@ -2,12 +2,12 @@
 
 For every process the same seeded instances (toy target/draft pairs, tree shapes, prefixes)
 are drawn once; every rule is run on them through the exact oracle with Fraction arithmetic.
-A cell is
+A cell's verdict (a :class:`~specproof.properties.verdicts.Verdict`; JSON holds its value) is
 
 * ``exact`` — TV == 0 exactly on every instance checked;
 * ``lossy`` — TV > 0 on some instance; ``tv`` is the largest TV seen and ``witness`` describes
   that instance and its most deviating cells;
-* ``not applicable`` — a chain-only rule under a process that drafts trees.
+* ``not_applicable`` — a chain-only rule under a process that drafts trees.
 
 Each cell also says whether the rule *declares* itself exact for that process and whether the
 measurement agrees. A declared-exact cell found lossy is a bug in the rule; a declared-lossy cell
@@ -24,18 +24,19 @@ from fractions import Fraction
 import numpy as np
 
 from specproof.properties.oracle.exact import Instance, check, max_drafts
+from specproof.properties.verdicts import Verdict
 from specproof.reference.models import STYLES
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
 
-EXACT, LOSSY, NOT_APPLICABLE = "exact", "lossy", "not applicable"
+EXACT, LOSSY, NOT_APPLICABLE = Verdict.EXACT, Verdict.LOSSY, Verdict.NOT_APPLICABLE
 
 
 @dataclass
 class Cell:
     process: str
     rule: str
-    verdict: str
+    verdict: Verdict
     tv: float | None
     declared_exact: bool
     agrees: bool
@@ -45,7 +46,9 @@ class Cell:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        out["verdict"] = self.verdict.value
+        return out
 
 
 def _random_shape(rng: np.random.Generator, chain: bool, vocab: int, max_cells: int) -> tuple[int, ...]:
@@ -119,7 +122,15 @@ def exactness_matrix(
             declared = p in rule.exact_for
             t0 = time.perf_counter()
             if not rule.applies_to(PROCESSES[p].chain):
-                cell = Cell(p, r, NOT_APPLICABLE, None, declared, not declared, 0)
+                cell = Cell(
+                    process=p,
+                    rule=r,
+                    verdict=NOT_APPLICABLE,
+                    tv=None,
+                    declared_exact=declared,
+                    agrees=not declared,
+                    instances=0,
+                )
             else:
                 worst = None
                 for inst in drawn:
@@ -127,17 +138,17 @@ def exactness_matrix(
                     if worst is None or res.tv > worst.tv:
                         worst = res
                 assert worst is not None
-                verdict = EXACT if worst.tv == 0 else LOSSY
+                verdict = worst.verdict
                 cell = Cell(
-                    p,
-                    r,
-                    verdict,
-                    float(worst.tv),
-                    declared,
-                    (verdict == EXACT) == declared,
-                    len(drawn),
+                    process=p,
+                    rule=r,
+                    verdict=verdict,
+                    tv=float(worst.tv),
+                    declared_exact=declared,
+                    agrees=(verdict == EXACT) == declared,
+                    instances=len(drawn),
                     tv_exact=str(worst.tv),
-                    witness=None if verdict == EXACT else worst.explain(),
+                    witness=None if verdict == EXACT else worst.summary(),
                 )
             cell.seconds = round(time.perf_counter() - t0, 3)
             cells.append(cell)

@@ -42,17 +42,15 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.oracle.exact import Instance, OracleResult, check
-from specproof.properties.oracle.matrix import EXACT, LOSSY, NOT_APPLICABLE, Cell, random_instance
+from specproof.properties.oracle.matrix import Cell, random_instance
 from specproof.properties.verdicts import USAGE_ERROR, Verdict
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import ALL_PROCESSES, RULES, Rule
 from specproof.reference.step import Outcome, Step
 
 #: The cell verdicts.
-V_EXACT: Verdict = getattr(Verdict, "EXACT", Verdict.PASS)
-V_NOT_APPLICABLE: Verdict = getattr(Verdict, "NOT_APPLICABLE", Verdict.PASS)
-V_LOSSY = Verdict.LOSSY
-V_CONTRACT = Verdict.CONTRACT_VIOLATION
+V_EXACT, V_LOSSY = Verdict.EXACT, Verdict.LOSSY
+V_NOT_APPLICABLE, V_CONTRACT = Verdict.NOT_APPLICABLE, Verdict.CONTRACT_VIOLATION
 
 #: Process names a rule may declare: the matrix's six, and the deterministic dynamic tree
 #: (EAGLE-2), which the matrix checks through onehot_siblings (proofs_notes/processes.md).
@@ -189,7 +187,7 @@ class ProcessReport:
         """This cell as the README's matrix prints it."""
         if self.verdict == V_LOSSY:
             return f"lossy (TV {float(self.tv):.3g})" + ("" if self.agrees else " **!**")
-        if self.verdict == V_EXACT and self.tv is not None:
+        if self.verdict == V_EXACT:
             return "exact" + ("" if self.agrees else " **?**")
         if self.verdict == V_CONTRACT:
             return "contract violation"
@@ -197,22 +195,16 @@ class ProcessReport:
 
     def matrix_cell(self, rule: str) -> Cell:
         """This cell as :class:`.matrix.Cell` (what ``exactness_matrix`` returns)."""
-        if self.verdict == V_LOSSY:
-            verdict = LOSSY
-        elif self.verdict == V_CONTRACT:
-            verdict = "contract violation"
-        else:
-            verdict = EXACT if self.tv is not None else NOT_APPLICABLE
         return Cell(
             self.process,
             rule,
-            verdict,
+            self.verdict,
             None if self.tv is None else float(self.tv),
             self.declared_exact,
             self.agrees,
             self.instances,
             tv_exact=None if self.tv is None else str(self.tv),
-            witness=None if self.worst is None or self.verdict != V_LOSSY else self.worst.explain(),
+            witness=None if self.worst is None or self.verdict != V_LOSSY else self.worst.summary(),
             seconds=self.seconds,
         )
 
@@ -320,7 +312,7 @@ class RuleReport:
             if c.declared_exact:
                 return f"{c.process}: LOSSY but declared exact: the declaration is refuted; {tv}"
             return f"{c.process}: lossy, not declared exact: agrees; {tv}"
-        if c.tv is None:
+        if c.verdict == V_NOT_APPLICABLE:
             return f"{c.process}: not applicable (chain-only rule)" + (
                 "" if c.agrees else ", but declared exact: disagrees"
             )
@@ -372,7 +364,7 @@ class RuleReport:
                     f"TV {_frac(w.tv)} on {w.instance.describe()}"
                 )
             else:
-                lines += ["", f"witness for {c.process} ({c.witness_source}):", c.witness.explain()]
+                lines += ["", f"witness for {c.process} ({c.witness_source}):", c.witness.summary()]
         bad = [c.process for c in self.cells if not c.agrees]
         lines.append("")
         if self.exit_code == V_CONTRACT.exit_code:
@@ -416,9 +408,7 @@ class RuleReport:
         write, the witnesses of the lossy processes and the test that checks it."""
         r = self.rule
         slug = _slug(r.name)
-        exact = [
-            c.process for c in self.cells if c.verdict == V_EXACT and c.tv is not None and c.declared_exact
-        ]
+        exact = [c.process for c in self.cells if c.verdict == V_EXACT and c.declared_exact]
         refuted = [c.process for c in self.cells if c.verdict == V_LOSSY and c.declared_exact]
         lossy = [c for c in self.cells if c.verdict == V_LOSSY]
         cmd = (
@@ -503,9 +493,7 @@ class RuleReport:
         return "\n".join(out) + "\n"
 
     def _test(self, slug: str) -> list[str]:
-        exact = [
-            c.process for c in self.cells if c.verdict == V_EXACT and c.tv is not None and c.declared_exact
-        ]
+        exact = [c.process for c in self.cells if c.verdict == V_EXACT and c.declared_exact]
         lossy = [c for c in self.cells if c.verdict == V_LOSSY]
         imports = ["from fractions import Fraction", "", "import pytest"]
         if exact:
@@ -529,7 +517,7 @@ class RuleReport:
                 "    @given(sps.instances(process))",
                 "    def run(instance):",
                 "        res = check(RULE, process, instance)",
-                "        assert res.tv == 0, res.explain()",
+                "        assert res.tv == 0, res.summary()",
                 "",
                 "    run()",
                 "",
@@ -549,7 +537,7 @@ class RuleReport:
                 f"def test_{slug}_is_lossy_on_its_witness(process):",
                 "    instance, tv = WITNESSES[process]",
                 "    res = check(RULE, process, instance)",
-                "    assert res.tv > 0 and (tv is None or res.tv == tv), res.explain()",
+                "    assert res.tv > 0 and (tv is None or res.tv == tv), res.summary()",
             ]
         return lines
 

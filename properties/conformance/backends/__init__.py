@@ -25,6 +25,7 @@ import torch
 
 from specproof.properties.conformance.backends import reference as _ref
 from specproof.properties.conformance.backends import torch_chain as _tc
+from specproof.reference.errors import SpecproofError
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import CHAINS, RULES
 
@@ -220,7 +221,7 @@ _register_optimized()
 _register_thirdparty()
 
 
-class TargetError(ValueError):
+class TargetError(SpecproofError, ValueError):
     """A TARGET that cannot be resolved (exit status 2)."""
 
 
