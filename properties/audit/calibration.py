@@ -148,7 +148,11 @@ def _deep(
     samples: int | None = None,
 ) -> DeepRow:
     backend = REGISTRY[("chain", backend_name)]
-    pos, cells, comb, unc, each = [], [], [], [], []
+    pos: list[float] = []
+    cells: list[float] = []
+    comb: list[float] = []
+    unc: list[float] = []
+    each: list[float] = []
     for run in range(runs):
         config = AuditConfig(
             seed=seed0 + run, cases=[case], budget_seconds=3600, probes=False, alpha=alpha, samples=samples

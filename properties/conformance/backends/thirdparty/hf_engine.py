@@ -302,7 +302,7 @@ def dflash(sampling: Sampling, *, block: int = 3) -> HFEngine:
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 
     target = llama(0, vocab=VOCAB + 1)
-    config = MuseGlimmerAssistantConfig(  # type: ignore[call-arg]
+    config = MuseGlimmerAssistantConfig(  # type: ignore[call-arg, unused-ignore]
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=1,
