@@ -53,7 +53,13 @@ import torch
 from specproof.reference.choices import TapeReader
 from specproof.reference.decode import Decoded, e2e_models
 from specproof.reference.dynamic_tree import DynamicTree
-from specproof.reference.errors import BadParameterError, NotAChainError, ShapeError, TokenOutOfRangeError
+from specproof.reference.errors import (
+    BadParameterError,
+    InternalError,
+    NotAChainError,
+    ShapeError,
+    TokenOutOfRangeError,
+)
 from specproof.reference.processes import Process
 from specproof.reference.proposers import PROPOSERS, Proposer
 from specproof.reference.rules import RULES
@@ -349,7 +355,7 @@ class OptimizedDecoder:
             r.out.tokens.extend(emitted)
             r.out.emitted_per_step.append(len(emitted))
             if self.cache.lengths[r.rid] != len(r.tokens) - 1:  # pragma: no cover - commit's invariant
-                raise RuntimeError(f"cache of {r.rid!r} holds {self.cache.lengths[r.rid]} slots")
+                raise InternalError(f"cache of {r.rid!r} holds {self.cache.lengths[r.rid]} slots")
         t4 = self._clock()
         for r in reqs:
             self._maybe_finish(r)
@@ -652,7 +658,7 @@ def reference_decode_on_tape(
             temperature,
         )
     if calls[0] != 2 * len(out.emitted_per_step):
-        raise RuntimeError(
+        raise InternalError(
             f"the reference loop drew through {calls[0]} samplers over {len(out.emitted_per_step)} steps, "
             "not two per step: the tape was not what it read"
         )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specproof.reference.errors import BadParameterError
+from specproof.reference.errors import BadParameterError, UsageError
 from specproof.reference.transformer import Block, TinyTransformer, rms_norm, rope
 
 from .paged_kv import PagedKVCache, QueryBatch, paged_attention, write_kv
@@ -87,7 +87,7 @@ class PagedTransformer:
         self, model: TinyTransformer, dtype: torch.dtype = torch.float64, device: torch.device | None = None
     ) -> None:
         if dtype not in (torch.float64, torch.float32):
-            raise ValueError(f"dtype: float64 or float32, got {dtype}")
+            raise UsageError(f"dtype: float64 or float32, got {dtype}")
         self.model = model
         self.config = model.config
         self.dtype = dtype

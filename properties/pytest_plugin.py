@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from specproof.reference.errors import SpecproofError
+from specproof.reference.errors import SpecproofError, UsageError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -192,7 +192,7 @@ def specproof_audit() -> Callable[..., Any]:
             from specproof.properties.conformance.backends import CHAIN_PROCESSES
 
             if processes is None and kind == "tree":
-                raise ValueError("processes: a tree audit needs the proposal processes the verifier claims")
+                raise UsageError("processes: a tree audit needs the proposal processes the verifier claims")
             backend = Backend(
                 getattr(target, "__name__", "verifier"),
                 kind,

@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from specproof.reference.errors import SpecproofError
+from specproof.reference.errors import ArgumentTypeError, SpecproofError, UsageError
 
 Site = tuple[str, int]
 Num = Any  # int, float or Fraction: the reference is generic over the number type
@@ -67,17 +67,17 @@ class Choices(Protocol):
 
 def _check_probability(p: Num, site: Site) -> None:
     if not 0 <= p <= 1:
-        raise ValueError(f"bernoulli at site {site}: probability {p!r} is not in [0, 1]")
+        raise UsageError(f"bernoulli at site {site}: probability {p!r} is not in [0, 1]")
 
 
 def _check_weights(weights: Sequence[Num], site: Site) -> Num:
     if len(weights) == 0:
-        raise ValueError(f"categorical at site {site}: no weights")
+        raise UsageError(f"categorical at site {site}: no weights")
     if any(w < 0 for w in weights):
-        raise ValueError(f"categorical at site {site}: a negative weight")
+        raise UsageError(f"categorical at site {site}: a negative weight")
     total = sum(weights)
     if not total > 0:
-        raise ValueError(f"categorical at site {site}: weights sum to {total!r}, not > 0")
+        raise UsageError(f"categorical at site {site}: weights sum to {total!r}, not > 0")
     return total
 
 
@@ -125,7 +125,7 @@ class Sampler(_UniformChoices):
 
     def __init__(self, rng: np.random.Generator) -> None:
         if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng: expected numpy.random.Generator, got {type(rng).__name__}")
+            raise ArgumentTypeError(f"rng: expected numpy.random.Generator, got {type(rng).__name__}")
         self._rng = rng
         self.tape: dict[str, dict[int, float]] = {}
 
@@ -133,7 +133,7 @@ class Sampler(_UniformChoices):
         name, index = site
         slot = self.tape.setdefault(name, {})
         if index in slot:
-            raise ValueError(f"site {site} drawn twice in one run")
+            raise UsageError(f"site {site} drawn twice in one run")
         u = float(self._rng.random())
         slot[index] = u
         return u
@@ -161,9 +161,9 @@ class TapeReader(_UniformChoices):
         except (KeyError, IndexError):
             raise TapeExhaustedError(f"tape has no uniform for site {site}") from None
         if not 0.0 <= u < 1.0:
-            raise ValueError(f"tape[{name!r}][{index}] = {u!r} is not in [0, 1)")
+            raise UsageError(f"tape[{name!r}][{index}] = {u!r} is not in [0, 1)")
         if site in self.used:
-            raise ValueError(f"site {site} drawn twice in one run")
+            raise UsageError(f"site {site} drawn twice in one run")
         self.used.append(site)
         return u
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from specproof.reference.errors import InternalError, UsageError
+
 from .choices import Sampler
 from .models import LM
 from .processes import PROCESSES, Process
@@ -69,9 +71,9 @@ def decode(
     from .proposers.selfdraft import as_drafter
 
     if not prompt:
-        raise ValueError("prompt: needs at least one token")
+        raise UsageError("prompt: needs at least one token")
     if steps < 0:
-        raise ValueError(f"steps: must be >= 0, got {steps}")
+        raise UsageError(f"steps: must be >= 0, got {steps}")
     proc = PROCESSES[process] if isinstance(process, str) else process
     verify, drafter = RULES[rule], as_drafter(draft)
     tree_shape = DraftTree(shape, "shape")
@@ -105,7 +107,7 @@ def decode(
         out.emitted_per_step.append(len(emitted))
         # the new last token (node 0 of the next tree) is not cached; the accepted path is
         if len(cache) != len(out.tokens) - 1:  # pragma: no cover - an invariant of commit
-            raise RuntimeError(f"cache holds {len(cache)} tokens, expected {len(out.tokens) - 1}")
+            raise InternalError(f"cache holds {len(cache)} tokens, expected {len(out.tokens) - 1}")
     return out
 
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from specproof.reference.errors import UsageError
+
 from .choices import Choices
 from .errors import NotAChainError
 from .laws import Law
@@ -71,18 +73,18 @@ class DynamicTree(Process):
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
-            raise ValueError(f"top_k: must be >= 1, got {self.top_k}")
+            raise UsageError(f"top_k: must be >= 1, got {self.top_k}")
         if self.nodes < 1:
-            raise ValueError(f"nodes: must be >= 1, got {self.nodes}")
+            raise UsageError(f"nodes: must be >= 1, got {self.nodes}")
 
     def propose(self, ch: Choices, shape: DraftTree, prefix: tuple[int, ...], draft: LM) -> Proposal:
         if not shape.is_chain:
             raise NotAChainError("shape", "the dynamic tree takes a chain of its depth D as its shape")
         if not prefix:
-            raise ValueError("prefix: must hold at least the last committed token")
+            raise UsageError("prefix: must hold at least the last committed token")
         depth, k = shape.max_depth, self.top_k
         if self.nodes > candidates(depth, k) or k > draft.vocab:
-            raise ValueError(
+            raise UsageError(
                 f"nodes: {self.nodes} exceed the {candidates(depth, k)} candidates of depth {depth}, "
                 f"top_k {k} (or top_k exceeds the vocabulary {draft.vocab})"
             )

@@ -104,3 +104,24 @@ class CycleError(NotATreeError):
 
 class ForwardParentError(NotATreeError):
     """A node whose parent comes after it (``parents[i] > i``) without forming a cycle."""
+
+
+class UsageError(SpecproofError, ValueError):
+    """A bad value that is not one array argument: an option out of range, a name that resolves
+    to nothing, a combination the command cannot run. The message names what is wrong."""
+
+
+class ArgumentTypeError(SpecproofError, TypeError):
+    """An argument of the wrong kind (e.g. a verifier that is not callable)."""
+
+
+class NotFoundError(SpecproofError, KeyError):
+    """A name (backend, process, engine) that is not registered."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; this one reads as a sentence
+        return str(self.args[0]) if self.args else ""
+
+
+class InternalError(SpecproofError, RuntimeError):
+    """A state specproof's own code must never reach (a broken invariant of the reference or the
+    optimized loop, a stand-in that was called): a bug in specproof, never in the input."""

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from specproof.reference.errors import UsageError
+
 from .errors import (
     DTypeError,
     NegativeMassError,
@@ -142,7 +144,7 @@ def tv_distance(a: dict[Any, Num], b: dict[Any, Num]) -> Num:
 def apply_temperature(logits: Sequence[float], temperature: float) -> Law:
     """``softmax(logits / T)`` in float64; ``T = 0`` gives the one-hot law at the argmax."""
     if not temperature >= 0:
-        raise ValueError(f"temperature: must be >= 0, got {temperature!r}")
+        raise UsageError(f"temperature: must be >= 0, got {temperature!r}")
     if temperature == 0:
         return onehot(argmax(list(logits)), len(logits), like=1.0)
     m = max(logits)
@@ -153,7 +155,7 @@ def apply_temperature(logits: Sequence[float], temperature: float) -> Law:
 def top_k(p: Sequence[Num], k: int) -> Law:
     """Keep the ``k`` most likely tokens (ties to the smaller id), renormalize."""
     if k < 1:
-        raise ValueError(f"k: must be >= 1, got {k}")
+        raise UsageError(f"k: must be >= 1, got {k}")
     order = sorted(range(len(p)), key=lambda i: (-p[i], i))
     keep = set(order[:k])
     return normalize([v if i in keep else v * 0 for i, v in enumerate(p)])
@@ -162,7 +164,7 @@ def top_k(p: Sequence[Num], k: int) -> Law:
 def top_p(p: Sequence[Num], top: Num) -> Law:
     """Keep the smallest most-likely set of mass >= ``top`` (ties to the smaller id)."""
     if not 0 < top <= 1:
-        raise ValueError(f"top_p: must be in (0, 1], got {top!r}")
+        raise UsageError(f"top_p: must be in (0, 1], got {top!r}")
     order = sorted(range(len(p)), key=lambda i: (-p[i], i))
     keep, acc = set(), p[0] * 0
     for i in order:

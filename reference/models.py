@@ -30,6 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
+from specproof.reference.errors import UsageError
+
 from .laws import Law, Num, argmax
 
 STYLES = ("random", "sparse", "peaked", "onehot", "uniform", "tiny", "ties")
@@ -71,7 +73,7 @@ def _weights(style: str, vocab: int, rng: np.random.Generator) -> list[int]:
         return w
     if style == "ties":
         return [int(v) for v in rng.integers(1, 3, vocab)]
-    raise ValueError(f"styles: unknown style {style!r}; known: {', '.join(STYLES)}")
+    raise UsageError(f"styles: unknown style {style!r}; known: {', '.join(STYLES)}")
 
 
 @dataclass
@@ -86,12 +88,12 @@ class ToyLM:
 
     def __post_init__(self) -> None:
         if self.vocab < 1:
-            raise ValueError(f"vocab: must be >= 1, got {self.vocab}")
+            raise UsageError(f"vocab: must be >= 1, got {self.vocab}")
         if not self.styles:
-            raise ValueError("styles: at least one style")
+            raise UsageError("styles: at least one style")
         for s in self.styles:
             if s not in STYLES:
-                raise ValueError(f"styles: unknown style {s!r}; known: {', '.join(STYLES)}")
+                raise UsageError(f"styles: unknown style {s!r}; known: {', '.join(STYLES)}")
         self.styles = tuple(self.styles)
 
     def law(self, context: tuple[int, ...]) -> Law:
@@ -119,9 +121,9 @@ class MixLM:
 
     def __post_init__(self) -> None:
         if self.base.vocab != self.other.vocab:
-            raise ValueError("other: vocabulary differs from base's")
+            raise UsageError("other: vocabulary differs from base's")
         if not 0 <= self.overlap <= 1:
-            raise ValueError(f"overlap: must be in [0, 1], got {self.overlap!r}")
+            raise UsageError(f"overlap: must be in [0, 1], got {self.overlap!r}")
 
     @property
     def vocab(self) -> int:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from specproof.reference.errors import UsageError
+
 from .choices import Choices
 from .errors import NotAChainError
 from .laws import Law
@@ -110,7 +112,7 @@ class Process:
         if self.chain and not shape.is_chain:
             raise NotAChainError("shape", f"process {self.name} drafts chains; this shape branches")
         if not prefix:
-            raise ValueError("prefix: must hold at least the last committed token")
+            raise UsageError("prefix: must hold at least the last committed token")
         return _grow(ch, shape, prefix, draft, self.choose)
 
     def draft_probs(self, prefix: tuple[int, ...], proposal: Proposal, draft: LM) -> list[Law | None] | None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specproof.reference.errors import UsageError
+
 from .errors import ShapeError, TokenOutOfRangeError
 from .tree import DraftTree
 
@@ -159,7 +161,7 @@ class TinyTransformer(torch.nn.Module):
     def __init__(self, config: Config = Config(), seed: int = 0) -> None:
         super().__init__()
         if config.width % config.heads or (config.width // config.heads) % 2:
-            raise ValueError("config: width must split into heads of even size")
+            raise UsageError("config: width must split into heads of even size")
         self.config = config
         g = torch.Generator().manual_seed(seed)
         W, M = config.width, config.mlp
@@ -251,7 +253,7 @@ class TransformerLM:
 
     def __init__(self, model: TinyTransformer, temperature: float = 1.0) -> None:
         if not temperature >= 0:
-            raise ValueError(f"temperature: must be >= 0, got {temperature!r}")
+            raise UsageError(f"temperature: must be >= 0, got {temperature!r}")
         self.model = model
         self.temperature = temperature
         self.vocab = model.vocab

@@ -19,6 +19,8 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from specproof.reference.errors import UsageError
+
 from .errors import (
     CycleError,
     DTypeError,
@@ -135,7 +137,7 @@ class DraftTree:
     def position_ids(self, prefix_len: int = 0) -> tuple[int, ...]:
         """Position of each node: ``prefix_len + depth`` (node 0 sits at ``prefix_len``)."""
         if prefix_len < 0:
-            raise ValueError(f"prefix_len: must be >= 0, got {prefix_len}")
+            raise UsageError(f"prefix_len: must be >= 0, got {prefix_len}")
         return tuple(prefix_len + d for d in self.depth)
 
     def leaf_paths(self) -> tuple[tuple[int, ...], ...]:
@@ -164,8 +166,8 @@ class DraftTree:
         ``a_j >= j``); ``new_length = prefix_len + k + 1``.
         """
         if not self.is_root_path(accepted):
-            raise ValueError(f"accepted: {tuple(accepted)} is not a root path of this tree")
+            raise UsageError(f"accepted: {tuple(accepted)} is not a root path of this tree")
         if prefix_len < 0:
-            raise ValueError(f"prefix_len: must be >= 0, got {prefix_len}")
+            raise UsageError(f"prefix_len: must be >= 0, got {prefix_len}")
         moves = tuple((prefix_len + a, prefix_len + j) for j, a in enumerate(accepted) if a != j)
         return moves, prefix_len + len(accepted)

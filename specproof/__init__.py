@@ -26,6 +26,8 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from specproof.reference.errors import ArgumentTypeError, UsageError
+
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and readers; imported lazily at run time
@@ -36,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and readers; imported 
     from specproof.properties.oracle import strategies
     from specproof.properties.oracle.exact import Instance, ModelInstance, OracleResult, check
     from specproof.properties.verdicts import Verdict
-    from specproof.reference.errors import SpecproofError, SpecproofInputError
+    from specproof.reference.errors import SpecproofError, SpecproofInputError, UsageError
     from specproof.reference.rules import RULES, Rule
 
 #: name -> (module, attribute) of the lazily imported public API
@@ -44,6 +46,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Verdict": ("specproof.properties.verdicts", "Verdict"),
     "SpecproofError": ("specproof.reference.errors", "SpecproofError"),
     "SpecproofInputError": ("specproof.reference.errors", "SpecproofInputError"),
+    "UsageError": ("specproof.reference.errors", "UsageError"),
     "ContractViolation": ("specproof.properties.conformance.contracts", "ContractViolation"),
     "AuditConfig": ("specproof.properties.audit.stages", "AuditConfig"),
     "AuditResult": ("specproof.properties.audit.stages", "AuditResult"),
@@ -85,12 +88,12 @@ def _backend(fn: Any, kind: str, processes: Sequence[str] | None, law: str, name
         backend = resolve(fn, kind, tuple(processes) if processes else None)
         return backend
     if not callable(fn):
-        raise TypeError(f"fn: expected a callable verifier or a target name, got {type(fn).__name__}")
+        raise ArgumentTypeError(f"fn: expected a callable verifier or a target name, got {type(fn).__name__}")
     if law not in ("target", "greedy"):
-        raise ValueError(f"law: 'target' or 'greedy', got {law!r}")
+        raise UsageError(f"law: 'target' or 'greedy', got {law!r}")
     procs = tuple(processes or ())
     return Backend(
-        name=name or getattr(fn, "__name__", "verifier"),
+        name=name or str(getattr(fn, "__name__", "verifier")),
         kind=kind,
         fn=fn,
         processes=procs,
@@ -145,7 +148,7 @@ def audit_tree(
     target_probs [B,N,V], generator) -> (accepted_nodes [B,N], next_token [B])`` under the
     proposal ``processes`` it claims (e.g. ``("wor_siblings",)``); as :func:`audit_chain`."""
     if not processes:
-        raise ValueError("processes: a tree audit needs the proposal processes the verifier claims")
+        raise UsageError("processes: a tree audit needs the proposal processes the verifier claims")
     return _audit(
         fn, "tree", processes, law, name, alpha, tv, power, seed, samples, budget_seconds, progress, options
     )
@@ -202,12 +205,14 @@ def audit_engine(
     if isinstance(engine, str):
         list_engines()  # registers the built-in engines
         if engine not in ENGINES:
-            raise ValueError(f"engine: {engine!r} is not registered (see `specproof backends`)")
+            raise UsageError(f"engine: {engine!r} is not registered (see `specproof backends`)")
         spec = ENGINES[engine]
     else:
         for attr in ("generate", "target_law", "vocab"):
             if not hasattr(engine, attr):
-                raise TypeError(f"engine: has no {attr!r}; an engine needs generate, target_law and vocab")
+                raise ArgumentTypeError(
+                    f"engine: has no {attr!r}; an engine needs generate, target_law and vocab"
+                )
         setting = sampling or Sampling()
         spec = EngineSpec(
             name=name or type(engine).__name__,
@@ -240,6 +245,7 @@ __all__ = [
     "Sampling",
     "SpecproofError",
     "SpecproofInputError",
+    "UsageError",
     "Verdict",
     "audit_chain",
     "audit_engine",

@@ -21,6 +21,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
+from specproof.reference.errors import InternalError
 from specproof.reference.proposers.eagle1 import Eagle1Net
 from specproof.reference.transformer import Block, TinyTransformer
 
@@ -79,7 +80,7 @@ class FeatureDraft(BatchedDrafter):
             need_two(r, n)
             lo = self.cache.lengths[r]
             if self.features.count(r) < n - 1:
-                raise RuntimeError(f"request {r!r}: target features of {n - 1} positions expected")
+                raise InternalError(f"request {r!r}: target features of {n - 1} positions expected")
             starts.append(lo)
             xs.append(self._inputs(self.feature(self.features.get(r, lo, n - 1)), c[lo + 1 : n]))
             chains.append([0] * (n - 1 - lo))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from specproof.reference.dynamic_tree import DynamicTree, candidates
-from specproof.reference.errors import NotAChainError, ShapeError
+from specproof.reference.errors import NotAChainError, ShapeError, UsageError
 from specproof.reference.processes import Process
 from specproof.reference.tree import DraftTree
 
@@ -173,7 +173,7 @@ def propose_dynamic(
         raise NotAChainError("shape", "the dynamic tree takes a chain of its depth D as its shape")
     depth, k, N = shape.max_depth, process.top_k, process.nodes
     if N > candidates(depth, k) or k > drafter.vocab:
-        raise ValueError(
+        raise UsageError(
             f"nodes: {N} exceed the {candidates(depth, k)} candidates of depth {depth}, "
             f"top_k {k} (or top_k exceeds the vocabulary {drafter.vocab})"
         )

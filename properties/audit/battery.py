@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from specproof.reference.errors import UsageError
 from specproof.reference.processes import PROCESSES
 from specproof.reference.tree import DraftTree
 
@@ -121,7 +122,7 @@ def _pair(style: str, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.
             p[rng.integers(k)] = 1
         q = rand()
         return p, q
-    raise ValueError(f"styles: unknown pair style {style!r}; known: {', '.join(PAIR_STYLES)}")
+    raise UsageError(f"styles: unknown pair style {style!r}; known: {', '.join(PAIR_STYLES)}")
 
 
 def sparse_support(vocab: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -254,7 +255,7 @@ def build_models(case: Case, greedy: bool = False) -> Models:
     floor_q = case.process in ("wor_siblings", "topk_siblings")
     width = max(len(c) for c in case.tree.children)
     if floor_q and width > k:
-        raise ValueError(f"case {case.name}: {width} siblings need at least that many support ids")
+        raise UsageError(f"case {case.name}: {width} siblings need at least that many support ids")
     T = np.zeros((subs * case.pool, k))
     D = np.zeros((subs * case.pool, k))
     for j in range(subs * case.pool):
@@ -373,7 +374,7 @@ def chain_battery(processes: tuple[str, ...] = ("iid_chain", "onehot_chain"), se
     cases: list[Case] = []
     for proc in processes:
         if proc not in PROCESSES or not PROCESSES[proc].chain:
-            raise ValueError(f"process: {proc!r} is not a chain process (iid_chain, onehot_chain)")
+            raise UsageError(f"process: {proc!r} is not a chain process (iid_chain, onehot_chain)")
         tag = proc.split("_")[0]
         for K in (1, 2, 4, 8):
             cases.append(Case(f"{tag}/K{K}/V8", proc, chain(K), 8, seed=seed + K))
@@ -401,7 +402,7 @@ TREE_SHAPES: dict[str, tuple[int, ...]] = {
 def tree_battery(process: str, seed: int = 0) -> list[Case]:
     """The default tree cases for one tree process."""
     if process not in PROCESSES or PROCESSES[process].chain:
-        raise ValueError(
+        raise UsageError(
             f"process: {process!r} is not a tree process "
             f"({', '.join(p for p in PROCESSES if not PROCESSES[p].chain)})"
         )

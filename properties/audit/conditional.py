@@ -44,6 +44,7 @@ import numpy as np
 from scipy import stats as st
 
 from specproof.properties.audit.partition import split_children
+from specproof.reference.errors import UsageError
 
 
 @dataclass
@@ -184,11 +185,11 @@ def sequence_tests(
     the M tokens. ``group(prefix)`` gives prefixes that share a law one key (default: every
     prefix is its own group). ``law`` is called once per distinct prefix seen in the sample."""
     if horizon < 1:
-        raise ValueError(f"horizon: must be at least 1, got {horizon}")
+        raise UsageError(f"horizon: must be at least 1, got {horizon}")
     firsts = [tuple(int(x) for x in s[:horizon]) for s in seqs]
     for i, s in enumerate(firsts):
         if len(s) < horizon:
-            raise ValueError(f"seqs[{i}]: {len(s)} tokens, fewer than the horizon {horizon}")
+            raise UsageError(f"seqs[{i}]: {len(s)} tokens, fewer than the horizon {horizon}")
     names = [str(x) for x in range(vocab)]
     result = ConditionalResult(horizon)
     cache: dict[tuple[int, ...], np.ndarray] = {}
@@ -197,7 +198,7 @@ def sequence_tests(
         if prefix not in cache:
             row = np.asarray([float(v) for v in law(prefix)], dtype=np.float64)
             if row.shape != (vocab,):
-                raise ValueError(f"law{prefix}: {row.shape[0]} entries, expected {vocab}")
+                raise UsageError(f"law{prefix}: {row.shape[0]} entries, expected {vocab}")
             cache[prefix] = row / row.sum()
         return cache[prefix]
 

@@ -39,6 +39,7 @@ from specproof.properties.audit.conditional import ConditionalResult, sequence_t
 from specproof.properties.audit.partition import TrieCells, expand_trie
 from specproof.properties.audit.stats import detectable_tv, pearson
 from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
 from specproof.reference.models import LM, greedy_sequence
 
 Seq = tuple[int, ...]
@@ -50,7 +51,7 @@ Cells = TrieCells  # the joint law's cells: prefix cells and pooled "rest" cells
 def trie_cells(law: dict[Seq, float], n: int, min_count: float = 10.0, max_cells: int = 128) -> Cells:
     """Cells for ``n`` samples of ``law`` (module doc); fixed before any data."""
     if not law:
-        raise ValueError("law: empty")
+        raise UsageError("law: empty")
     m = max(len(s) for s in law)
     mass: dict[Seq, float] = {}
     for s, p in law.items():
@@ -185,11 +186,11 @@ def test_sequences(
     the per-position tests, Bonferroni-combined. A sequence the law cannot emit is a hard failure
     (p = 0). ``next_law`` is called on the prefixes the cells expand and the samples reach."""
     if not seqs:
-        raise ValueError("seqs: no samples")
+        raise UsageError("seqs: no samples")
     firsts = [tuple(int(x) for x in s[:horizon]) for s in seqs]
     for r, f in enumerate(firsts):
         if len(f) < horizon:
-            raise ValueError(f"run {r} emitted {len(f)} tokens, fewer than the horizon {horizon}")
+            raise UsageError(f"run {r} emitted {len(f)} tokens, fewer than the horizon {horizon}")
     memo: dict[Seq, list[float]] = {}
 
     def law(prefix: Seq) -> list[float]:
@@ -253,12 +254,12 @@ def sequence_test(
 ) -> SequenceTest:
     """``run(r)`` decodes run r (its own seed) and returns at least ``horizon`` emitted tokens."""
     if runs < 1:
-        raise ValueError(f"runs: must be at least 1, got {runs}")
+        raise UsageError(f"runs: must be at least 1, got {runs}")
     firsts = []
     for r in range(runs):
         out = run(r)
         if len(out) < horizon:
-            raise ValueError(f"run {r} emitted {len(out)} tokens, fewer than the horizon {horizon}")
+            raise UsageError(f"run {r} emitted {len(out)} tokens, fewer than the horizon {horizon}")
         firsts.append(tuple(out[:horizon]))
     if greedy:
         want = greedy_sequence(target, prompt, horizon)

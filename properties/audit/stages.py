@@ -65,6 +65,7 @@ from specproof.properties.conformance.contracts import (
     narrowing_hint,
 )
 from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
 
 PASS, LOSSY, VIOLATION = Verdict.PASS, Verdict.LOSSY, Verdict.CONTRACT_VIOLATION
 UNDERPOWERED, INTERRUPTED = Verdict.UNDERPOWERED, Verdict.INTERRUPTED
@@ -108,19 +109,19 @@ class AuditConfig:
         if self.large_vocab_tv is not None:
             stats.check_probability(self.large_vocab_tv, "large_vocab_tv")
         if not self.budget_seconds > 0:
-            raise ValueError(f"budget_seconds: must be positive, got {self.budget_seconds}")
+            raise UsageError(f"budget_seconds: must be positive, got {self.budget_seconds}")
         if self.samples is not None and self.samples < 2:
-            raise ValueError(f"samples: must be at least 2, got {self.samples}")
+            raise UsageError(f"samples: must be at least 2, got {self.samples}")
         if self.max_cells < 2:
-            raise ValueError(f"max_cells: must be at least 2, got {self.max_cells}")
+            raise UsageError(f"max_cells: must be at least 2, got {self.max_cells}")
         if self.batch < 2:
-            raise ValueError(f"batch: must be at least 2, got {self.batch}")
+            raise UsageError(f"batch: must be at least 2, got {self.batch}")
         if not self.call_timeout > 0:
-            raise ValueError(f"call_timeout: must be positive, got {self.call_timeout}")
+            raise UsageError(f"call_timeout: must be positive, got {self.call_timeout}")
         if self.shrink < 0:
-            raise ValueError(f"shrink: must be >= 0, got {self.shrink}")
+            raise UsageError(f"shrink: must be >= 0, got {self.shrink}")
         if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads: must be >= 1 (or None), got {self.threads}")
+            raise UsageError(f"threads: must be >= 1 (or None), got {self.threads}")
 
     def case_tv(self, case: Case) -> float:
         if case.vocab <= LARGE_VOCAB:
@@ -649,7 +650,7 @@ class Audit:
         self.budget = Budget(config.budget_seconds, clock)
         self.cases = config.cases if config.cases is not None else default_cases(backend, config.seed)
         if not self.cases:
-            raise ValueError("cases: an audit needs at least one case")
+            raise UsageError("cases: an audit needs at least one case")
         self.alpha_case = config.alpha / len(self.cases)
         self.result = AuditResult(backend.name, backend.kind, backend.processes, backend.law, config)
         self.runners: dict[int, Runner] = {}

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as st
 
+from specproof.reference.errors import UsageError
+
 
 def check_probability(value: float, argument: str, *, open_low: bool = True) -> float:
     if not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{argument}: expected a number, got {value!r}")
+        raise UsageError(f"{argument}: expected a number, got {value!r}")
     if not (0 < value < 1 if open_low else 0 <= value < 1):
-        raise ValueError(f"{argument}: must lie in (0, 1), got {value}")
+        raise UsageError(f"{argument}: must lie in (0, 1), got {value}")
     return float(value)
 
 
@@ -47,7 +49,7 @@ def plan_samples(eps: float, alpha: float, power: float, df: int, cap: int = 10*
     check_probability(alpha, "alpha")
     check_probability(power, "power")
     if df < 1:
-        raise ValueError(f"df: a test needs at least 2 cells, got df={df}")
+        raise UsageError(f"df: a test needs at least 2 cells, got df={df}")
     lo, hi = 1, 1
     while power_at(hi, eps, alpha, df) < power:
         hi *= 2

@@ -39,6 +39,7 @@ from specproof.properties.conformance.backends import REGISTRY, Backend, thirdpa
 from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
 from specproof.properties.conformance.buffers import BuilderResult, builtin_builders, conform
 from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import NotFoundError
 
 
 def versions() -> dict[str, str]:
@@ -315,7 +316,7 @@ def run(
         known = {r.backend for r in rows} | {m["adapter"] for m in missing}
         unknown = sorted(wanted - known)
         if unknown:
-            raise KeyError(f"BACKEND: {', '.join(unknown)} is not an installed adapter or tree builder")
+            raise NotFoundError(f"BACKEND: {', '.join(unknown)} is not an installed adapter or tree builder")
     return ConformanceReport(
         date=datetime.date.today().isoformat(),
         versions=versions(),

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from specproof.reference.errors import SpecproofError
+from specproof.reference.errors import SpecproofError, UsageError
 
 VIOLATIONS: dict[str, str] = {
     "raised": "the verifier raised an exception on valid input",
@@ -52,7 +52,7 @@ class ContractViolation(SpecproofError):
 
     def __init__(self, kind: str, detail: str, row: int | None = None, traceback: str | None = None) -> None:
         if kind not in VIOLATIONS:
-            raise ValueError(f"kind: unknown contract violation {kind!r}")
+            raise UsageError(f"kind: unknown contract violation {kind!r}")
         self.kind = kind
         self.detail = detail
         self.row = row

@@ -56,7 +56,7 @@ from specproof.properties.oracle.exact import multi_step_check
 from specproof.properties.verdicts import Verdict
 from specproof.reference.decode import decode, e2e_models
 from specproof.reference.dynamic_tree import DynamicTree
-from specproof.reference.errors import BadParameterError
+from specproof.reference.errors import BadParameterError, UsageError
 from specproof.reference.processes import Process
 from specproof.reference.proposers import PROPOSERS, Proposer
 from specproof.reference.rules import RULES
@@ -738,7 +738,7 @@ def write_report(path: str, report: E2EResult, cals: list[draft_calibration.Cali
     blocks += [("p", line.strip()) for line in describe_more(report)]
     if cals:
         if report.calibration is None:
-            raise ValueError("report: reliability diagrams need the calibration report (calibration())")
+            raise UsageError("report: reliability diagrams need the calibration report (calibration())")
         st = report.calibration["settings"]
         note = (
             f"{st['process']} verified by {st['rule']} on the 16-token target, seed {st['seed']}; "
@@ -758,7 +758,7 @@ def write_report(path: str, report: E2EResult, cals: list[draft_calibration.Cali
             )
     if path.lower().endswith(".svg"):
         if not cals:
-            raise ValueError("report: an .svg report holds the reliability diagrams: add --calibration")
+            raise UsageError("report: an .svg report holds the reliability diagrams: add --calibration")
         text = draft_calibration.figure_svg(cals)
     elif path.lower().endswith((".html", ".htm")):  # the diagrams stand for the text bars
         page = to_html([b for b in blocks if b[0] != "bars"])

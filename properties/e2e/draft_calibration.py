@@ -52,7 +52,7 @@ from scipy import stats
 from specproof.properties.audit.report import Bars, Block
 from specproof.reference.choices import Choices, enumerate_law
 from specproof.reference.decode import decode
-from specproof.reference.errors import SpecproofInputError
+from specproof.reference.errors import InternalError, SpecproofInputError
 from specproof.reference.models import LM
 from specproof.reference.processes import Process, Proposal, node_contexts
 from specproof.reference.proposers.distill import corpus, one_thread
@@ -155,7 +155,7 @@ def deepest_accepted(proposal: Proposal, emitted: Seq) -> int:
         kids = [c for c in range(len(proposal.parents)) if proposal.parents[c] == node]
         match = [c for c in kids if proposal.tokens[c] == tok]
         if len(match) != 1:
-            raise RuntimeError(f"emitted {emitted} do not follow the drafted tree {proposal}")
+            raise InternalError(f"emitted {emitted} do not follow the drafted tree {proposal}")
         node = match[0]
     return node
 

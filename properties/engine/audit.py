@@ -50,7 +50,7 @@ from specproof.properties.audit import stats
 from specproof.properties.audit.sequence_test import SequenceTest, test_sequences
 from specproof.properties.engine.registry import Engine, EngineSpec, Sampling, Seq
 from specproof.properties.verdicts import Verdict
-from specproof.reference.errors import SpecproofError
+from specproof.reference.errors import SpecproofError, UsageError
 
 
 @dataclass
@@ -72,13 +72,13 @@ class EngineAuditConfig:
         stats.check_probability(self.tv, "tv")
         stats.check_probability(self.power, "power")
         if not self.budget_seconds > 0:
-            raise ValueError(f"budget_seconds: must be positive, got {self.budget_seconds}")
+            raise UsageError(f"budget_seconds: must be positive, got {self.budget_seconds}")
         if self.samples is not None and self.samples < 2:
-            raise ValueError(f"samples: must be at least 2, got {self.samples}")
+            raise UsageError(f"samples: must be at least 2, got {self.samples}")
         if self.max_cells < 2:
-            raise ValueError(f"max_cells: must be at least 2, got {self.max_cells}")
+            raise UsageError(f"max_cells: must be at least 2, got {self.max_cells}")
         if not 1 <= self.looks <= 10:
-            raise ValueError(f"looks: must be between 1 and 10, got {self.looks}")
+            raise UsageError(f"looks: must be between 1 and 10, got {self.looks}")
 
 
 @dataclass(frozen=True)
@@ -453,7 +453,7 @@ def audit_engine(
     start = time.perf_counter()
     M = spec.tokens
     if not 1 <= M <= 12:
-        raise ValueError(f"tokens: M must lie in [1, 12], got {M}")
+        raise UsageError(f"tokens: M must lie in [1, 12], got {M}")
     result = EngineAuditResult(
         engine=spec.name,
         group=spec.group,
@@ -468,7 +468,7 @@ def audit_engine(
         for i, (s, prompt) in enumerate((s, p) for s in spec.samplings for p in spec.prompts)
     ]
     if not cases:
-        raise ValueError("an engine audit needs at least one prompt and one sampling setting")
+        raise UsageError("an engine audit needs at least one prompt and one sampling setting")
     L = config.looks
     out_of_time = False
     alpha_look = config.alpha / (len(cases) * L)
@@ -851,9 +851,9 @@ def _prompts(raw: list[str] | None) -> list[Seq] | None:
         try:
             ids = tuple(int(x) for x in text.replace(",", " ").split())
         except ValueError as e:
-            raise ValueError(f"--prompt: {text!r} is not a list of token ids") from e
+            raise UsageError(f"--prompt: {text!r} is not a list of token ids") from e
         if not ids or any(x < 0 for x in ids):
-            raise ValueError(f"--prompt: {text!r} must hold at least one non-negative id")
+            raise UsageError(f"--prompt: {text!r} must hold at least one non-negative id")
         out.append(ids)
     return out
 
@@ -921,13 +921,13 @@ def run_cli(args: Any) -> int:
         prompts = _prompts(getattr(args, "prompt", None))
         tokens = getattr(args, "tokens", None)
         if tokens is not None and not 1 <= tokens <= 12:
-            raise ValueError(f"--tokens: must lie in [1, 12], got {tokens}")
+            raise UsageError(f"--tokens: must lie in [1, 12], got {tokens}")
         groups: list[str] = list(getattr(args, "engine_group", None) or [])
         target = getattr(args, "target", None)
         if target and groups:
-            raise ValueError("give TARGET or --engine-group, not both")
+            raise UsageError("give TARGET or --engine-group, not both")
         if not target and not groups:
-            raise ValueError(
+            raise UsageError(
                 "TARGET: missing; usage: specproof audit engine TARGET (or --engine-group GROUP)"
             )
         if target:
@@ -937,7 +937,7 @@ def run_cli(args: Any) -> int:
             known = {s.group for s in ENGINES.values()} | {"all"}
             bad = [g for g in groups if g not in known]
             if bad:
-                raise ValueError(f"--engine-group: unknown {bad[0]!r}; known: {', '.join(sorted(known))}")
+                raise UsageError(f"--engine-group: unknown {bad[0]!r}; known: {', '.join(sorted(known))}")
             specs = [s for s in ENGINES.values() if "all" in groups or s.group in groups]
         specs = [with_options(s, prompts, _samplings(args, s), tokens) for s in specs]
     except (ValueError, EngineTargetError) as e:

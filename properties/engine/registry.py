@@ -46,7 +46,7 @@ import torch
 
 from specproof.reference.choices import Sampler
 from specproof.reference.decode import decode
-from specproof.reference.errors import BadParameterError, SpecproofInputError
+from specproof.reference.errors import BadParameterError, SpecproofInputError, UsageError
 from specproof.reference.models import LM
 from specproof.reference.processes import PROCESSES, Process, Proposal
 from specproof.reference.proposers import PROPOSERS, Proposer
@@ -197,7 +197,7 @@ ENGINES: dict[str, EngineSpec] = {}
 
 def register(spec: EngineSpec) -> EngineSpec:
     if spec.name in ENGINES:
-        raise ValueError(f"engine {spec.name!r} registered twice")
+        raise UsageError(f"engine {spec.name!r} registered twice")
     ENGINES[spec.name] = spec
     return spec
 

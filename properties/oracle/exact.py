@@ -24,6 +24,7 @@ from typing import Any
 
 from specproof.properties.verdicts import Verdict
 from specproof.reference.choices import enumerate_law
+from specproof.reference.errors import UsageError
 from specproof.reference.laws import tv_distance
 from specproof.reference.models import LM, MixLM, ToyLM, greedy_sequence, sequence_law
 from specproof.reference.processes import PROCESSES, Process, node_contexts
@@ -207,7 +208,7 @@ def complete(law: dict[Seq, Any], target: LM, prefix: Seq, m: int, greedy: bool 
     out: dict[Seq, Any] = {}
     for e, w in law.items():
         if len(e) > m:
-            raise ValueError(f"emitted {e} is longer than the horizon {m}")
+            raise UsageError(f"emitted {e} is longer than the horizon {m}")
         if greedy:
             rest = {greedy_sequence(target, prefix + e, m - len(e)): 1}
         else:
@@ -229,7 +230,7 @@ def check(rule: Rule | str, process: Process | str, instance: Instance | ModelIn
     rule = RULES[rule] if isinstance(rule, str) else rule
     process = PROCESSES[process] if isinstance(process, str) else process
     if not rule.applies_to(instance.tree.is_chain):
-        raise ValueError(f"rule {rule.name!r} takes chains only; instance shape {instance.shape} branches")
+        raise UsageError(f"rule {rule.name!r} takes chains only; instance shape {instance.shape} branches")
     greedy = rule.preserves == "greedy"
     m = instance.horizon
     emitted = emitted_law(rule, process, instance)
@@ -293,7 +294,7 @@ def multi_step_check(
     rule = RULES[rule] if isinstance(rule, str) else rule
     process = PROCESSES[process] if isinstance(process, str) else process
     if steps < 1:
-        raise ValueError(f"steps: must be >= 1, got {steps}")
+        raise UsageError(f"steps: must be >= 1, got {steps}")
     greedy = rule.preserves == "greedy"
     states: dict[Seq, Any] = {(): 1}
     for _ in range(steps):

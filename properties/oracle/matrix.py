@@ -25,6 +25,7 @@ import numpy as np
 
 from specproof.properties.oracle.exact import Instance, check, max_drafts
 from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
 from specproof.reference.models import STYLES
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES
@@ -103,15 +104,15 @@ def exactness_matrix(
 ) -> list[Cell]:
     """Check every (process, rule) cell on ``instances`` seeded instances per process."""
     if instances < 1:
-        raise ValueError(f"instances: must be >= 1, got {instances}")
+        raise UsageError(f"instances: must be >= 1, got {instances}")
     rule_names = list(RULES) if rules is None else list(rules)
     proc_names = list(PROCESSES) if processes is None else list(processes)
     for r in rule_names:
         if r not in RULES:
-            raise ValueError(f"rules: unknown rule {r!r}; known: {', '.join(RULES)}")
+            raise UsageError(f"rules: unknown rule {r!r}; known: {', '.join(RULES)}")
     for p in proc_names:
         if p not in PROCESSES:
-            raise ValueError(f"processes: unknown process {p!r}; known: {', '.join(PROCESSES)}")
+            raise UsageError(f"processes: unknown process {p!r}; known: {', '.join(PROCESSES)}")
     rng = np.random.default_rng(seed)
     cells: list[Cell] = []
     total, done = len(rule_names) * len(proc_names), 0

@@ -44,6 +44,7 @@ import numpy as np
 from specproof.properties.oracle.exact import Instance, OracleResult, check
 from specproof.properties.oracle.matrix import Cell, random_instance
 from specproof.properties.verdicts import USAGE_ERROR, Verdict
+from specproof.reference.errors import NotFoundError, UsageError
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import ALL_PROCESSES, RULES, Rule
 from specproof.reference.step import Outcome, Step
@@ -57,11 +58,11 @@ V_NOT_APPLICABLE, V_CONTRACT = Verdict.NOT_APPLICABLE, Verdict.CONTRACT_VIOLATIO
 DECLARABLE = frozenset(PROCESSES) | ALL_PROCESSES
 
 
-class RuleSpecError(ValueError):
+class RuleSpecError(UsageError):
     """A rule that cannot be loaded or run as given (a usage error: exit status 4)."""
 
 
-class RuleContractError(ValueError):
+class RuleContractError(UsageError):
     """The rule returned something that is not a valid Outcome for the step it was given."""
 
 
@@ -283,7 +284,7 @@ class RuleReport:
         for c in self.cells:
             if c.process == process:
                 return c
-        raise KeyError(f"process {process!r} was not checked")
+        raise NotFoundError(f"process {process!r} was not checked")
 
     def matrix_cells(self) -> list[Cell]:
         return [c.matrix_cell(self.rule.name) for c in self.cells]

@@ -25,6 +25,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from specproof.properties.oracle.exact import Instance, max_drafts
+from specproof.reference.errors import UsageError
 from specproof.reference.models import STYLES
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import RULES, Rule, target_only, typical
@@ -37,9 +38,9 @@ TREE_KINDS = ("chain", "wide", "deep", "branching", "random")
 def trees(draw: Any, kind: str = "random", max_nodes: int = 7, max_depth: int = 3) -> tuple[int, ...]:
     """A parent array ``(-1, ...)`` with ``parents[i] < i``, at most ``max_nodes`` nodes."""
     if kind not in TREE_KINDS:
-        raise ValueError(f"kind: unknown tree kind {kind!r}; known: {', '.join(TREE_KINDS)}")
+        raise UsageError(f"kind: unknown tree kind {kind!r}; known: {', '.join(TREE_KINDS)}")
     if max_nodes < 2:
-        raise ValueError(f"max_nodes: must be >= 2, got {max_nodes}")
+        raise UsageError(f"max_nodes: must be >= 2, got {max_nodes}")
     if kind == "random":
         kind = draw(st.sampled_from(TREE_KINDS[:-1]))
     if kind == "chain":
@@ -139,7 +140,7 @@ def instances(
     """An oracle instance for ``process``: chain shapes for chain processes, branching trees
     otherwise; ``vocab ** drafts`` and ``vocab ** horizon`` stay within ``max_cells``."""
     if process not in PROCESSES:
-        raise ValueError(f"process: unknown {process!r}; known: {', '.join(PROCESSES)}")
+        raise UsageError(f"process: unknown {process!r}; known: {', '.join(PROCESSES)}")
     vocab = draw(st.integers(2, max_vocab))
     kind = "chain" if PROCESSES[process].chain else "branching"
     nodes = max(3, min(max_nodes, max_drafts(vocab, max_cells) + 1))

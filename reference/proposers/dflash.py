@@ -24,6 +24,8 @@ import math
 
 import torch
 
+from specproof.reference.errors import UsageError
+
 from ..transformer import TinyTransformer, block_forward, random_block, random_param
 from .selfdraft import DraftNet, OwnHead, fused_features
 
@@ -32,7 +34,7 @@ class DFlashNet(DraftNet):
     def __init__(self, target: TinyTransformer, block: int = 3, seed: int = 107) -> None:
         super().__init__(target)
         if block < 1:
-            raise ValueError(f"block: must be >= 1, got {block}")
+            raise UsageError(f"block: must be >= 1, got {block}")
         W = target.config.width
         g = torch.Generator().manual_seed(seed)
         self.max_depth = block

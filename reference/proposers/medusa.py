@@ -27,6 +27,8 @@ from collections.abc import Sequence
 
 import torch
 
+from specproof.reference.errors import UsageError
+
 from ..transformer import TinyTransformer, random_param, rms_norm
 from .selfdraft import DraftNet
 
@@ -37,19 +39,19 @@ def choices_to_shape(choices: Sequence[Sequence[int]]) -> tuple[int, ...]:
     ``0..k-1`` exactly once each."""
     paths = sorted({tuple(c) for c in choices}, key=lambda c: (len(c), c))
     if len(paths) != len(choices):
-        raise ValueError("choices: a path is listed twice")
+        raise UsageError("choices: a path is listed twice")
     index: dict[tuple[int, ...], int] = {(): 0}
     parents = [-1]
     for path in paths:
         if not path or any(r < 0 for r in path):
-            raise ValueError(f"choices: {path} is not a non-empty path of ranks >= 0")
+            raise UsageError(f"choices: {path} is not a non-empty path of ranks >= 0")
         if path[:-1] not in index:
-            raise ValueError(f"choices: {path} is listed without its parent {path[:-1]}")
+            raise UsageError(f"choices: {path} is listed without its parent {path[:-1]}")
         index[path] = len(parents)
         parents.append(index[path[:-1]])
     for path in paths:
         if path[-1] > 0 and path[:-1] + (path[-1] - 1,) not in index:
-            raise ValueError(f"choices: {path} skips rank {path[-1] - 1} under the same parent")
+            raise UsageError(f"choices: {path} skips rank {path[-1] - 1} under the same parent")
     return tuple(parents)
 
 
@@ -58,7 +60,7 @@ class MedusaHeads(DraftNet):
         """Medusa-1's initialization (``W_j = 0``), or Gaussian ``W_j`` drawn from ``seed``."""
         super().__init__(target)
         if heads < 1:
-            raise ValueError(f"heads: must be >= 1, got {heads}")
+            raise UsageError(f"heads: must be >= 1, got {heads}")
         W = target.config.width
         self.max_depth = heads
         if seed is None:

@@ -23,6 +23,8 @@ import math
 
 import torch
 
+from specproof.reference.errors import UsageError
+
 from ..transformer import Block, TinyTransformer, block_forward, random_block, random_param, rms_norm
 from .selfdraft import DraftNet, causal
 
@@ -31,7 +33,7 @@ class MTPModules(DraftNet):
     def __init__(self, target: TinyTransformer, modules: int = 3, seed: int = 105) -> None:
         super().__init__(target)
         if modules < 1:
-            raise ValueError(f"modules: must be >= 1, got {modules}")
+            raise UsageError(f"modules: must be >= 1, got {modules}")
         W = target.config.width
         g = torch.Generator().manual_seed(seed)
         self.max_depth = modules

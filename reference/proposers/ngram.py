@@ -11,13 +11,15 @@ Its declared process, and why: proofs_notes/proposers.md (tests/test_proposers.p
 
 from __future__ import annotations
 
+from specproof.reference.errors import UsageError
+
 
 class NgramLM:
     """A deterministic draft model over ``vocab`` tokens (a reference ``LM``)."""
 
     def __init__(self, vocab: int, max_n: int = 3) -> None:
         if max_n < 1:
-            raise ValueError(f"max_n: must be >= 1, got {max_n}")
+            raise UsageError(f"max_n: must be >= 1, got {max_n}")
         self.vocab = vocab
         self.max_n = max_n
 
@@ -32,6 +34,6 @@ class NgramLM:
 
     def law(self, context: tuple[int, ...]) -> tuple[float, ...]:
         if not context:
-            raise ValueError("context: needs at least the last committed token")
+            raise UsageError("context: needs at least the last committed token")
         x = self.lookup(context)
         return tuple(1.0 if i == x else 0.0 for i in range(self.vocab))

@@ -25,7 +25,7 @@ import torch
 
 from specproof.properties.conformance.backends import reference as _ref
 from specproof.properties.conformance.backends import torch_chain as _tc
-from specproof.reference.errors import SpecproofError
+from specproof.reference.errors import SpecproofError, UsageError
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import CHAINS, RULES
 
@@ -69,10 +69,10 @@ REGISTRY: dict[tuple[str, str], Backend] = {}
 
 def register(backend: Backend) -> Backend:
     if backend.kind not in ("chain", "tree"):
-        raise ValueError(f"kind: must be 'chain' or 'tree', got {backend.kind!r}")
+        raise UsageError(f"kind: must be 'chain' or 'tree', got {backend.kind!r}")
     for p in backend.processes:
         if p not in PROCESSES:
-            raise ValueError(f"processes: unknown process {p!r}")
+            raise UsageError(f"processes: unknown process {p!r}")
     REGISTRY[(backend.kind, backend.name)] = backend
     return backend
 

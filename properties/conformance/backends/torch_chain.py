@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specproof.reference.errors import UsageError
 from specproof.reference.validate import check_chain
 
 
@@ -44,7 +45,7 @@ def sample_rows(w: torch.Tensor, generator: torch.Generator, how: str = "icdf") 
     if how == "exprace":
         e = -torch.log(torch.rand(B, V, generator=generator, dtype=torch.float64).clamp(min=1e-300))
         return torch.argmin(e / w, dim=1)
-    raise ValueError(f"how: unknown sampling method {how!r} (icdf, gumbel, exprace)")
+    raise UsageError(f"how: unknown sampling method {how!r} (icdf, gumbel, exprace)")
 
 
 @dataclass(frozen=True)

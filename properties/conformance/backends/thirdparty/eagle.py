@@ -34,6 +34,7 @@ import torch
 
 from specproof.properties.conformance.buffers import TreeBuffers, Unsupported
 from specproof.properties.conformance.contracts import draw_seeds
+from specproof.reference.errors import UsageError
 from specproof.reference.tree import DraftTree
 
 TOPK = 10  # eagle.model.utils.TOPK: ranks at or above it collide in its tree indices
@@ -127,7 +128,7 @@ def evaluate_posterior(
     from eagle.model.utils import evaluate_posterior as eagle_posterior
 
     if draft_probs is None:
-        raise ValueError(
+        raise UsageError(
             "draft_probs: EAGLE's posterior needs the draft laws (processes topk_siblings, wor_siblings)"
         )
     B, N = parents.shape

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from specproof.properties.engine.registry import GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.reference.errors import UsageError
 
 VOCAB = 8
 PROMPTS: tuple[tuple[int, ...], ...] = ((0, 6), (5, 2, 5, 2))
@@ -103,7 +104,7 @@ def word_tokenizer(words: Sequence[str], order: str = "alphabetical") -> Any:
     from transformers import PreTrainedTokenizerFast
 
     if order not in ("alphabetical", "ids"):
-        raise ValueError(f"order: 'alphabetical' or 'ids', got {order!r}")
+        raise UsageError(f"order: 'alphabetical' or 'ids', got {order!r}")
 
     class WordTokenizer(PreTrainedTokenizerFast):
         def get_vocab(self) -> dict[str, int]:

@@ -49,6 +49,7 @@ import torch
 
 from specproof.properties.conformance.backends.torch_chain import check_chain_inputs
 from specproof.properties.conformance.buffers import BufferViolation, TreeBuffers
+from specproof.reference.errors import InternalError
 
 FILE = "sglang/kernels/ops/speculative/reject_sampling.py"
 
@@ -88,7 +89,7 @@ def _tree_kernels() -> ModuleType:
     stand_ins["sglang.srt.platforms"].current_platform = None  # type: ignore[attr-defined]
 
     def reject(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("spec_tree: platform dispatch is not used by the adapter")
+        raise InternalError("spec_tree: platform dispatch is not used by the adapter")
 
     stand_ins["sglang.srt.platforms.interface"].reject_out_of_tree_path = reject  # type: ignore[attr-defined]
     for name in ("is_cpu", "is_cuda", "is_hip", "is_musa", "is_npu", "is_xpu"):

@@ -47,6 +47,7 @@ import torch
 
 from specproof.properties.conformance.backends.torch_chain import check_chain_inputs
 from specproof.properties.conformance.contracts import draw_seeds
+from specproof.reference.errors import InternalError
 
 
 class _Absent:
@@ -56,12 +57,12 @@ class _Absent:
         self._name = name
 
     def __call__(self, *args: object, **kwargs: object) -> None:
-        raise RuntimeError(f"vllm adapter: {self._name} is a stand-in and must not be reached")
+        raise InternalError(f"vllm adapter: {self._name} is a stand-in and must not be reached")
 
     def __getattr__(self, attr: str) -> object:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        raise RuntimeError(f"vllm adapter: {self._name}.{attr} is a stand-in and must not be reached")
+        raise InternalError(f"vllm adapter: {self._name}.{attr} is a stand-in and must not be reached")
 
 
 def _absent_module(name: str, *names: str) -> ModuleType:
