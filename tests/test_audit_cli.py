@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from specproof.properties.cli import main
 
 QUICK = ["--tv", "0.1", "--large-vocab-tv", "0.5", "--progress", "off"]
 
 
+@pytest.mark.slow
 def test_audit_of_a_correct_verifier_passes_with_json_and_html_report(tmp_path, capsys):
     js, rep = tmp_path / "a.json", tmp_path / "a.html"
     code = main(["audit", "chain", "torch.token", "--json", str(js), "--report", str(rep), *QUICK])
@@ -24,6 +27,7 @@ def test_audit_of_a_correct_verifier_passes_with_json_and_html_report(tmp_path, 
     assert "<svg" in html and "Verdict: PASS" in html
 
 
+@pytest.mark.slow
 def test_audit_of_a_lossy_verifier_exits_1_with_a_witness(tmp_path, capsys):
     js, rep = tmp_path / "a.json", tmp_path / "a.md"
     args = ["audit", "chain", "mutant.residual_from_p", "--samples", "3000", "--shrink", "0"]
@@ -77,6 +81,7 @@ def test_backends_lists_reference_alternatives_and_mutants(capsys):
     assert ("chain", "torch.token_gumbel") in names and ("chain", "mutant.residual_from_p") in names
 
 
+@pytest.mark.slow
 def test_default_audit_of_a_group_checks_declared_verdicts(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = main(["audit", "--group", "alternative", "--json", "all.json", *QUICK])
@@ -88,6 +93,7 @@ def test_default_audit_of_a_group_checks_declared_verdicts(tmp_path, capsys, mon
     assert report.splitlines()[2].startswith("**Verdict: AGREES: 5/5")
 
 
+@pytest.mark.slow
 def test_pytest_plugin_one_item_per_case(pytester):
     quick = ["--specproof-tv", "0.1", "--specproof-large-vocab-tv", "0.5", "-p", "no:cacheprovider"]
     ok = pytester.runpytest_subprocess("--specproof-chain", "torch.token", *quick)
@@ -104,6 +110,7 @@ def test_pytest_plugin_one_item_per_case(pytester):
     bad.stdout.fnmatch_lines(["*LOSSY*"])
 
 
+@pytest.mark.slow
 def test_pytest_plugin_fixture(pytester):
     pytester.makepyfile(
         """

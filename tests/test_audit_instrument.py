@@ -159,6 +159,7 @@ def _audit_cli(target: str, tmp_path, *extra: str) -> tuple[int, dict]:
     return code, json.loads(js.read_text()) if js.exists() else {}
 
 
+@pytest.mark.slow
 def test_exit_codes_for_every_verdict(tmp_path, capsys, bad):
     quick = ["--tv", "0.1", "--large-vocab-tv", "0.5", "--no-wide-probe"]
     assert _audit_cli("torch.token", tmp_path, *quick)[0] == 0
@@ -218,6 +219,7 @@ def _run_pytest(path) -> int:
     ).returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "args", "fixed"),
     [
@@ -236,6 +238,7 @@ def test_a_replayed_witness_fails_on_the_bug_and_passes_once_fixed(tmp_path, cap
     assert _run_pytest(test) == 0  # passes on a correct one
 
 
+@pytest.mark.slow
 def test_replay_of_a_passing_audit_says_there_is_nothing_to_replay(tmp_path, capsys):
     assert _audit_cli("torch.token", tmp_path, "--tv", "0.2", "--no-wide-probe")[0] == 0
     assert main(["replay", str(tmp_path / "out.json")]) == 4

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats as st
 
@@ -41,6 +42,7 @@ def _exact_battery_samples(models, n: int, seed: int) -> torch.Tensor:
     return complete(models, inputs, emitted, lengths, torch.Generator().manual_seed(seed)).completed
 
 
+@pytest.mark.slow
 def test_per_position_tests_are_calibrated_on_exact_samples():
     models = build_models(DEEP)
     pvals = []
@@ -59,6 +61,7 @@ def test_per_position_tests_are_calibrated_on_exact_samples():
     assert st.kstest(per_position, "uniform").pvalue > 1e-4
 
 
+@pytest.mark.slow
 def test_per_prefix_groups_are_calibrated_too():
     lm = ToyLM(vocab=3, seed=4)
     laws: dict[tuple[int, ...], np.ndarray] = {}

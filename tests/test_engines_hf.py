@@ -61,6 +61,7 @@ LOSSLESS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "sampling"), LOSSLESS, ids=[f"{n}-{s.label}" for n, s in LOSSLESS])
 def test_paths_declared_lossless_pass(name, sampling):
     res = _audit(name, sampling, samples=200)

@@ -18,6 +18,7 @@ from specproof.properties.conformance.mutants import alternatives, corpus
 SCORE: dict[str, bool] = {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", corpus(), ids=lambda b: f"{b.kind}:{b.name}")
 def test_every_mutant_is_flagged(backend):
     slow = backend.name.startswith(("reference.", "mutant.tree_"))  # pure-Python row loops
@@ -30,6 +31,7 @@ def test_every_mutant_is_flagged(backend):
         assert result.witness is not None and result.witness.pvalue <= 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", alternatives(), ids=lambda b: b.name)
 def test_every_correct_alternative_passes(backend):
     # the V = 152,064 cases are left out: their steps cost milliseconds each on a CPU
@@ -40,6 +42,7 @@ def test_every_correct_alternative_passes(backend):
     assert all(r.status == "ran" and r.power >= 0.99 for r in result.cases)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "name", "process", "expect"),
     [

@@ -75,6 +75,7 @@ def test_every_input_is_malformed_in_the_way_it_says():
     assert chain["no_drafts"].edge and chain["no_drafts"].args[0].shape[1] == 0
 
 
+@pytest.mark.slow
 def test_the_robustness_command_writes_its_table(tmp_path, capsys):
     md, js = tmp_path / "r.md", tmp_path / "r.json"
     code = main(["robustness", "chain", "torch.token", "--markdown", str(md), "--json", str(js)])

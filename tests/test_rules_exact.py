@@ -158,6 +158,7 @@ def test_token_level_expected_length_matches_its_closed_form(step):
     assert expected_length(step_length_law("token", step)) == total
 
 
+@pytest.mark.slow
 def test_block_can_emit_fewer_tokens_than_token_level_on_fixed_drafts():
     """The length theorem is in expectation over the draft process, not per fixed drafts:
     hypothesis finds (derandomized) a fixed chain where block's E[L] is below token-level's."""

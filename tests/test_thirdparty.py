@@ -49,6 +49,7 @@ def _need(module: str) -> None:
         pytest.skip(why)
 
 
+@pytest.mark.slow
 def test_hf_speculative_sampling_passes_and_its_ensemble_is_flagged():
     pytest.importorskip("transformers")
     ok = _audit("hf.speculative_sampling", "chain", "iid_chain", tv=0.12)  # about 3,000 steps a case
