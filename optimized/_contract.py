@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from specproof.reference.validate import check_chain, check_tree
+
 
 def _name(fn: Callable[..., Any]) -> str:
     if isinstance(fn, functools.partial):
@@ -54,8 +56,19 @@ def tree_verifier(kernel: Callable[..., Any], sites: str, reads_draft: bool = Tr
         u_final = torch.rand(B, generator=generator, dtype=torch.float64)
         if reads_draft:
             return kernel(parents, tokens, draft_probs, target_probs, u, u_final)
+        check_tree(parents, tokens, draft_probs, target_probs)  # the kernel never sees q: check it here
         return kernel(parents, tokens, target_probs, u, u_final)
 
     verify.__name__ = f"{_name(kernel)}_verifier"
     verify.__doc__ = f"The tree contract: {sites} [B, N], then u_final [B], drawn from ``generator``."
     return verify
+
+
+def check_unread_draft(args: tuple[Any, ...], chain: bool) -> None:
+    """Validate the contract's inputs, ``draft_probs`` included, for a rule whose kernel does not
+    read the draft laws: the reference refuses a malformed ``draft_probs`` whether or not its rule
+    reads it, so the optimized contract does too."""
+    if chain:
+        check_chain(*args)
+    else:
+        check_tree(*args)

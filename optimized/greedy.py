@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ._contract import check_unread_draft
 from ._device import on_kernel_device
 from ._split import LAUNCH, block_size, choose_path, chunking, counters, depth, tree_shapes
 from ._tree import prepare
@@ -54,4 +55,5 @@ def greedy(
 
 def greedy_verifier(parents, tokens, draft_probs, target_probs, generator):
     """The tree contract; the generator is not used (greedy decoding has no randomness)."""
+    check_unread_draft((parents, tokens, draft_probs, target_probs), chain=False)
     return greedy(parents, tokens, target_probs)

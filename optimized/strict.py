@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ._contract import check_unread_draft
 from ._device import on_kernel_device
 from ._split import LAUNCH, block_size
 from ._tree import f64, prepare
@@ -67,5 +68,6 @@ def compile_specs() -> list[tuple[str, object, dict[str, str], dict[str, object]
 
 def strict_verifier(parents, tokens, draft_probs, target_probs, generator):
     """The tree contract: one uniform per node (site ``("y", node)``), drawn from ``generator``."""
+    check_unread_draft((parents, tokens, draft_probs, target_probs), chain=False)
     u = torch.rand(parents.shape[0], parents.shape[1], generator=generator, dtype=torch.float64)
     return strict(parents, tokens, target_probs, u)

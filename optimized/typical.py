@@ -18,6 +18,7 @@ import torch
 
 from specproof.reference.errors import BadParameterError
 
+from ._contract import check_unread_draft
 from ._device import default_block, on_kernel_device
 from ._tree import f64, prepare
 from .kernels.typical_tree import typical_tree_kernel
@@ -60,6 +61,7 @@ def typical(
 
 def typical_verifier(parents, tokens, draft_probs, target_probs, generator):
     """The tree contract: one uniform per row (u_final)."""
+    check_unread_draft((parents, tokens, draft_probs, target_probs), chain=False)
     u_final = torch.rand(parents.shape[0], generator=generator, dtype=torch.float64)
     return typical(parents, tokens, target_probs, u_final)
 
@@ -90,6 +92,7 @@ def chain_output(accepted: torch.Tensor, next_token: torch.Tensor, tokens: torch
 
 def typical_chain_verifier(draft_token_ids, draft_probs, target_probs, generator):
     """The chain contract: the chain verified as a tree (draft laws ignored)."""
+    check_unread_draft((draft_token_ids, draft_probs, target_probs), chain=True)
     parents, tokens = chain_as_tree(draft_token_ids, target_probs)
     u_final = torch.rand(parents.shape[0], generator=generator, dtype=torch.float64)
     acc, nxt = typical(parents, tokens, target_probs, u_final)

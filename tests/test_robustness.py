@@ -31,6 +31,25 @@ def test_the_project_backends_refuse_every_malformed_input(kind, name):
         assert {"cyclic_parents", "forward_parent", "self_parent"} <= {o.name for o in raised}
 
 
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [
+        ("tree", "optimized.greedy"),
+        ("tree", "optimized.strict"),
+        ("tree", "optimized.target_only"),
+        ("chain", "optimized.typical"),
+    ],
+)
+def test_optimized_rules_that_never_read_q_still_refuse_a_malformed_draft_law(kind, name):
+    # their kernels take no draft laws; the reference refuses a NaN row or a zero-probability
+    # draft all the same, and so must the optimized contract (robustness found the gap)
+    result = robustness(REGISTRY[(kind, name)])
+    by = {o.name: o for o in result.outcomes}
+    assert by["nan_draft_row"].status == "raised" and by["nan_draft_row"].names_argument, result.summary()
+    assert by["zero_draft_probability"].status == "raised", result.summary()
+    assert result.verdict == "robust", result.summary()
+
+
 def _silent(d, dp, tp, g):
     """Validates nothing: emits the argmax of the first target row, NaN or not."""
     import torch
