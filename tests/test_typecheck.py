@@ -89,7 +89,9 @@ def _packages() -> list[str]:
 
 def _probe(path: Path, typed: list[tuple[str, str, list[str]]] = TYPED) -> dict[int, tuple[str, list[str]]]:
     """Write the probe; return {line number: (expression, wanted substrings)} of its reveals."""
-    lines = [imp for imp, _, _ in typed]
+    # the path in the text: mypy's cache replays a module whose text it has seen with the path it
+    # had then, so an identical probe from an earlier run would report another run's file
+    lines = [f"# probe at {path}"] + [imp for imp, _, _ in typed]
     modules = [
         (f"import {pkg} as _m{i}", f"_m{i}", ["types.ModuleType"]) for i, pkg in enumerate(_packages())
     ]
