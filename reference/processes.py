@@ -1,6 +1,6 @@
 """Proposal processes: how the drafts of a step were produced.
 
-Whether a rule is exact depends on this (DESIGN.md, core idea 3). A process grows a concrete
+Whether a rule is exact depends on this (proofs_notes/processes.md). A process grows a concrete
 draft tree from a *shape* (a :class:`DraftTree` giving each node's number of children) and a
 draft model, drawing through the choice interface at sites ``("draft", shape_node)``:
 

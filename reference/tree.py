@@ -1,6 +1,6 @@
 """Draft trees: validation, ancestry, tree attention, positions, leaf paths, KV commit.
 
-Convention (DESIGN.md): ``parents[0] == -1`` and ``parents[i] < i``. Node 0 is the last
+Convention (proofs_notes/tree_validation.md): ``parents[0] == -1`` and ``parents[i] < i``. Node 0 is the last
 committed token; nodes 1..N-1 are drafts. A chain is ``[-1, 0, 1, 2, ...]``.
 
 * A node's attention row holds exactly its ancestors and itself: it never sees a sibling

@@ -4,7 +4,7 @@ One step = a proposal process drafting a tree from the draft model, then a rule 
 against the target. :func:`check` enumerates both (every draft draw and every rule draw with
 nonzero probability), completes each emitted sequence with target samples to the horizon
 ``M = shape depth + 1``, and compares that length-M law with the target's own M-token law
-(DESIGN.md, core idea 2). With Fraction models every probability is rational and the total
+(proofs_notes/lossless_criterion.md). With Fraction models every probability is rational and the total
 variation distance is exact: ``tv == 0`` proves the rule lossless on the instance; ``tv > 0``
 comes with the most deviating cells as a witness.
 
