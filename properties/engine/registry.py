@@ -35,8 +35,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
@@ -44,6 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from specproof.properties._imports import import_where
 from specproof.reference.choices import Sampler
 from specproof.reference.decode import decode
 from specproof.reference.errors import BadParameterError, SpecproofInputError, UsageError
@@ -726,24 +725,7 @@ class EngineTargetError(SpecproofInputError):
 
 def _load(target: str) -> Any:
     where, _, attr = target.rpartition(":")
-    if where.endswith(".py") or os.sep in where:
-        if not os.path.isfile(where):
-            raise EngineTargetError(f"no file {where!r}")
-        name = "specproof_engine_" + os.path.splitext(os.path.basename(where))[0]
-        spec = importlib.util.spec_from_file_location(name, where)
-        if spec is None or spec.loader is None:
-            raise EngineTargetError(f"cannot import {where!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            raise EngineTargetError(f"importing {where!r} raised {type(e).__name__}: {e}") from e
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as e:
-            raise EngineTargetError(f"cannot import module {where!r}: {type(e).__name__}: {e}") from e
+    module = import_where(where, EngineTargetError, "specproof_engine_")
     if not hasattr(module, attr):
         raise EngineTargetError(f"{where!r} has no attribute {attr!r}")
     return getattr(module, attr)

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -41,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from specproof.properties._imports import import_where
 from specproof.properties.oracle.exact import Instance, OracleResult, check
 from specproof.properties.oracle.matrix import Cell, random_instance
 from specproof.properties.verdicts import USAGE_ERROR, Verdict
@@ -636,28 +635,6 @@ def _run_cell(
 # --- loading a rule named on the command line -------------------------------------------------
 
 
-def _import(where: str) -> Any:
-    if where.endswith(".py") or os.sep in where:
-        if not os.path.isfile(where):
-            raise RuleSpecError(f"RULE: no file {where!r}")
-        name = "specproof_rule_" + _slug(os.path.splitext(os.path.basename(where))[0])
-        spec = importlib.util.spec_from_file_location(name, where)
-        if spec is None or spec.loader is None:
-            raise RuleSpecError(f"RULE: cannot import {where!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            del sys.modules[name]
-            raise RuleSpecError(f"RULE: importing {where!r} raised {type(e).__name__}: {e}") from e
-        return module
-    try:
-        return importlib.import_module(where)
-    except Exception as e:
-        raise RuleSpecError(f"RULE: cannot import module {where!r}: {type(e).__name__}: {e}") from e
-
-
 def load_rule(
     spec: str,
     exact_for: Sequence[str] | None = None,
@@ -673,7 +650,9 @@ def load_rule(
     where, sep, attr = spec.rpartition(":")
     if not sep or not where or not attr:
         raise RuleSpecError(f"RULE: {spec!r} is not path/to/file.py:NAME or module:NAME")
-    obj = getattr(_import(where), attr, None)
+    obj = getattr(
+        import_where(where, lambda problem: RuleSpecError(f"RULE: {problem}"), "specproof_rule_"), attr, None
+    )
     if obj is None:
         raise RuleSpecError(f"RULE: {where!r} has no {attr!r}")
     if isinstance(obj, Rule):

@@ -15,14 +15,13 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from specproof.properties._imports import import_where
 from specproof.properties.conformance.backends import reference as _ref
 from specproof.properties.conformance.backends import torch_chain as _tc
 from specproof.reference.errors import SpecproofError, UsageError
@@ -233,24 +232,7 @@ def load_callable(target: str) -> Callable[..., Any]:
             "nor module:function nor path/to/file.py:function"
         )
     where, _, attr = target.rpartition(":")
-    if where.endswith(".py") or os.sep in where:
-        if not os.path.isfile(where):
-            raise TargetError(f"TARGET: no file {where!r}")
-        name = "specproof_user_" + os.path.splitext(os.path.basename(where))[0]
-        spec = importlib.util.spec_from_file_location(name, where)
-        if spec is None or spec.loader is None:
-            raise TargetError(f"TARGET: cannot import {where!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            raise TargetError(f"TARGET: importing {where!r} raised {type(e).__name__}: {e}") from e
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as e:
-            raise TargetError(f"TARGET: cannot import module {where!r}: {type(e).__name__}: {e}") from e
+    module = import_where(where, lambda problem: TargetError(f"TARGET: {problem}"), "specproof_user_")
     fn = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise TargetError(f"TARGET: {where!r} has no callable {attr!r}")
