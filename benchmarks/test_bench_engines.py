@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specproof.optimized.bench import chain_inputs, tree_inputs
+from specproof.properties.bench.kernels import chain_inputs, tree_inputs
 from specproof.properties.conformance.backends import REGISTRY
 
 FULL = torch.cuda.is_available()

@@ -394,7 +394,7 @@ def reference_paged_attention(
 
 
 def compile_specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
-    """The kernels' signatures for :mod:`specproof.optimized.compile_check` (via tree_attention)."""
+    """The kernels' signatures for :mod:`specproof.properties.bench.compile_check` (via tree_attention)."""
     specs: list[tuple[str, object, dict[str, str], dict[str, object]]] = []
     for dt, acc in (("fp32", tl.float32), ("fp64", tl.float64)):
         consts: dict[str, object] = {"W": 1, "DB": 64, "QB": 8, "BSZ": 16, "KT": 16, "NB": 16, "ACC": acc}

@@ -47,7 +47,7 @@ def strict(
 
 
 def compile_specs() -> list[tuple[str, object, dict[str, str], dict[str, object]]]:
-    """The kernel's signatures for :mod:`specproof.optimized.compile_check` (via tree_attention)."""
+    """The kernel's signatures for :mod:`specproof.properties.bench.compile_check` (via tree_attention)."""
     specs: list[tuple[str, object, dict[str, str], dict[str, object]]] = []
     for dt in ("fp32", "bf16"):
         consts: dict[str, object] = {"NB": 16, "BLOCK": 1024}

@@ -112,7 +112,7 @@ def reference_attention(q, k_tree, v_tree, k_prefix, v_prefix, parents, prefix_l
 
 
 def compile_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
-    """The kernel's signature for :mod:`specproof.optimized.compile_check`."""
+    """The kernel's signature for :mod:`specproof.properties.bench.compile_check`."""
     consts = {"W": 1, "DB": 64, "BS": 32, "NB": 16}
     sig = {
         **{n: "*fp32" for n in ("q_ptr", "kt_ptr", "vt_ptr", "kp_ptr", "vp_ptr")},

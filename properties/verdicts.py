@@ -27,6 +27,8 @@ from enum import Enum
 
 
 class Verdict(str, Enum):
+    """What a check concluded (the table above); compares equal to its value, a plain string."""
+
     EXACT = "exact"
     PASS = "pass"
     LOSSY = "lossy"

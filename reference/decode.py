@@ -128,6 +128,10 @@ def _first_child_overlaps(step: Step) -> list[float]:
     return out
 
 
+#: the prompt of the exact multi-step checks on the small target of :func:`e2e_models`
+EXACT_PREFIX = (2, 0, 3, 2)
+
+
 @functools.cache
 def e2e_models() -> tuple[TinyTransformer, TinyTransformer]:
     """The two targets of ``specproof e2e``: a 4-token one, small enough to enumerate the law of

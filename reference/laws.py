@@ -141,17 +141,6 @@ def tv_distance(a: dict[Any, Num], b: dict[Any, Num]) -> Num:
     return sum(abs(a.get(k, 0) - b.get(k, 0)) for k in keys) / 2
 
 
-def apply_temperature(logits: Sequence[float], temperature: float) -> Law:
-    """``softmax(logits / T)`` in float64; ``T = 0`` gives the one-hot law at the argmax."""
-    if not temperature >= 0:
-        raise UsageError(f"temperature: must be >= 0, got {temperature!r}")
-    if temperature == 0:
-        return onehot(argmax(list(logits)), len(logits), like=1.0)
-    m = max(logits)
-    e = [math.exp((v - m) / temperature) for v in logits]
-    return normalize(e)
-
-
 def top_k(p: Sequence[Num], k: int) -> Law:
     """Keep the ``k`` most likely tokens (ties to the smaller id), renormalize."""
     if k < 1:

@@ -101,7 +101,7 @@ if [ $quick = 0 ]; then
 fi
 
 # 6. side by side (each row appended to the .jsonl as measured, so a time limit keeps the rows done)
-step side-by-side "$([ $quick = 1 ] && echo 90 || echo 200)" python3 -m specproof.optimized.bench_peers \
+step side-by-side "$([ $quick = 1 ] && echo 90 || echo 200)" python3 -m specproof.properties.bench.peers \
   $([ $quick = 1 ] && echo --quick) --seconds "$([ $quick = 1 ] && echo 0.1 || echo 0.15)" \
   --markdown "$out/side-by-side.md" --jsonl "$out/side-by-side.jsonl"
 

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from specproof.optimized import token
-from specproof.optimized.bench import _time, chain_inputs, copy_bandwidth, floor_bytes, graphed
+from specproof.properties.bench.kernels import _time, chain_inputs, copy_bandwidth, floor_bytes, graphed
 
 
 def main(path: str) -> None:

@@ -1,6 +1,6 @@
 """The main job as an instrument: one run on an idle machine, then N runs beside a CPU hog.
 
-Reproduces README's "The main job" figures and its mutation table:
+Reproduces docs/verifier-audit.md's "The main job" figures and its mutation table:
 
     python scripts/main_job_under_load.py --runs 10 --out /tmp/main-job
 

@@ -1,6 +1,6 @@
 """specproof: a correctness harness for speculative decoding.
 
-The one way in from Python (README, "Use from Python"; every name is imported on first use)::
+The one way in from Python (docs/python-api.md; every name is imported on first use)::
 
     import specproof
 
@@ -31,10 +31,12 @@ from specproof.reference.errors import ArgumentTypeError, UsageError
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and readers; imported lazily at run time
-    from specproof.properties.audit.stages import AuditConfig, AuditResult, CaseResult
+    from specproof.properties.audit.results import AuditResult, CaseResult
+    from specproof.properties.audit.stages import AuditConfig
     from specproof.properties.conformance.contracts import ContractViolation
-    from specproof.properties.engine.audit import EngineAuditConfig, EngineAuditResult
-    from specproof.properties.engine.registry import Engine, Sampling
+    from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.engine.contract import Engine, EngineSpec, Sampling
+    from specproof.properties.engine.results import EngineAuditResult
     from specproof.properties.oracle import strategies
     from specproof.properties.oracle.exact import Instance, ModelInstance, OracleResult, check
     from specproof.properties.verdicts import Verdict
@@ -49,12 +51,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "UsageError": ("specproof.reference.errors", "UsageError"),
     "ContractViolation": ("specproof.properties.conformance.contracts", "ContractViolation"),
     "AuditConfig": ("specproof.properties.audit.stages", "AuditConfig"),
-    "AuditResult": ("specproof.properties.audit.stages", "AuditResult"),
-    "CaseResult": ("specproof.properties.audit.stages", "CaseResult"),
+    "AuditResult": ("specproof.properties.audit.results", "AuditResult"),
+    "CaseResult": ("specproof.properties.audit.results", "CaseResult"),
     "EngineAuditConfig": ("specproof.properties.engine.audit", "EngineAuditConfig"),
-    "EngineAuditResult": ("specproof.properties.engine.audit", "EngineAuditResult"),
-    "Engine": ("specproof.properties.engine.registry", "Engine"),
-    "Sampling": ("specproof.properties.engine.registry", "Sampling"),
+    "EngineAuditResult": ("specproof.properties.engine.results", "EngineAuditResult"),
+    "Engine": ("specproof.properties.engine.contract", "Engine"),
+    "EngineSpec": ("specproof.properties.engine.contract", "EngineSpec"),
+    "Sampling": ("specproof.properties.engine.contract", "Sampling"),
     "Instance": ("specproof.properties.oracle.exact", "Instance"),
     "ModelInstance": ("specproof.properties.oracle.exact", "ModelInstance"),
     "OracleResult": ("specproof.properties.oracle.exact", "OracleResult"),
@@ -85,18 +88,16 @@ def _backend(fn: Any, kind: str, processes: Sequence[str] | None, law: str, name
     from specproof.properties.conformance.backends import Backend, resolve
 
     if isinstance(fn, str):
-        backend = resolve(fn, kind, tuple(processes) if processes else None)
-        return backend
+        return resolve(fn, kind, tuple(processes) if processes else None)
     if not callable(fn):
         raise ArgumentTypeError(f"fn: expected a callable verifier or a target name, got {type(fn).__name__}")
     if law not in ("target", "greedy"):
         raise UsageError(f"law: 'target' or 'greedy', got {law!r}")
-    procs = tuple(processes or ())
     return Backend(
         name=name or str(getattr(fn, "__name__", "verifier")),
         kind=kind,
         fn=fn,
-        processes=procs,
+        processes=tuple(processes or ()),
         law=law,
         doc="a verifier audited from Python",
         group="user",
@@ -109,24 +110,18 @@ def audit_chain(
     processes: Sequence[str] = CHAIN_PROCESSES,
     law: str = "target",
     name: str | None = None,
-    alpha: float = 1e-6,
-    tv: float = 0.01,
-    power: float = 0.99,
-    seed: int = 0,
-    samples: int | None = None,
-    budget_seconds: float = 900.0,
     progress: Callable[[str, float], None] | None = None,
     **options: Any,
 ) -> AuditResult:
     """Audit a chain verifier ``fn(draft_token_ids [B,K], draft_probs [B,K,V] or None,
     target_probs [B,K+1,V], generator) -> output_token_ids [B,K+1]`` (or a registered name,
     ``module:function``, ``path.py:function``) under ``processes``; ``law="greedy"`` for a
-    verifier that preserves greedy decoding. Further :class:`AuditConfig` fields as keywords
-    (``large_vocab_tv``, ``batch``, ``probes``, ``call_timeout``, ``shrink``, ``cases``, ...).
-    Returns the :class:`AuditResult` (``verdict``, ``summary()``, ``to_json()``)."""
-    return _audit(
-        fn, "chain", processes, law, name, alpha, tv, power, seed, samples, budget_seconds, progress, options
-    )
+    verifier that preserves greedy decoding. ``options`` are :class:`AuditConfig` fields
+    (``alpha``, ``tv``, ``power``, ``seed``, ``samples``, ``budget_seconds``, ``shrink``,
+    ``large_vocab_tv``, ``cases``, ...), with its defaults for those not given.
+    ``progress(what, fraction)`` is called as the audit runs. Returns the :class:`AuditResult`
+    (``verdict``, ``summary()``, ``to_json()``)."""
+    return _audit(fn, "chain", processes, law, name, progress, options)
 
 
 def audit_tree(
@@ -135,12 +130,6 @@ def audit_tree(
     processes: Sequence[str],
     law: str = "target",
     name: str | None = None,
-    alpha: float = 1e-6,
-    tv: float = 0.01,
-    power: float = 0.99,
-    seed: int = 0,
-    samples: int | None = None,
-    budget_seconds: float = 900.0,
     progress: Callable[[str, float], None] | None = None,
     **options: Any,
 ) -> AuditResult:
@@ -149,9 +138,7 @@ def audit_tree(
     proposal ``processes`` it claims (e.g. ``("wor_siblings",)``); as :func:`audit_chain`."""
     if not processes:
         raise UsageError("processes: a tree audit needs the proposal processes the verifier claims")
-    return _audit(
-        fn, "tree", processes, law, name, alpha, tv, power, seed, samples, budget_seconds, progress, options
-    )
+    return _audit(fn, "tree", processes, law, name, progress, options)
 
 
 def _audit(
@@ -160,72 +147,55 @@ def _audit(
     processes: Sequence[str],
     law: str,
     name: str | None,
-    alpha: float,
-    tv: float,
-    power: float,
-    seed: int,
-    samples: int | None,
-    budget_seconds: float,
     progress: Callable[[str, float], None] | None,
     options: dict[str, Any],
 ) -> AuditResult:
     from specproof.properties.audit.stages import AuditConfig, audit
+    from specproof.properties.conformance.backends import target_name
+    from specproof.properties.plan import build_config
 
     backend = _backend(fn, kind, processes, law, name)
-    config = AuditConfig(
-        alpha=alpha, tv=tv, power=power, seed=seed, samples=samples, budget_seconds=budget_seconds, **options
-    )
-    result = audit(backend, config, progress)
-    result.target = fn if isinstance(fn, str) else None
+    result = audit(backend, build_config(AuditConfig, options), progress)
+    result.target = fn if isinstance(fn, str) else target_name(fn)
     return result
 
 
 def audit_engine(
     engine: Any,
     *,
-    prompts: Sequence[Sequence[int]] = ((0, 1),),
-    tokens: int = 4,
+    prompts: Sequence[Sequence[int]] | None = None,
+    tokens: int | None = None,
     sampling: Sampling | None = None,
     name: str | None = None,
-    expect: str = "pass",
+    expect: str | None = None,
     progress: Callable[[str, float], None] | None = None,
     **options: Any,
 ) -> EngineAuditResult:
-    """Audit a whole speculative engine end to end: ``engine`` has ``generate(prompt_ids,
-    max_new_tokens, seed) -> list[int]``, ``target_law(context) -> probabilities`` and
-    ``vocab`` (the contract of :mod:`specproof.properties.engine.registry`), or is a registered
-    engine's name (``specproof backends``). ``sampling`` says what the engine was asked to
-    sample (temperature, top-k, top-p; greedy at temperature 0): its ``target_law`` must apply
-    the same. Further :class:`EngineAuditConfig` fields as keywords (``alpha``, ``tv``,
-    ``power``, ``seed``, ``samples``, ``budget_seconds``, ...)."""
+    """Audit a whole speculative engine end to end. ``engine`` is an object with
+    ``generate(prompt_ids, max_new_tokens, seed) -> list[int]``, ``target_law(context) ->
+    probabilities`` and ``vocab`` (:class:`Engine`), a factory ``factory(temperature=, top_k=,
+    top_p=) -> engine``, an :class:`EngineSpec`, or a registered engine's name (``specproof
+    backends``). ``prompts``, ``tokens`` (the horizon M) and ``sampling`` replace the spec's own
+    (for an engine instance, ``sampling`` says what it was asked to sample: its ``target_law``
+    must apply the same). ``options`` are :class:`EngineAuditConfig` fields (``alpha``, ``tv``,
+    ``power``, ``seed``, ``samples``, ``budget_seconds``, ``looks``, ...)."""
+    from dataclasses import replace
+
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.engine.audit import audit_engine as _audit_engine
-    from specproof.properties.engine.registry import ENGINES, EngineSpec, Sampling, list_engines
+    from specproof.properties.engine.registry import resolve_engine, spec_from_object, with_options
+    from specproof.properties.plan import build_config
 
+    given = tuple(tuple(int(x) for x in p) for p in prompts) if prompts else None
     if isinstance(engine, str):
-        list_engines()  # registers the built-in engines
-        if engine not in ENGINES:
-            raise UsageError(f"engine: {engine!r} is not registered (see `specproof backends`)")
-        spec = ENGINES[engine]
+        spec = resolve_engine(engine)
     else:
-        for attr in ("generate", "target_law", "vocab"):
-            if not hasattr(engine, attr):
-                raise ArgumentTypeError(
-                    f"engine: has no {attr!r}; an engine needs generate, target_law and vocab"
-                )
-        setting = sampling or Sampling()
-        spec = EngineSpec(
-            name=name or type(engine).__name__,
-            group="user",
-            doc="an engine audited from Python",
-            build=lambda s: engine,
-            vocab=int(engine.vocab),
-            prompts=tuple(tuple(int(x) for x in p) for p in prompts),
-            samplings=(setting,),
-            expect=expect,
-            tokens=tokens,
-        )
-    return _audit_engine(spec, EngineAuditConfig(**options), progress)
+        label = str(name or getattr(engine, "__name__", type(engine).__name__))
+        spec = spec_from_object(label, engine, given, sampling=sampling)
+    spec = with_options(spec, given, [sampling] if sampling else None, tokens)
+    if name is not None or expect is not None:
+        spec = replace(spec, name=name or spec.name, expect=expect or spec.expect)
+    return _audit_engine(spec, build_config(EngineAuditConfig, options), progress)
 
 
 __all__ = [
@@ -238,6 +208,7 @@ __all__ = [
     "Engine",
     "EngineAuditConfig",
     "EngineAuditResult",
+    "EngineSpec",
     "Instance",
     "ModelInstance",
     "OracleResult",

@@ -15,16 +15,18 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from specproof.properties.conformance.backends.thirdparty import sglang_engine, vllm_engine
+from specproof.properties.engine.adapters import sglang as sglang_engine
+from specproof.properties.engine.adapters import vllm as vllm_engine
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
-from specproof.properties.engine.registry import ENGINES, T07, T1, EngineSpec, Sampling, _ensure_registered
+from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.registry import ENGINES, ensure_registered
 from specproof.properties.verdicts import Verdict
 
 PATHS = {"target": "/models/target", "draft": "/models/draft"}
 
 
 def _reference(lossy: bool, temperature: float) -> Any:
-    _ensure_registered()
+    ensure_registered()
     name = "mutant.greedy_draft_soft_law" if lossy else "reference.draft.token"
     return ENGINES[name].build(Sampling(temperature))
 
@@ -139,7 +141,7 @@ def test_sglang_adapter_builds_the_users_request_and_the_audit_sees_through_it()
 def test_without_cuda_the_engines_are_listed_unavailable_with_the_install_line():
     import torch
 
-    _ensure_registered()
+    ensure_registered()
     for group, module in (("vllm", vllm_engine), ("sglang", sglang_engine)):
         specs = [s for s in ENGINES.values() if s.group == group]
         assert specs, group

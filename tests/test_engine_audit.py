@@ -1,4 +1,4 @@
-"""The engine audit (properties/engine/audit.py) on specproof's own loops (properties/engine/registry.py).
+"""The engine audit (properties/engine/audit.py) on specproof's own loops (properties/engine/loops.py).
 
 Every statistical test here runs at a fixed sample size with fixed seeds (the audit's seeds
 derive from ``seed``; torch runs single-threaded inside the audit), so its verdicts are
@@ -27,20 +27,13 @@ import os
 import numpy as np
 import pytest
 
+from specproof.properties.engine import loops as L
 from specproof.properties.engine import registry as E
-from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, report_blocks, write_report
-from specproof.properties.engine.registry import (
-    GREEDY,
-    T07,
-    T1,
-    DirectEngine,
-    EngineSpec,
-    Sampling,
-    decode_without_rollback,
-    engine_target,
-    resolve_engine,
-    with_options,
-)
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.loops import DirectEngine, decode_without_rollback, engine_target
+from specproof.properties.engine.registry import resolve_engine, with_options
+from specproof.properties.engine.report import report_blocks, write_report
 from specproof.properties.verdicts import Verdict
 from specproof.reference.decode import decode
 from specproof.reference.errors import BadParameterError
@@ -50,7 +43,7 @@ from specproof.reference.proposers.draft_model import draft_model
 from specproof.reference.rules import RULES
 
 ALPHA = 1e-3
-E._ensure_registered()  # the registry, for the parametrized sweeps below
+E.ensure_registered()  # the registry, for the parametrized sweeps below
 
 
 def _audit(name: str, prompts, samplings, samples: int, seed: int = 0, looks: int = 4):
@@ -127,13 +120,12 @@ def test_the_hand_written_loop_with_rollback_is_the_reference_loop_token_for_tok
 
 def test_registry_lists_every_proposer_and_exact_rule_and_the_mutants():
     rows = {r["name"]: r for r in E.list_engines()}
-    from specproof.properties.e2e.check import applicable_rules
     from specproof.reference.proposers import PROPOSERS
 
     for p in PROPOSERS.values():
-        for rule in applicable_rules(p):
+        for rule in p.exact_rules():
             assert rows[f"reference.{p.name}.{rule}"]["expect"] == "pass"
-    for name, (_, expect, _) in E.MUTANT_DOCS.items():
+    for name, (_, expect, _) in L.MUTANT_DOCS.items():
         assert rows[name]["expect"] == expect
     assert rows["reference.direct"]["available"]
 
@@ -271,44 +263,15 @@ def test_a_budget_too_small_for_the_plan_ends_underpowered_never_pass():
 
 
 def test_json_report_and_cli(tmp_path, capsys):
-    import argparse
+    from specproof.properties.cli import build_parser, main
+    from specproof.properties.cli.audit import engine_config
 
-    from specproof.properties.engine import audit as engine_audit
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("kind")
-    parser.add_argument("target", nargs="?")
-    parser.add_argument("--alpha", type=float, default=1e-6)
-    parser.add_argument("--tv", type=float, default=0.01)
-    parser.add_argument("--power", type=float, default=0.99)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--budget-seconds", type=float, default=None)
-    parser.add_argument("--samples", type=int, default=None)
-    parser.add_argument("--cells", type=int, default=128)
-    parser.add_argument("--json")
-    parser.add_argument("--report")
-    parser.add_argument("--progress", default="off")
-    engine_audit.add_cli_arguments(parser)
     out_json, out_md = tmp_path / "e.json", tmp_path / "e.md"
-    args = parser.parse_args(
-        [
-            "engine",
-            "mutant.greedy_draft_soft_law",
-            "--prompt",
-            "0 6",
-            "--temperature",
-            "1",
-            "--samples",
-            "200",
-            "--json",
-            str(out_json),
-            "--report",
-            str(out_md),
-        ]
-    )
-    config = engine_audit.config_from_args(args)
+    argv = ["audit", "engine", "mutant.greedy_draft_soft_law", "--prompt", "0 6", "--temperature", "1"]
+    argv += ["--samples", "200", "--json", str(out_json), "--report", str(out_md), "--progress", "off"]
+    config = engine_config(build_parser().parse_args(argv))
     assert (config.alpha, config.tv, config.max_cells) == (1e-4, 0.1, 64)  # the engine defaults
-    assert engine_audit.run_cli(args) == 1
+    assert main(argv) == 1
     printed = capsys.readouterr().out
     assert "plan:" in printed and "LOSSY" in printed
     doc = json.loads(out_json.read_text())
@@ -316,19 +279,17 @@ def test_json_report_and_cli(tmp_path, capsys):
     assert "Next token at position" in out_md.read_text()
     write_report(str(tmp_path / "e.html"), [])  # an empty report is still a page
     assert (tmp_path / "e.html").read_text().startswith("<!doctype html>")
-    bad = parser.parse_args(["engine", "no.such.engine"])
-    assert engine_audit.run_cli(bad) == 4
-    bad = parser.parse_args(["engine", "reference.direct", "--prompt", "a b"])
-    assert engine_audit.run_cli(bad) == 4
-    explicit = parser.parse_args(["engine", "reference.direct", "--alpha", "1e-6"])
-    assert engine_audit.config_from_args(explicit).alpha == 1e-6
+    assert main(["audit", "engine", "no.such.engine"]) == 4
+    assert main(["audit", "engine", "reference.direct", "--prompt", "a b"]) == 4
+    explicit = build_parser().parse_args(["audit", "engine", "reference.direct", "--alpha", "1e-6"])
+    assert engine_config(explicit).alpha == 1e-6
     assert report_blocks([])[0] == ("h1", "specproof engine audit")
 
 
 def test_user_engines_resolve_from_a_file(tmp_path):
     path = tmp_path / "my_engine.py"
     path.write_text(
-        "from specproof.properties.engine.registry import DirectEngine\n"
+        "from specproof.properties.engine.loops import DirectEngine\n"
         "from specproof.reference.models import ToyLM\n"
         "def make(temperature=1.0, top_k=None, top_p=None):\n"
         "    return DirectEngine(ToyLM(5, 2, exact=False))\n"
@@ -400,12 +361,11 @@ SLOW = pytest.mark.skipif(os.environ.get("SPECPROOF_SLOW") != "1", reason="slow 
 
 
 def _registered(group: str) -> list[str]:
-    E._ensure_registered()
+    E.ensure_registered()
     return [n for n, s in E.ENGINES.items() if s.group == group and s.available()[0]]
 
 
 def test_the_optimized_loop_is_registered_for_every_proposer_and_rule_with_a_kernel():
-    from specproof.properties.e2e.check import applicable_rules
     from specproof.reference.proposers import PROPOSERS
 
     names = set(_registered("optimized"))
@@ -414,7 +374,7 @@ def test_the_optimized_loop_is_registered_for_every_proposer_and_rule_with_a_ker
     from specproof.optimized.decode import KERNEL_RULES
 
     for p in PROPOSERS.values():
-        for rule in applicable_rules(p):
+        for rule in p.exact_rules():
             assert (f"optimized.{p.name}.{rule}" in names) == (rule in KERNEL_RULES)
 
 
@@ -458,7 +418,7 @@ def test_horizons_from_3_to_6_and_vocabularies_from_4_to_16():
 
     def spec(target, process, tokens, prompt):
         def build(s):
-            return E.ReferenceEngine(target, draft_model(target), process, "token", (-1, 0, 1, 2), s)
+            return L.ReferenceEngine(target, draft_model(target), process, "token", (-1, 0, 1, 2), s)
 
         return EngineSpec("x", "user", "", build, target.vocab, (prompt,), (T1,), tokens=tokens)
 
@@ -466,6 +426,6 @@ def test_horizons_from_3_to_6_and_vocabularies_from_4_to_16():
     assert ok.verdict == Verdict.PASS and ok.tokens == 6 and ok.vocab == 4, ok.summary()
     ok = audit_engine(spec(big, "iid_chain", 3, (3, 4)), EngineAuditConfig(alpha=ALPHA, samples=200))
     assert ok.verdict == Verdict.PASS and ok.vocab == 16, ok.summary()
-    soft = E.ReportedBy("argmax, q", P["onehot_chain"].choose, True, True, "", report_as=P["iid_chain"])
+    soft = L.ReportedBy("argmax, q", P["onehot_chain"].choose, True, True, "", report_as=P["iid_chain"])
     bad = audit_engine(spec(big, soft, 3, (3, 4)), EngineAuditConfig(alpha=ALPHA, samples=200))
     assert bad.verdict == Verdict.LOSSY, bad.summary()

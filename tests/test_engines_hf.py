@@ -117,7 +117,7 @@ def test_gemma4_assistant_drafts_the_argmax_but_verifies_them_as_sampled(monkeyp
 def test_universal_speculative_decoding_tells_the_verifier_a_permuted_draft_law():
     from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
-    from specproof.properties.conformance.backends.thirdparty import hf_engine
+    from specproof.properties.engine.adapters import hf as hf_engine
     from specproof.properties.oracle.findings import permuted_draft_law_witness
 
     def mismatches(order: str) -> list[int]:

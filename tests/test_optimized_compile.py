@@ -12,7 +12,7 @@ import sys
 def test_every_kernel_compiles_for_sm90():
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     r = subprocess.run(
-        [sys.executable, "-m", "specproof.optimized.compile_check", "--only", "fp32"],
+        [sys.executable, "-m", "specproof.properties.bench.compile_check", "--only", "fp32"],
         env=env,
         capture_output=True,
         text=True,

@@ -359,9 +359,9 @@ def test_optimized_token_backend_meets_the_contract_and_passes_a_small_audit():
 
 
 def test_side_by_side_smoke_run_times_ours_and_names_why_a_peer_is_not_timed():
-    # The GPU side by side (optimized.bench_peers) on CPU at a tiny size: our kernels are timed
+    # The GPU side by side (properties/bench/peers.py) on CPU at a tiny size: our kernels are timed
     # (interpreted), and every peer is either timed or listed with the reason it is not.
-    from specproof.optimized import bench_peers
+    from specproof.properties.bench import peers as bench_peers
 
     rows = bench_peers.chain_rows(2, 2, 40, torch.float32, "cpu", None, 0.0, lambda s: None)
     ours = [r for r in rows if r.engine.startswith("optimized.")]

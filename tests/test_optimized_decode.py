@@ -413,7 +413,7 @@ def test_e2e_command_refuses_what_the_optimized_loop_cannot_run():
 
 
 def test_float32_agreement_divergences_are_near_a_threshold():
-    from specproof.optimized.bench_decode import float32_agreement
+    from specproof.properties.bench.decode import float32_agreement
 
     study = float32_agreement([("eagle2", "rrs")], requests=3, steps=5, seed=1, law_trees=4)
     assert study["law_rounding"] < study["delta"]  # the threshold window covers float32 rounding
@@ -423,7 +423,7 @@ def test_float32_agreement_divergences_are_near_a_threshold():
 
 
 def test_the_decode_bench_runs_and_reports_equal_outputs():
-    from specproof.optimized.bench_decode import markdown, speed
+    from specproof.properties.bench.decode import markdown, speed
 
     rows = speed(True, lambda s: None)
     fp64 = [r for r in rows if r.engine == "optimized"]

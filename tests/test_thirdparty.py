@@ -347,8 +347,8 @@ def test_cuda_only_adapters_pass(module: str, name: str, kind: str, processes: t
 
 def test_hf_prompt_lookup_as_a_proposer_is_lossless_under_every_exact_rule():
     pytest.importorskip("transformers")
+    from specproof.properties.audit.conform import _proposer_row
     from specproof.properties.conformance.backends.thirdparty.hf import PromptLookupDraft, proposers
-    from specproof.properties.conformance.conform import _proposer_row
 
     assert PromptLookupDraft(4, (2, 0, 3, 2, 0, 3), 3).candidates == [2, 0, 3]  # continues the match
     row = _proposer_row(proposers()[0])

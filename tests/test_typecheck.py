@@ -61,9 +61,9 @@ TYPED = [
         ],
     ),
     (
-        "from specproof.properties.engine.registry import reference_engine",
+        "from specproof.properties.engine.loops import reference_engine",
         "reference_engine",
-        ["specproof.reference.proposers.Proposer", "-> specproof.properties.engine.registry.ReferenceEngine"],
+        ["specproof.reference.proposers.Proposer", "-> specproof.properties.engine.loops.ReferenceEngine"],
     ),
     (
         "from specproof.properties.verdicts import Verdict",

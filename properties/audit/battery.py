@@ -29,7 +29,7 @@ step preserves the law iff the completed sequence has the target's M-token law
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -363,10 +363,6 @@ def complete(
         out[:, m] = y
         h = child_hash_t(h, y)
     return Completion(out, zero_row, zero_pos)
-
-
-def with_seed(case: Case, seed: int) -> Case:
-    return replace(case, seed=seed, name=f"{case.name}@{seed}")
 
 
 def chain_battery(processes: tuple[str, ...] = ("iid_chain", "onehot_chain"), seed: int = 0) -> list[Case]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as st
 
+from specproof.properties.audit import stats
 from specproof.properties.audit.battery import Case, chain_battery
 from specproof.properties.audit.stages import AuditConfig, audit
 from specproof.properties.conformance import mutants  # noqa: F401  (registers mutant.*)
@@ -54,10 +55,7 @@ class Row:
 
     def interval(self) -> tuple[float, float]:
         """Clopper-Pearson 95% interval of the rejection rate."""
-        k, n = self.rejections, self.runs
-        lo = 0.0 if k == 0 else float(st.beta.ppf(0.025, k, n - k + 1))
-        hi = 1.0 if k == n else float(st.beta.ppf(0.975, k + 1, n - k))
-        return lo, hi
+        return stats.clopper_pearson(self.rejections, self.runs)
 
 
 def cases() -> list[Case]:
@@ -132,10 +130,7 @@ class DeepRow:
     uncovered: float  # mean share of steps with an untested position
 
     def interval(self, k: int) -> tuple[float, float]:
-        n = self.runs
-        lo = 0.0 if k == 0 else float(st.beta.ppf(0.025, k, n - k + 1))
-        hi = 1.0 if k == n else float(st.beta.ppf(0.975, k + 1, n - k))
-        return lo, hi
+        return stats.clopper_pearson(k, self.runs)
 
 
 def _deep(

@@ -30,7 +30,7 @@ deviating in opposite directions) or that lives only in prefixes too rare to be 
 *uncovered* fraction reports the second: the share of sampled sequences with some position whose
 group was not tested.
 
-Measured calibration and power: ``specproof calibrate --deep`` (README, "Deep positions").
+Measured calibration and power: ``specproof calibrate --deep`` (docs/verifier-audit.md, "Deep positions").
 """
 
 from __future__ import annotations
@@ -271,8 +271,3 @@ def battery_tests(models: Any, seqs: Any, subs: Any, min_count: float = 10.0) ->
     result.positions, result.pvalue = combine(per_position, names, min_count)
     result.uncovered = float(1.0 - covered.double().mean())
     return result
-
-
-def law_key(row: Sequence[float]) -> bytes:
-    """A group key for prefixes whose next-token laws are equal entry for entry."""
-    return np.asarray(row, dtype=np.float64).tobytes()

@@ -19,7 +19,7 @@ A cell holding more than one positive-probability sequence is *unresolved*; thei
 One engine, :func:`expand_trie`, builds these cells for every caller: it reads a next-token law
 as a function of the prefix (``prefix -> (probability, token)`` pairs, positive mass only)
 through a small adapter, here :func:`battery_law` (the battery's context-hash pool) and in
-:func:`.sequence_test.prefix_cells` a model's ``next_law(prefix)``. It returns the cells with
+:func:`.sequences.prefix_cells` a model's ``next_law(prefix)``. It returns the cells with
 the per-sequence lookup :meth:`TrieCells.index`; :func:`build_partition` adds the vectorized
 lookup :meth:`Partition.assign` the audit bins millions of completed sequences with.
 """

@@ -2,7 +2,7 @@
 
 An audit JSON records how to regenerate its witness, not only its name: the case's fields, the
 seed, the call and row (:mod:`.audit`: every call's inputs, generator and completion derive from
-the seed, the case's name and the call number). :func:`test_source` writes a self-contained
+the seed, the case's name and the call number). :func:`replay_source` writes a self-contained
 pytest module that imports the verifier and specproof, rebuilds exactly that call and asserts
 what the audit found broken:
 
@@ -50,7 +50,7 @@ def _literal(x: Any) -> str:
     return pprint.pformat(x, width=100, sort_dicts=False)
 
 
-def test_source(data: dict[str, Any], backend: str | None = None, target: str | None = None) -> str:
+def replay_source(data: dict[str, Any], backend: str | None = None, target: str | None = None) -> str:
     """The pytest module reproducing the witness of ``data`` (an audit's JSON)."""
     entry = _pick(data, backend)
     target = str(target or entry.get("target") or entry.get("backend"))
@@ -202,6 +202,3 @@ def test_the_witness_case_keeps_the_law():
 
 def _comment(text: str) -> str:
     return "\n".join("# " + line for line in text.splitlines()[:40])
-
-
-test_source.__test__ = False  # type: ignore[attr-defined]  # not a pytest test

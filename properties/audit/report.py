@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specproof.properties.audit.stages import AuditResult, CaseResult
+from specproof.properties.audit.results import AuditResult, CaseResult
+from specproof.properties.outputs import atomic_write, report_format
 from specproof.properties.verdicts import Verdict
 
 Block = tuple[str, Any]
@@ -364,8 +365,12 @@ def write_report(
     overall: str | None = None,
     robustness: list[Any] | None = None,
 ) -> None:
-    """Write the report (HTML for .html/.htm, Markdown otherwise), atomically."""
-    from specproof.properties.audit.cli import atomic_write
+    """Write the report (HTML for .html/.htm, Markdown for .md/.txt), atomically."""
+    write_blocks(path, blocks_for(results, title, overall, robustness))
 
-    blocks = blocks_for(results, title, overall, robustness)
-    atomic_write(path, to_html(blocks) if path.lower().endswith((".html", ".htm")) else to_markdown(blocks))
+
+def write_blocks(path: str, blocks: list[Block]) -> None:
+    """Render ``blocks`` in the format the file's ending names (:func:`.outputs.report_format`;
+    another ending is a usage error) and write them atomically."""
+    fmt = report_format(path)
+    atomic_write(path, to_html(blocks) if fmt == "html" else to_markdown(blocks))

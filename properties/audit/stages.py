@@ -35,7 +35,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,9 +53,18 @@ from specproof.properties.audit.battery import (
     sample_inputs,
     tree_battery,
 )
-from specproof.properties.audit.conditional import ConditionalResult, battery_tests
+from specproof.properties.audit.conditional import battery_tests
 from specproof.properties.audit.partition import Partition, build_partition
 from specproof.properties.audit.probes import BIG_V, Probe, check_probe, probes
+from specproof.properties.audit.results import (
+    INTERRUPTED,
+    LOSSY,
+    PASS,
+    UNDERPOWERED,
+    VIOLATION,
+    AuditResult,
+    CaseResult,
+)
 from specproof.properties.conformance.backends import Backend
 from specproof.properties.conformance.contracts import (
     ContractViolation,
@@ -64,64 +73,45 @@ from specproof.properties.conformance.contracts import (
     check_tree_output,
     narrowing_hint,
 )
-from specproof.properties.verdicts import Verdict
+from specproof.properties.plan import Budget, PlanConfig, check_probability
 from specproof.reference.errors import UsageError
 
-PASS, LOSSY, VIOLATION = Verdict.PASS, Verdict.LOSSY, Verdict.CONTRACT_VIOLATION
-UNDERPOWERED, INTERRUPTED = Verdict.UNDERPOWERED, Verdict.INTERRUPTED
-EXIT = {v: v.exit_code for v in Verdict}
 #: tests combined per case (Bonferroni): chi-square and exact cells on the joint law, per position
 TESTS_PER_CASE = 3
 
 
 @dataclass
-class AuditConfig:
+class AuditConfig(PlanConfig):
+    """The verifier audit's plan: :class:`~specproof.properties.plan.PlanConfig`'s fields with
+    this audit's defaults (alpha 1e-6, TV 0.01, a 900 s guard, 128 cells), and its own."""
+
     alpha: float = 1e-6
     tv: float = 0.01
-    power: float = 0.99
-    seed: int = 0
-    budget_seconds: float = 600.0  # a guard: what cannot finish in it makes the verdict underpowered
+    budget_seconds: float = 900.0
+    max_cells: int = 128
     #: the TV planned for the memory-bound cases (V > LARGE_VOCAB); None: they get the smoke
     #: stage only (contract, zero mass), no samples and no power claimed for them
     large_vocab_tv: float | None = 0.2
-    max_cells: int = 128
-    min_count: float = 10.0
-    samples: int | None = None  # a fixed sample size per case, instead of the planner's
     batch: int = 8192  # rows per verifier call (fewer where the rows are large)
     max_batch_bytes: int = 96 * 2**20
     cases: list[Case] | None = None  # instead of the default battery
     probes: bool = True  # the id-range probes of the smoke stage
     wide_probe: bool = True  # also the probe at V = 2**24 + 2 (float32 round trips of ids)
-    stop_early: bool = False  # stop at the first case rejected at alpha / cases (Holm rejects it anyway)
-    shrink: int = 0  # after a lossy verdict, at most this many smaller candidate cases
-    shrink_seconds: float = 60.0  # a guard on shrinking
+    shrink: int = 16  # after a lossy verdict, at most this many smaller candidate cases (0: off)
+    shrink_seconds: float = 120.0  # a guard on shrinking
     call_timeout: float = 120.0  # seconds before a call counts as a hang (raised for slow verifiers)
     smoke_rows: int = 4
-    #: torch threads during the audit (restored after): 1 by default, so that reductions run in
-    #: one order on every machine, and because contended intra-op threads slow small tensor
-    #: operations by several times on a busy machine; None leaves torch's setting alone
-    threads: int | None = 1
 
     def validate(self) -> None:
-        stats.check_probability(self.alpha, "alpha")
-        stats.check_probability(self.tv, "tv")
-        stats.check_probability(self.power, "power")
+        super().validate()
         if self.large_vocab_tv is not None:
-            stats.check_probability(self.large_vocab_tv, "large_vocab_tv")
-        if not self.budget_seconds > 0:
-            raise UsageError(f"budget_seconds: must be positive, got {self.budget_seconds}")
-        if self.samples is not None and self.samples < 2:
-            raise UsageError(f"samples: must be at least 2, got {self.samples}")
-        if self.max_cells < 2:
-            raise UsageError(f"max_cells: must be at least 2, got {self.max_cells}")
+            check_probability(self.large_vocab_tv, "large_vocab_tv")
         if self.batch < 2:
             raise UsageError(f"batch: must be at least 2, got {self.batch}")
         if not self.call_timeout > 0:
             raise UsageError(f"call_timeout: must be positive, got {self.call_timeout}")
         if self.shrink < 0:
             raise UsageError(f"shrink: must be >= 0, got {self.shrink}")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"threads: must be >= 1 (or None), got {self.threads}")
 
     def case_tv(self, case: Case) -> float:
         if case.vocab <= LARGE_VOCAB:
@@ -132,316 +122,15 @@ class AuditConfig:
         return case.vocab > LARGE_VOCAB and self.large_vocab_tv is None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "alpha": self.alpha,
-            "tv": self.tv,
-            "power": self.power,
-            "seed": self.seed,
-            "budget_seconds": self.budget_seconds,
-            "large_vocab_tv": self.large_vocab_tv,
-            "max_cells": self.max_cells,
-            "min_count": self.min_count,
-            "samples": self.samples,
-            "batch": self.batch,
-            "probes": self.probes,
-            "wide_probe": self.wide_probe,
-            "stop_early": self.stop_early,
-            "shrink": self.shrink,
-            "threads": self.threads,
-        }
-
-
-@dataclass
-class Budget:
-    """The time guard. ``clock`` is injectable so tests can slow time down."""
-
-    seconds: float
-    clock: Callable[[], float] = time.perf_counter
-    start: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.start = self.clock()
-
-    def elapsed(self) -> float:
-        return self.clock() - self.start
-
-    def left(self) -> float:
-        return self.seconds - self.elapsed()
-
-    def exhausted(self) -> bool:
-        return self.left() <= 0
-
-
-@dataclass
-class CaseResult:
-    case: Case
-    planned: int
-    tv_planned: float = 0.0
-    status: str = "planned"  # planned, ran, short (stopped by the budget), not_run
-    reason: str = ""  # why short or not run
-    estimate: float = 0.0  # estimated seconds of the plan (from the smoke stage)
-    n: int = 0
-    cells: int = 0
-    unresolved: float = 0.0
-    statistic: float = 0.0
-    p_chi2: float = 1.0
-    p_cells: float = 1.0
-    p_positions: float = 1.0
-    pvalue: float = 1.0
-    power: float = 0.0
-    detectable_tv: float = 1.0
-    tv: stats.TVInterval | None = None
-    positions: ConditionalResult | None = None
-    rejected: bool = False
-    hard_failure: dict[str, Any] | None = None
-    worst: list[dict[str, Any]] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    seconds: float = 0.0
-    index: int = -1  # the case's index in the audit (its seeds derive from it)
-
-    @property
-    def budget_limited(self) -> bool:
-        return self.status in ("short", "not_run")
-
-    @property
-    def uncovered(self) -> float:
-        return 1.0 if self.positions is None else self.positions.uncovered
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "case": self.case.to_json(),
-            "description": self.case.describe(),
-            "index": self.index,
-            "status": self.status,
-            "reason": self.reason,
-            "planned_samples": self.planned,
-            "planned_tv": self.tv_planned,
-            "samples": self.n,
-            "cells": self.cells,
-            "unresolved_mass": self.unresolved,
-            "uncovered_by_positions": self.uncovered,
-            "chi2": self.statistic,
-            "p_chi2": self.p_chi2,
-            "p_cells": self.p_cells,
-            "p_positions": self.p_positions,
-            "pvalue": self.pvalue,
-            "power_at_tv": self.power,
-            "detectable_tv": self.detectable_tv,
-            "tv": None if self.tv is None else self.tv.to_json(),
-            "rejected": self.rejected,
-            "hard_failure": self.hard_failure,
-            "worst_cells": self.worst,
-            "positions": None if self.positions is None else self.positions.to_json(),
-            "emitted_length_counts": self.lengths,
-        }
-
-    def timings(self) -> dict[str, float]:
-        return {"seconds": self.seconds, "estimated_seconds": self.estimate}
-
-
-@dataclass
-class AuditResult:
-    backend: str
-    kind: str
-    processes: tuple[str, ...]
-    law: str
-    config: AuditConfig
-    verdict: Verdict = PASS
-    violation: dict[str, Any] | None = None
-    cases: list[CaseResult] = field(default_factory=list)  # every case, run or not, in battery order
-    seconds: float = 0.0
-    expected: str | None = None
-    shrunk: CaseResult | None = None
-    smoke: list[dict[str, Any]] = field(default_factory=list)  # what the smoke stage checked
-    target: str | None = None  # how to name the verifier again (for replay)
-    finding: dict[str, Any] | None = None  # a wrong id found by an id-range probe (a hard failure)
-    note: str = ""  # e.g. why shrinking stopped
-
-    @property
-    def exit_code(self) -> int:
-        return self.verdict.exit_code
-
-    @property
-    def ran(self) -> list[CaseResult]:
-        return [r for r in self.cases if r.status in ("ran", "short")]
-
-    @property
-    def not_run(self) -> list[CaseResult]:
-        return [r for r in self.cases if r.status in ("not_run", "planned")]
-
-    @property
-    def short(self) -> list[CaseResult]:
-        """Cases that did not reach the stated power: stopped early, not run, or planned below it."""
-        return [
-            r
-            for r in self.cases
-            if r.status != "smoke_only" and (r.status != "ran" or r.power < self.config.power)
-        ]
-
-    @property
-    def smoke_only(self) -> list[CaseResult]:
-        """Cases the plan gave the smoke stage alone (``large_vocab_tv=None``): no power claimed."""
-        return [r for r in self.cases if r.status == "smoke_only"]
-
-    @property
-    def skipped(self) -> list[str]:  # the earlier name of not_run, as names
-        return [r.case.name for r in self.not_run]
-
-    @property
-    def witness(self) -> CaseResult | None:
-        """The smallest rejected case (fewest nodes, then smallest vocabulary)."""
-        bad = [c for c in self.cases if c.rejected]
-        return min(bad, key=lambda c: (len(c.case.parents), c.case.vocab, c.pvalue)) if bad else None
-
-    def vouched_tv(self) -> float:
-        """The TV every case can vouch for at the stated power (1 when some case did not run)."""
-        if not self.cases or self.not_run:
-            return 1.0
-        return max((r.detectable_tv for r in self.cases if r.status != "smoke_only"), default=1.0)
-
-    def summary(self) -> str:
-        c = self.config
-        head = f"{self.backend} ({self.kind}; {', '.join(self.processes)}): {self.verdict.value.upper()}"
-        lines = [head]
-        if self.verdict == VIOLATION and self.violation:
-            v = self.violation
-            lines.append(f"  contract violation [{v['kind']}] in {v['case']} ({v['during']}): {v['detail']}")
-            if v.get("traceback"):
-                lines.append("  the verifier's traceback:")
-                lines.extend("    " + t for t in v["traceback"].rstrip().splitlines())
-            return "\n".join(lines)
-        n = sum(r.n for r in self.cases)
-        lines.append(
-            f"  {len(self.ran)}/{len(self.cases)} cases ran, {n} steps, {self.seconds:.1f} s; "
-            f"family-wise alpha {c.alpha:g} (Holm); smoke stage: {len(self.smoke)} checks"
+        out = self.plan_json()
+        out.update(
+            large_vocab_tv=self.large_vocab_tv,
+            batch=self.batch,
+            probes=self.probes,
+            wide_probe=self.wide_probe,
+            shrink=self.shrink,
         )
-        if self.verdict == INTERRUPTED:
-            lines.append("  interrupted: the cases below are what ran before Ctrl-C")
-        if self.verdict in (PASS, UNDERPOWERED, INTERRUPTED):
-            if self.smoke_only:
-                names = ", ".join(r.case.name for r in self.smoke_only)
-                lines.append(f"  smoke stage only (no power claimed): {names}")
-            if self.verdict == PASS:
-                tvs = sorted({r.tv_planned for r in self.cases if r.status != "smoke_only"})
-                lines.append(
-                    f"  no deviation detected; every case ran its plan: power >= {c.power:g} against TV >= "
-                    + " / ".join(f"{t:g}" for t in tvs)
-                    + " on its cells"
-                    + (f" (TV {max(tvs):g} on V > {LARGE_VOCAB})" if len(tvs) > 1 else "")
-                )
-            else:
-                lines.append(
-                    f"  no deviation detected, but {len(self.short)} case(s) ran short of the stated power "
-                    f"(--power {c.power:g} against --tv {c.tv:g}); the run vouches for TV >= "
-                    f"{self.vouched_tv():.3g} only"
-                )
-                for r in self.short[:8]:
-                    what = (
-                        f"not run ({r.reason})"
-                        if r.status in ("not_run", "planned")
-                        else f"{r.n}/{r.planned} steps, detects TV {r.detectable_tv:.3g} at power {c.power:g}"
-                        + (f" ({r.reason})" if r.reason else "")
-                    )
-                    lines.append(f"    {r.case.name}: {what}")
-                if len(self.short) > 8:
-                    lines.append(f"    ... and {len(self.short) - 8} more")
-            deep = [r for r in self.ran if r.positions is not None]
-            if deep:
-                worst = max(r.uncovered for r in deep)
-                lines.append(
-                    f"  per-position tests on {len(deep)} cases; largest share of steps with an untested "
-                    f"position: {worst:.3f}"
-                )
-        else:
-            if self.finding is not None:
-                lines.append(f"  found in the {self.finding['during']}: {self.finding['detail']}")
-            w = self.shrunk or self.witness
-            if w is not None:
-                what = "shrunk witness" if self.shrunk else "witness"
-                lines.append(f"  {what}: {w.case.describe()}")
-                if w.hard_failure:
-                    lines.append(f"  {w.hard_failure['detail']}")
-                else:
-                    tv = w.tv
-                    lines.append(
-                        f"  p = {w.pvalue:.3g} (cells {min(w.p_chi2, w.p_cells):.3g}, positions "
-                        f"{w.p_positions:.3g})"
-                        + (
-                            f"; TV on cells {tv.estimate:.4f} [{tv.low:.4f}, {tv.high:.4f}] "
-                            f"({tv.confidence:.0%})"
-                            if tv
-                            else ""
-                        )
-                    )
-                    for cell in w.worst[:3]:
-                        lines.append(
-                            f"    cell {cell['cell']!r}: observed {cell['observed']}, "
-                            f"expected {cell['expected']:.1f}"
-                        )
-                    pw = w.positions.witness() if w.positions else None
-                    if pw is not None and pw.worst is not None and w.p_positions <= min(w.p_chi2, w.p_cells):
-                        g = pw.worst
-                        cells = ", ".join(
-                            f"{a}: {o} vs {e:.1f}" for a, o, e in zip(g.labels, g.observed, g.expected)
-                        )
-                        lines.append(f"    position {pw.position}, {g.label}: next token {cells}")
-            lines.append("  replay: specproof replay AUDIT.json prints a pytest test of this witness")
-        if self.note:
-            lines.append(f"  {self.note}")
-        return "\n".join(lines)
-
-    def to_json(self, timings: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "verdict": self.verdict.value,
-            "backend": self.backend,
-            "target": self.target or self.backend,
-            "kind": self.kind,
-            "processes": list(self.processes),
-            "law": self.law,
-            "expected": self.expected,
-            "config": self.config.to_json(),
-            "alpha": self.config.alpha,
-            "tv": self.config.tv,
-            "power": self.config.power,
-            "seed": self.config.seed,
-            "vouched_tv": self.vouched_tv(),
-            "violation": self.violation,
-            "finding": self.finding,
-            "smoke": self.smoke,
-            "witness": None if self.witness is None else self._witness_json(self.witness),
-            "shrunk_witness": None if self.shrunk is None else self._witness_json(self.shrunk),
-            "cases": [r.to_json() for r in self.cases],
-            "short_cases": [r.case.name for r in self.short],
-            "not_run_cases": [r.case.name for r in self.not_run],
-            "smoke_only_cases": [r.case.name for r in self.smoke_only],
-            "note": self.note,
-        }
-        if timings:
-            out["seconds"] = self.seconds
-            out["budget_seconds"] = self.config.budget_seconds
-            out["case_timings"] = {r.case.name: r.timings() for r in self.cases}
         return out
-
-    def _witness_json(self, r: CaseResult) -> dict[str, Any]:
-        out = r.to_json()
-        out["laws"] = case_laws(r.case, self.law == "greedy")
-        out["regenerate"] = {"case": r.case.to_json(), "seed": self.config.seed, "index": r.index}
-        return out
-
-
-def case_laws(case: Case, greedy: bool = False) -> dict[str, Any]:
-    """The laws of a case, enough to rebuild it by hand: the support ids, every pool entry's
-    target and draft law on them, and the root context hashes (:mod:`.battery`)."""
-    m = build_models(case, greedy)
-    cols = torch.from_numpy(m.support)
-    return {
-        "support": m.support.tolist(),
-        "target": m.target32[:, cols].tolist(),
-        "draft": m.draft32[:, cols].tolist(),
-        "roots": list(m.roots),
-        "pool": case.pool,
-        "hash": "h(ctx + (x,)) = (h(ctx) * 1000003 + x + 1) mod (2**31 - 1); law = pool[h % pool]",
-    }
 
 
 def default_cases(backend: Backend, seed: int) -> list[Case]:
@@ -509,10 +198,6 @@ class Runner:
             )
             emitted, lengths = check_tree_output(out, inputs.parents, inputs.tokens, V)
         return inputs, emitted, lengths
-
-
-# The earlier private name, kept for callers that built runners directly.
-_Runner = Runner
 
 
 def _collision(models: Models) -> float:
@@ -585,7 +270,7 @@ def _assign(parts: list[Partition], completed: torch.Tensor, sub: torch.Tensor) 
     return a[:m] * parts[1].cells + b[:m]
 
 
-def test_case(
+def evaluate_case(
     r: CaseResult,
     runner: Runner,
     seqs: torch.Tensor,
@@ -621,9 +306,6 @@ def test_case(
         {"cell": labels[j], "observed": int(counts[j]), "expected": float(n * probs[j]), "z": float(z[j])}
         for j in np.argsort(-np.abs(z))[:5]
     ]
-
-
-test_case.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
 
 
 ProgressFn = Callable[[str, float], None]
@@ -824,7 +506,7 @@ class Audit:
                 if c.stop_early:
                     break
                 continue
-            test_case(r, runner, torch.cat(seqs), torch.cat(subs), c, self.alpha_case)
+            evaluate_case(r, runner, torch.cat(seqs), torch.cat(subs), c, self.alpha_case)
             if c.stop_early and r.pvalue <= self.alpha_case:
                 break
         for r in res.cases:
@@ -855,6 +537,8 @@ class Audit:
         if res.verdict != LOSSY or c.shrink <= 0 or w is None:
             return
         self.say("shrinking the witness", 1.0)
+        from specproof.properties.audit.shrink import shrink
+
         res.shrunk, res.note = shrink(self.backend, w, c, self.alpha_case)
 
     # -- helpers --------------------------------------------------------------------------------
@@ -988,57 +672,3 @@ def plan_table(result: AuditResult, budget_left: float) -> str:
             f"(raise --budget-seconds to about {1.2 * total:.0f}, or raise --tv)"
         )
     return "\n".join(lines)
-
-
-def smaller_cases(case: Case) -> list[Case]:
-    """One-step-smaller variants: fewer drafts (a prefix of the tree), then a single pair style."""
-    out = []
-    for n in range(2, len(case.parents)):
-        out.append(replace(case, parents=case.parents[:n], name=f"{case.name}>{n - 1}nodes"))
-    if len(case.styles) > 1:
-        for style in case.styles:
-            out.append(replace(case, styles=(style,), name=f"{case.name}>{style}"))
-    return out
-
-
-def shrink(
-    backend: Backend, witness: CaseResult, config: AuditConfig, alpha_case: float
-) -> tuple[CaseResult | None, str]:
-    """Greedy search for a smaller case that is still rejected.
-
-    At most ``config.shrink`` candidates, each run at the witness's sample size and tested at
-    ``alpha_case / config.shrink``, so a reported shrunk witness is itself a finding at the
-    audit's per-case level; the search is deterministic (``shrink_seconds`` only guards it).
-    """
-    budget = Budget(config.shrink_seconds)
-    current, best, tried = witness.case, None, 0
-    n = max(2, witness.n)
-    while tried < config.shrink:
-        for cand in smaller_cases(current):
-            if tried >= config.shrink:
-                break
-            if budget.exhausted():
-                return best, f"shrinking stopped by its time guard after {tried} candidates"
-            tried += 1
-            sub = AuditConfig(
-                alpha=alpha_case / config.shrink,
-                tv=config.tv,
-                power=config.power,
-                seed=config.seed,
-                budget_seconds=max(1.0, budget.left()),
-                max_cells=config.max_cells,
-                min_count=config.min_count,
-                samples=n,
-                batch=config.batch,
-                cases=[cand],
-                probes=False,
-                stop_early=True,
-                call_timeout=config.call_timeout,
-            )
-            r = audit(backend, sub)
-            if r.verdict == LOSSY and r.cases and r.cases[0].rejected:
-                current, best = cand, r.cases[0]
-                break
-        else:
-            break
-    return best, ""

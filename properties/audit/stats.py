@@ -23,15 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as st
 
+from specproof.properties.plan import check_probability
 from specproof.reference.errors import UsageError
-
-
-def check_probability(value: float, argument: str, *, open_low: bool = True) -> float:
-    if not isinstance(value, (int, float)) or math.isnan(value):
-        raise UsageError(f"{argument}: expected a number, got {value!r}")
-    if not (0 < value < 1 if open_low else 0 <= value < 1):
-        raise UsageError(f"{argument}: must lie in (0, 1), got {value}")
-    return float(value)
 
 
 def power_at(n: int, eps: float, alpha: float, df: int) -> float:
@@ -141,3 +134,11 @@ def tv_interval(counts: np.ndarray, probs: np.ndarray, confidence: float = 0.95)
     gamma = 1.0 - confidence
     half = 0.5 * math.sqrt(len(probs) / n) + math.sqrt(math.log(1.0 / gamma) / (2.0 * n))
     return TVInterval(t, max(0.0, t - half), min(1.0, t + half), confidence)
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided interval of a binomial rate: ``k`` of ``n``."""
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(st.beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(st.beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi

@@ -5,7 +5,9 @@
   engine) and, under :mod:`.backends.thirdparty`, the adapters of third-party packages.
 * :mod:`.mutants` — the mutant corpus: one known-buggy verifier per bug class.
 * :mod:`.buffers` — the tree-builder contract (mask, positions, leaf paths), checked exactly.
-* :mod:`.conform` — ``specproof conform``: every installed adapter against its claim.
+
+``specproof conform`` (every installed adapter against its claim) audits them: it lives with
+the audit, :mod:`specproof.properties.audit.conform`.
 """
 
 from specproof.properties.conformance.contracts import (

@@ -1,6 +1,6 @@
 """The black-box contracts a third-party verifier adapts to, and their output validation.
 
-Two shapes (README, "Auditing a verifier"):
+Two shapes (docs/verifier-audit.md, "Contracts"):
 
 * :class:`ChainVerifier` ``(draft_token_ids [B,K], draft_probs [B,K,V] or None,
   target_probs [B,K+1,V], generator) -> output_token_ids [B,K+1]``: each row holds the accepted

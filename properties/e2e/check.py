@@ -12,7 +12,7 @@ One report per (proposer, process, rule):
   holds when acceptances are i.i.d. (Leviathan et al. 2023, eq. 1);
 * **statistical** (``runs`` > 0) - the 16-token target's law is too large to enumerate over
   several steps, so ``runs`` independent decodings are tested against the target's exact law
-  of their first 3 tokens (:mod:`.sequence_test`, alpha 1e-6).
+  of their first 3 tokens (:mod:`.sequences`, alpha 1e-6).
 
 :func:`run` returns an :class:`E2EResult`: ``verdict`` is ``lossy``
 (:class:`~specproof.properties.verdicts.Verdict`) if any check flags it; otherwise ``pass`` when
@@ -49,12 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.audit.sequence_test import SequenceTest, sequence_test
+from specproof.properties.audit.sequences import SequenceTest, check_runs
 from specproof.properties.e2e import draft_calibration, mismatch
 from specproof.properties.e2e.mismatch import AcceptanceFinding, BaselineFinding, DraftLawFinding, LawDistance
 from specproof.properties.oracle.exact import multi_step_check
 from specproof.properties.verdicts import Verdict
-from specproof.reference.decode import decode, e2e_models
+from specproof.reference.decode import EXACT_PREFIX, decode, e2e_models
 from specproof.reference.dynamic_tree import DynamicTree
 from specproof.reference.errors import BadParameterError, UsageError
 from specproof.reference.processes import Process
@@ -63,7 +63,6 @@ from specproof.reference.rules import RULES
 from specproof.reference.transformer import TransformerLM
 from specproof.reference.tree import DraftTree
 
-EXACT_PREFIX = (2, 0, 3, 2)
 SAMPLED_PROMPT = (3, 4)
 STAT_HORIZON = 3
 ALPHA = 1e-6
@@ -311,13 +310,6 @@ class E2EResult:
         return out
 
 
-def applicable_rules(proposer: Proposer, process_index: int = 0) -> list[str]:
-    """The rules declared exact for the proposer's process that verify its trees."""
-    proc = proposer.processes[process_index]
-    chain = DraftTree(proposer.shape, "shape").is_chain and proc.chain
-    return [r.name for r in RULES.values() if proc.name in r.exact_for and r.applies_to(chain)]
-
-
 def _drafts(proc: Process, shape: tuple[int, ...]) -> int:
     """Draft nodes per step: the shape's, or the dynamic tree's budget N (at most)."""
     return proc.nodes if isinstance(proc, DynamicTree) else len(shape) - 1
@@ -429,7 +421,7 @@ def run(
         target = TransformerLM(
             big if baseline and against == "original" else verifier, 0.0 if greedy else 1.0
         )
-        report.statistical = sequence_test(
+        report.statistical = check_runs(
             one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy
         )
     if baseline is not None:
@@ -570,7 +562,7 @@ def optimized_run(
         def one(r: int) -> tuple[int, ...]:
             return tuple(done[r].tokens[len(SAMPLED_PROMPT) :])
 
-        report.statistical = sequence_test(
+        report.statistical = check_runs(
             one, target, SAMPLED_PROMPT, STAT_HORIZON, runs, ALPHA, greedy=greedy
         )
     return report
@@ -583,7 +575,7 @@ def table_rows(
     optimized loop (``engine="optimized"``), the rules it has a kernel for."""
     rows = []
     for p in PROPOSERS.values():
-        for rule in applicable_rules(p) + ["typical"]:
+        for rule in p.exact_rules() + ["typical"]:
             if engine == "reference" or rule in _kernel_rules():
                 rows.append(run(p, rule, steps, seed, progress=progress, engine=engine))
     return rows

@@ -24,13 +24,11 @@ checked by tests/test_rule_report.py.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +40,7 @@ import numpy as np
 from specproof.properties._imports import import_where
 from specproof.properties.oracle.exact import Instance, OracleResult, check
 from specproof.properties.oracle.matrix import Cell, random_instance
-from specproof.properties.verdicts import USAGE_ERROR, Verdict
+from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import NotFoundError, UsageError
 from specproof.reference.processes import PROCESSES
 from specproof.reference.rules import ALL_PROCESSES, RULES, Rule
@@ -695,104 +693,3 @@ def loader_line(spec: str, rule: Rule, function: bool) -> str:
     extra += f", preserves={_q(rule.preserves)}" if rule.preserves != "target" else ""
     decl = ", ".join(_q(p) for p in sorted(rule.exact_for))
     return f"RULE = load_rule({_q(spec)}, exact_for=[{decl}]{extra})"
-
-
-# --- the command ------------------------------------------------------------------------------
-
-EPILOG = """\
-exit status:
-  0  every cell agrees with the rule's declaration
-  1  some cell disagrees: a declared-exact process found lossy (the witness is printed), or a
-     process found exact on every instance that the rule does not declare
-  2  contract violation: the rule raised on valid input or returned an invalid Outcome
-  4  usage error (bad RULE, unknown process, unwritable path)"""
-
-
-def add_rule_parser(sub: Any) -> argparse.ArgumentParser:
-    """Register ``specproof rule`` on an argparse subparsers object."""
-    r = sub.add_parser(
-        "rule",
-        help="a new rule through the exact oracle: its matrix row, witnesses and a proof-note skeleton",
-        description=(
-            "Run a rule written against the choice interface through the exact oracle under every "
-            "proposal process (the matrix's seeded instances), compare with what it declares, shrink "
-            "a witness for every lossy process and write a proof-note skeleton. "
-            "Guide: docs/adding-a-rule.md."
-        ),
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    r.add_argument(
-        "rule",
-        metavar="RULE",
-        help="path/to/file.py:NAME or module:NAME: a Rule, or a function (ch, step) -> Outcome "
-        "with --exact-for",
-    )
-    r.add_argument(
-        "--exact-for",
-        nargs="*",
-        metavar="PROCESS",
-        help="for a function: the processes it claims to be exact for (none: declared exact for nothing)",
-    )
-    r.add_argument("--chain-only", action="store_true", default=None, help="for a function: chains only")
-    r.add_argument(
-        "--preserves",
-        choices=("target", "greedy"),
-        help="for a function: the law it preserves (default target)",
-    )
-    r.add_argument("--instances", type=int, default=16, help="seeded instances per process (default 16)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the instance draw (default 0)")
-    r.add_argument(
-        "--process", action="append", choices=list(PROCESSES), help="only this process (repeatable)"
-    )
-    r.add_argument("--no-shrink", action="store_true", help="report the smallest lossy seeded instance")
-    r.add_argument("--note", metavar="PATH", help="write the proof-note skeleton (Markdown)")
-    r.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    r.add_argument("--markdown", metavar="PATH", help="write the matrix row as Markdown")
-    r.set_defaults(func=cmd_rule)
-    return r
-
-
-def _check_output(path: str | None, option: str) -> None:
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise RuleSpecError(f"{option}: the folder {folder!r} does not exist")
-    if os.path.isdir(path):
-        raise RuleSpecError(f"{option}: {path!r} is a folder, not a file")
-
-
-def cmd_rule(args: argparse.Namespace) -> int:
-    try:
-        for path, option in ((args.note, "--note"), (args.json, "--json"), (args.markdown, "--markdown")):
-            _check_output(path, option)
-        unknown = sorted(set(args.exact_for or ()) - DECLARABLE)
-        if unknown:
-            known = ", ".join(sorted(DECLARABLE))
-            raise RuleSpecError(f"--exact-for: unknown process {', '.join(unknown)}; known: {known}")
-        rule = load_rule(args.rule, args.exact_for, args.chain_only, args.preserves)
-        report = rule_report(
-            rule,
-            instances=args.instances,
-            seed=args.seed,
-            processes=args.process,
-            shrink=not args.no_shrink,
-            source=args.rule,
-        )
-    except RuleSpecError as e:
-        print(f"specproof rule: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    report.loader = loader_line(args.rule, rule, function=args.exact_for is not None)
-    print(report.summary())
-    if args.note:
-        with open(args.note, "w") as f:
-            f.write(report.note_skeleton())
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report.to_json(), f, indent=2)
-            f.write("\n")
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(report.markdown() + "\n")
-    return report.exit_code

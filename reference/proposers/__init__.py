@@ -42,7 +42,9 @@ from dataclasses import dataclass
 
 from ..dynamic_tree import DynamicTree
 from ..processes import PROCESSES, Process
+from ..rules import RULES
 from ..transformer import TinyTransformer
+from ..tree import DraftTree
 from .dflash import DFlashNet
 from .distill import trained
 from .draft_model import draft_model
@@ -77,6 +79,13 @@ class Proposer:
 
     def make_drafter(self, target: TinyTransformer, trained: bool = True) -> Drafter:
         return self.build(target, trained)
+
+    def exact_rules(self, process_index: int = 0) -> list[str]:
+        """The rules declared exact for this proposer's process (its first by default) that
+        verify its drafts: chain-only rules only when the process and the shape are chains."""
+        proc = self.processes[process_index]
+        chain = DraftTree(self.shape, "shape").is_chain and proc.chain
+        return [r.name for r in RULES.values() if proc.name in r.exact_for and r.applies_to(chain)]
 
     def verifying_target(self, target: TinyTransformer, trained: bool = True) -> TinyTransformer:
         """The model whose laws verify this proposer's drafts on ``target``: ``target`` itself,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -237,6 +238,21 @@ def load_callable(target: str) -> Callable[..., Any]:
     if fn is None or not callable(fn):
         raise TargetError(f"TARGET: {where!r} has no callable {attr!r}")
     return fn
+
+
+def target_name(fn: Any) -> str | None:
+    """How to name ``fn`` again as a TARGET (``module:function``, or ``path/to/file.py:function``
+    for a function defined in a script), so that an audit's JSON can be replayed; None for what
+    cannot be imported by name (a lambda, a nested function, a callable object)."""
+    qual = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if not isinstance(qual, str) or "<" in qual or "." in qual or not module:
+        return None
+    if module != "__main__" and not module.startswith(("specproof_user_", "specproof_engine_")):
+        return f"{module}:{qual}"
+    code = getattr(fn, "__code__", None)
+    path = getattr(code, "co_filename", None)
+    return f"{path}:{qual}" if path and path.endswith(".py") and os.path.isfile(path) else None
 
 
 def _ensure_mutants() -> None:

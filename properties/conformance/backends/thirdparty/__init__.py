@@ -6,7 +6,7 @@ Each adapter module wraps one package's function behind a contract of
 audit it under and the verdict its authors expect) and imports its package only when called.
 :data:`ADAPTERS` lists them with the package each needs; :func:`availability` says which are
 importable here and, for the others, why not. Nothing here is installed by the default suite:
-each package is an optional extra with its own tox environment (README, "Conformance").
+each package is an optional extra with its own tox environment (docs/conformance.md).
 
 The verdict an adapter *expects* is the one its package claims (lossless for a rejection
 sampler, lossy where the package documents a relaxation such as typical acceptance); the

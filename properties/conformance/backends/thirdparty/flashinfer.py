@@ -12,7 +12,7 @@ raises a contract violation otherwise.
 FlashInfer's kernels are compiled for CUDA; without a CUDA device the adapter reports itself
 unavailable (:func:`specproof.properties.conformance.backends.thirdparty.availability`). In this project's
 development no CUDA device was available to the session that wrote it, so this adapter has not
-been run against the real kernel yet (README, "Conformance of third-party backends"); its
+been run against the real kernel yet (docs/conformance.md); its
 plumbing is tested on CPU against a stand-in with the documented semantics
 (tests/test_cuda_adapters.py).
 """

@@ -11,7 +11,7 @@ GPU (when CUDA is present): chain verification at realistic sizes, with the byte
 must move (the floor: gathered ``p(x_i)``, ``q(x_i)``, and one full row per batch row where
 its step stops, counted from the actual outputs) over the measured time, against the device's
 copy bandwidth measured in the same run, for the split paths (the GPU default) and the
-one-program-per-row paths; then the side by side of :mod:`.bench_peers` (FlashInfer, vLLM and
+one-program-per-row paths; then the side by side of :mod:`.peers` (FlashInfer, vLLM and
 SGLang on the same inputs, versions recorded).
 
 Speed is never asserted in a test: this command and ``tox -e bench`` (pytest-benchmark) only
@@ -273,8 +273,8 @@ def gpu_section(
 
 
 def peers_section(quick: bool, report: Callable[[str], None]) -> list[Row]:
-    """The side by side with FlashInfer, vLLM and SGLang (:mod:`.bench_peers`), as bench rows."""
-    from . import bench_peers
+    """The side by side with FlashInfer, vLLM and SGLang (:mod:`.peers`), as bench rows."""
+    from specproof.properties.bench import peers as bench_peers
 
     env, results = bench_peers.run(quick, report=report)
     rows = [Row("peers", "env", "versions", "", 0.0, 0, extra=env)]
@@ -326,7 +326,7 @@ def markdown(rows: list[Row]) -> str:
             )
     peers = [r for r in rows if r.section == "peers"]
     if peers:
-        from . import bench_peers
+        from specproof.properties.bench import peers as bench_peers
 
         env = peers[0].extra
         results = [
@@ -335,7 +335,7 @@ def markdown(rows: list[Row]) -> str:
         ]
         out += ["", bench_peers.markdown(env, results)]
     if any(r.section.startswith("decode") for r in rows):
-        from . import bench_decode
+        from specproof.properties.bench import decode as bench_decode
 
         out += ["", bench_decode.markdown([r for r in rows if r.section.startswith("decode")])]
     return "\n".join(out)
@@ -358,7 +358,7 @@ def run(quick: bool = False, sections: tuple[str, ...] = ("cpu", "audit", "gpu")
         else:
             report("GPU: skipped (no CUDA device)")
     if "decode" in sections:
-        from . import bench_decode
+        from specproof.properties.bench import decode as bench_decode
 
         rows += bench_decode.run(quick, report)
     return rows

@@ -4,7 +4,7 @@
 sample, ``llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=T, top_k=K,
 top_p=P, max_tokens=M, min_tokens=M, ignore_eos=True, seed=seed))``: vLLM draws everything, the
 per-request ``seed`` included. The models are the HF adapter's tiny Llama target and its 1-layer
-draft, saved to disk (:func:`.hf_engine.checkpoints`); ``target_law`` runs the same saved
+draft, saved to disk (:func:`.hf.checkpoints`); ``target_law`` runs the same saved
 weights through transformers without speculation.
 
 vLLM's engine needs CUDA: on a machine without it (like the one this was written on) the engines
@@ -26,7 +26,7 @@ import importlib.metadata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specproof.properties.conformance.backends.thirdparty.hf_engine import (
+from specproof.properties.engine.adapters.hf import (
     PROMPTS,
     TOP_K,
     TOP_P,
@@ -34,7 +34,7 @@ from specproof.properties.conformance.backends.thirdparty.hf_engine import (
     checkpoint_law,
     checkpoints,
 )
-from specproof.properties.engine.registry import T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
 
 INSTALL = "pip install vllm==0.33.0, on a machine with an NVIDIA GPU (its engine runs on CUDA)"
 
@@ -53,7 +53,7 @@ def available() -> tuple[bool, str]:
 
 
 def _hf_available() -> tuple[bool, str]:
-    from specproof.properties.conformance.backends.thirdparty.hf_engine import available as hf
+    from specproof.properties.engine.adapters.hf import available as hf
 
     return hf()
 

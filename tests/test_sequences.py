@@ -1,4 +1,4 @@
-"""The statistical multi-step check of ``specproof e2e`` (properties/audit/sequence_test.py).
+"""The statistical multi-step check of ``specproof e2e`` (properties/audit/sequences.py).
 
 Cells: fixed from the law and the run count, each expected to hold >= 10 runs, at most
 ``max_cells``, a partition of every sequence. Verdicts at alpha 1e-6 with fixed seeds (so they
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specproof.properties.audit.sequence_test import sequence_test, trie_cells
+from specproof.properties.audit.sequences import check_runs, trie_cells
 from specproof.reference.decode import decode, e2e_models
 from specproof.reference.models import ToyLM, sequence_law
 from specproof.reference.proposers import PROPOSERS
@@ -59,33 +59,33 @@ def _runs(rule: str, temperature: float = 1.0):
 
 
 def test_an_exact_rule_passes():
-    res = sequence_test(_runs("token"), TransformerLM(BIG), PROMPT, 3, runs=200, alpha=1e-6)
+    res = check_runs(_runs("token"), TransformerLM(BIG), PROMPT, 3, runs=200, alpha=1e-6)
     assert res.lossless, res.describe()
     assert res.cells > 1 and 0 < res.detectable_tv < 1
 
 
 def test_typical_acceptance_and_a_wrong_temperature_are_flagged():
     for run in (_runs("typical"), _runs("token", temperature=0.7)):
-        res = sequence_test(run, TransformerLM(BIG), PROMPT, 3, runs=200, alpha=1e-6)
+        res = check_runs(run, TransformerLM(BIG), PROMPT, 3, runs=200, alpha=1e-6)
         assert not res.lossless, res.describe()
 
 
 def test_greedy_mode_is_exact():
     target = TransformerLM(BIG, 0.0)
-    ok = sequence_test(_runs("greedy"), target, PROMPT, 3, runs=5, greedy=True)
+    ok = check_runs(_runs("greedy"), target, PROMPT, 3, runs=5, greedy=True)
     assert ok.lossless and "every run" in ok.describe()
 
     def off_by_one(r: int) -> tuple[int, ...]:
         seq = _runs("greedy")(r)
         return seq if r < 4 else (seq[0], (seq[1] + 1) % BIG.vocab) + seq[2:]
 
-    assert not sequence_test(off_by_one, target, PROMPT, 3, runs=5, greedy=True).lossless
+    assert not check_runs(off_by_one, target, PROMPT, 3, runs=5, greedy=True).lossless
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="runs"):
-        sequence_test(_runs("token"), TransformerLM(BIG), PROMPT, 3, runs=0)
+        check_runs(_runs("token"), TransformerLM(BIG), PROMPT, 3, runs=0)
     with pytest.raises(ValueError, match="fewer than the horizon"):
-        sequence_test(lambda r: (1,), TransformerLM(BIG), PROMPT, 3, runs=2)
+        check_runs(lambda r: (1,), TransformerLM(BIG), PROMPT, 3, runs=2)
     with pytest.raises(ValueError, match="n"):
         trie_cells({(0,): 1.0}, 0)

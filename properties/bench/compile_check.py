@@ -1,10 +1,11 @@
-"""Compile every kernel for a GPU target without a GPU (``python -m specproof.optimized.compile_check``).
+"""Compile every kernel for a GPU target without a GPU
+(``python -m specproof.properties.bench.compile_check``).
 
 Under the interpreter a kernel is plain Python, so type errors that only the compiler sees
 (loop-carried values changing type, unsupported control flow) would first show on a GPU. This
 compiles each kernel ahead of time for ``cuda:<arch>`` down to a cubin with Triton's bundled
 toolchain, which needs no driver. Run it as ``TRITON_INTERPRET=0 python -m
-specproof.optimized.compile_check``: the variable must be 0 before Triton is first imported
+specproof.properties.bench.compile_check``: the variable must be 0 before Triton is first imported
 (tests/test_optimized_compile.py does so in a subprocess).
 """
 
@@ -22,12 +23,12 @@ from triton.compiler import ASTSource
 
 
 def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
-    from .kernels.block_chain import block_chain_kernel
-    from .kernels.greedy_tree import greedy_tree_kernel
-    from .kernels.multi_draft import multi_draft_kernel
-    from .kernels.target_only_tree import target_only_tree_kernel
-    from .kernels.token_chain import token_chain_kernel
-    from .kernels.typical_tree import typical_tree_kernel
+    from specproof.optimized.kernels.block_chain import block_chain_kernel
+    from specproof.optimized.kernels.greedy_tree import greedy_tree_kernel
+    from specproof.optimized.kernels.multi_draft import multi_draft_kernel
+    from specproof.optimized.kernels.target_only_tree import target_only_tree_kernel
+    from specproof.optimized.kernels.token_chain import token_chain_kernel
+    from specproof.optimized.kernels.typical_tree import typical_tree_kernel
 
     chain = {"x_ptr": "*i64", "q_ptr": "*fp32", "p_ptr": "*fp32", "ua_ptr": "*fp64", "uf_ptr": "*fp64"}
     specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
@@ -124,8 +125,8 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
                 consts3,
             )
         )
-    from .kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
-    from .tree_attention import compile_specs as attention_specs
+    from specproof.optimized.kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
+    from specproof.optimized.tree_attention import compile_specs as attention_specs
 
     specs.append(
         (
@@ -160,8 +161,8 @@ def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
 
 def _split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
     """The split paths' kernels (one launch per pass, the last chunk program draws)."""
-    from .kernels.block_split import block_level_kernel
-    from .kernels.token_split import token_split_kernel
+    from specproof.optimized.kernels.block_split import block_level_kernel
+    from specproof.optimized.kernels.token_split import token_split_kernel
 
     specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
     for dt in ("fp32", "bf16"):
@@ -202,9 +203,9 @@ def _split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
 
 
 def _tree_split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
-    from .kernels.greedy_tree import greedy_level_kernel
-    from .kernels.multi_draft import multi_draft_level_kernel
-    from .kernels.target_only_tree import target_only_split_kernel
+    from specproof.optimized.kernels.greedy_tree import greedy_level_kernel
+    from specproof.optimized.kernels.multi_draft import multi_draft_level_kernel
+    from specproof.optimized.kernels.target_only_tree import target_only_split_kernel
 
     specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
     tree = {"par_ptr": "*i64", "tok_ptr": "*i64"}
@@ -252,14 +253,14 @@ def _tree_split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specproof.optimized.compile_check")
+    ap = argparse.ArgumentParser(prog="python -m specproof.properties.bench.compile_check")
     ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability, e.g. 80, 90 (default 90)")
     ap.add_argument("--only", default="", help="compile only kernels whose name contains this")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print(
             "TRITON_INTERPRET is on, so the kernels are interpreted functions; run this as "
-            "`TRITON_INTERPRET=0 python -m specproof.optimized.compile_check`",
+            "`TRITON_INTERPRET=0 python -m specproof.properties.bench.compile_check`",
             file=sys.stderr,
         )
         return 2

@@ -37,10 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from specproof.optimized.decode import PHASES, OptimizedDecoder, TapeUniforms, reference_decode_on_tape
+from specproof.properties.bench.kernels import Row
 from specproof.reference.decode import e2e_models
-
-from .bench import Row
-from .decode import PHASES, OptimizedDecoder, TapeUniforms, reference_decode_on_tape
 
 #: (proposer, rule) configurations of the speed table: a draft model's chain, Medusa's static
 #: tree, EAGLE-2's dynamic tree
@@ -133,8 +132,8 @@ def speed(quick: bool, report: Callable[[str], None]) -> list[Row]:
 def law_rounding(trees: int = 16, seed: int = 0) -> float:
     """The largest ``|p32 - p64|`` between the float32 and float64 target laws of the optimized
     target forward, over ``trees`` random trees after random prompts (the 16-token target)."""
-    from .paged_kv import QueryBatch, chain_rows, tree_rows
-    from .transformer import PagedTransformer
+    from specproof.optimized.paged_kv import QueryBatch, chain_rows, tree_rows
+    from specproof.optimized.transformer import PagedTransformer
 
     big = e2e_models()[1]
     g = torch.Generator().manual_seed(seed)
@@ -220,11 +219,10 @@ def float32_agreement(
 
 def exact_kernel_pairs() -> list[tuple[str, str]]:
     """Every (proposer, rule) with a kernel declared exact for the proposer's default process."""
+    from specproof.optimized.decode import KERNEL_RULES
     from specproof.reference.proposers import PROPOSERS
     from specproof.reference.rules import RULES
     from specproof.reference.tree import DraftTree
-
-    from .decode import KERNEL_RULES
 
     out = []
     for name, p in PROPOSERS.items():

@@ -15,7 +15,7 @@ turned into the requested law in float64 (:meth:`..engines.Sampling.law`: temper
 top-k, then top-p, transformers' order).
 
 The candidate generators of ``transformers/generation/candidate_generator.py`` (5.24) and where
-they are audited (README, "Engine audit"; proofs_notes/engine_audit.md):
+they are audited (docs/engine-audit.md, "HF transformers"; proofs_notes/engine_audit.md):
 
 =========================================  =================================================
 AssistedCandidateGenerator                 ``hf.assisted*`` (an assistant model)
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from specproof.properties.engine.registry import GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling
 from specproof.reference.errors import UsageError
 
 VOCAB = 8

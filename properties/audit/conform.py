@@ -201,9 +201,8 @@ def _proposer_row(spec: dict[str, Any]) -> ConformanceRow:
     """A third-party proposer in the decoding loop: it must give the same drafts for the same
     context, and every rule declared exact for its process must be lossless over two steps on
     the 4-token transformer (the exact check of ``specproof e2e``)."""
-    from specproof.properties.e2e.check import EXACT_PREFIX
     from specproof.properties.oracle.exact import multi_step_check
-    from specproof.reference.decode import e2e_models
+    from specproof.reference.decode import EXACT_PREFIX, e2e_models
     from specproof.reference.processes import PROCESSES
     from specproof.reference.rules import RULES
     from specproof.reference.transformer import TransformerLM

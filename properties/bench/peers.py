@@ -21,7 +21,7 @@ floor in law), time / floor time, and the ratio to this package's kernel for the
 fails is listed with the reason and never timed. vLLM's and SGLang's Triton files are executed
 through the conformance adapters' loaders (no engine import).
 
-``python -m specproof.optimized.bench_peers --quick --device cpu`` is a smoke run of the same
+``python -m specproof.properties.bench.peers --quick --device cpu`` is a smoke run of the same
 code under the interpreter at a tiny size (no timings worth reading; peers are reported as
 skipped with their reasons). ``specproof bench --section gpu`` runs it on a GPU.
 """
@@ -41,7 +41,14 @@ from typing import Any
 
 import torch
 
-from .bench import _time, chain_inputs, copy_bandwidth, floor_bytes, floor_bytes_block, graphed
+from specproof.properties.bench.kernels import (
+    _time,
+    chain_inputs,
+    copy_bandwidth,
+    floor_bytes,
+    floor_bytes_block,
+    graphed,
+)
 
 SIZES_FULL = [
     (B, K, V)
@@ -299,7 +306,7 @@ def _timeit(call: Callable[[], Any], on_gpu: bool, seconds: float) -> tuple[floa
 def chain_rows(
     B: int, K: int, V: int, dtype: torch.dtype, device: str, bw: float | None, seconds: float, report
 ) -> list[Result]:
-    from . import block, token
+    from specproof.optimized import block, token
 
     on_gpu = device == "cuda"
     x, dp, tp = chain_inputs(B, K, V, dtype, device)
@@ -370,8 +377,8 @@ def _run_peer(peer: Peer, shape, dname, fb, bw, base, on_gpu, seconds) -> Result
 def tree_rows(
     B: int, V: int, dtype: torch.dtype, device: str, bw: float | None, seconds: float, report
 ) -> list[Result]:
-    from . import greedy, mss, rrs, target_only
-    from .bench import _laws
+    from specproof.optimized import greedy, mss, rrs, target_only
+    from specproof.properties.bench.kernels import _laws
 
     on_gpu = device == "cuda"
     small: dict[str, Any] = {} if on_gpu else {"path": "split", "chunk": 16, "block": 8}
@@ -483,7 +490,7 @@ def run(
 
 def markdown(env: dict[str, Any], results: list[Result]) -> str:
     head = [
-        "Side by side in one process (`python -m specproof.optimized.bench_peers`); "
+        "Side by side in one process (`python -m specproof.properties.bench.peers`); "
         + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
         "| rule | shape | dtype | engine | us / call | time / floor time | time / ours | note |",
@@ -500,7 +507,7 @@ def markdown(env: dict[str, Any], results: list[Result]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m specproof.optimized.bench_peers")
+    ap = argparse.ArgumentParser(prog="python -m specproof.properties.bench.peers")
     ap.add_argument("--quick", action="store_true", help="four chain sizes and one tree size")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     ap.add_argument("--seconds", type=float, default=0.25, help="timing per measurement (default 0.25)")

@@ -6,7 +6,7 @@ from the same prompt, each until it has emitted at least M tokens (usually over 
 keep their first M tokens. Lossless decoding makes those M tokens a sample of the target's own
 M-token law, which *is* computable (``V^M`` sequences from ``1 + V + .. + V^(M-1)`` forwards).
 
-Two tests, combined by Bonferroni (:func:`test_sequences`, also the engine audit's statistics):
+Two tests, combined by Bonferroni (:func:`check_sequences`, also the engine audit's statistics):
 
 * Pearson's chi-square on cells fixed from that law and R before any run, as in the audit
   (proofs_notes/audit_statistics.md): the prefix trie expanded best-first by mass, each cell
@@ -23,7 +23,7 @@ The law is read through ``next_law(prefix)`` only where needed, so it need not b
 For a rule that preserves greedy decoding the law is a point mass and the check is exact:
 every run must emit the target's greedy tokens.
 
-Checked by tests/test_sequence_test.py (an exact rule passes at seed 0, alpha 1e-6; typical
+Checked by tests/check_sequences.py (an exact rule passes at seed 0, alpha 1e-6; typical
 acceptance and a biased mutant are flagged; the cells' expected counts and lookup).
 """
 
@@ -170,7 +170,7 @@ class SequenceTest:
         }
 
 
-def test_sequences(
+def check_sequences(
     seqs: Sequence[Sequence[int]],
     next_law: Callable[[Seq], Sequence[float]],
     vocab: int,
@@ -239,10 +239,7 @@ def test_sequences(
     )
 
 
-test_sequences.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
-
-
-def sequence_test(
+def check_runs(
     run: Callable[[int], Seq],
     target: LM,
     prompt: Seq,
@@ -274,6 +271,6 @@ def sequence_test(
             unresolved=0.0,
             greedy=True,
         )
-    return test_sequences(
+    return check_sequences(
         firsts, lambda prefix: target.law(prompt + prefix), target.vocab, horizon, alpha, max_cells
     )

@@ -5,7 +5,7 @@
 "top_k": K, "top_p": P, "max_new_tokens": M, "min_new_tokens": M, "ignore_eos": True,
 "sampling_seed": seed})``: SGLang draws everything, the per-request seed included. The models are
 the HF adapter's tiny Llama target and 1-layer draft saved to disk
-(:func:`.hf_engine.checkpoints`); ``target_law`` runs the same weights through transformers.
+(:func:`.hf.checkpoints`); ``target_law`` runs the same weights through transformers.
 
 SGLang's engine needs CUDA: without it the engines are listed as unavailable with the install
 line, and their plumbing is tested against a stand-in of ``sglang.Engine``
@@ -24,14 +24,14 @@ import importlib.metadata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specproof.properties.conformance.backends.thirdparty.hf_engine import (
+from specproof.properties.engine.adapters.hf import (
     PROMPTS,
     TOP_K,
     VOCAB,
     checkpoint_law,
     checkpoints,
 )
-from specproof.properties.engine.registry import GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling
 
 INSTALL = 'pip install "sglang[all]==0.5.23", on a machine with an NVIDIA GPU (its engine runs on CUDA)'
 
@@ -45,7 +45,7 @@ def available() -> tuple[bool, str]:
 
     if not torch.cuda.is_available():
         return False, f"sglang {version} is installed but its engine needs CUDA, absent here"
-    from specproof.properties.conformance.backends.thirdparty.hf_engine import available as hf
+    from specproof.properties.engine.adapters.hf import available as hf
 
     ok, why = hf()
     return (True, version) if ok else (False, f"the target law needs transformers: {why}")

@@ -1,0 +1,477 @@
+"""``specproof audit``, ``specproof replay`` and ``specproof robustness``.
+
+``specproof audit chain|tree TARGET`` audits one verifier (:mod:`..audit.stages`); ``specproof
+audit engine TARGET`` a whole generate loop (:mod:`..engine.audit`); ``specproof audit`` alone
+runs the main job (:mod:`..audit.main_job`). ``specproof replay AUDIT.json`` turns a witness into
+a pytest test; ``specproof robustness`` feeds malformed inputs. Output paths are checked before
+anything runs; JSON and reports are written atomically, also when a run is interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from specproof.properties.audit.main_job import MAIN_JOB_GUARD
+from specproof.properties.audit.stages import AuditConfig
+from specproof.properties.cli.common import (
+    add_progress,
+    check_outputs,
+    config_from,
+    end_bar,
+    parse_ids,
+    plan_options,
+    progress_bar,
+    show_progress,
+    write_json_to,
+    write_text,
+)
+from specproof.properties.engine.audit import MAX_TOKENS, EngineAuditConfig
+from specproof.properties.plan import defaults
+from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR, Verdict
+from specproof.reference.errors import UsageError
+from specproof.reference.processes import PROCESSES
+
+HELP_EPILOG = (
+    EXIT_TABLE
+    + """
+
+The main job (no kind, no TARGET) exits 0 when every backend got its declared verdict, 1 otherwise.
+The plan (samples per case) comes from --alpha, --tv, --power and the cells; --budget-seconds is a
+guard only: a plan that cannot finish in it ends underpowered, never pass."""
+)
+GROUPS = ("builtin", "alternative", "mutant", "optimized", "thirdparty")
+
+
+def _both(name: str) -> str:
+    """``(default X; engine Y)``: an option's default for the verifier and the engine audit."""
+    v, e = defaults(AuditConfig)[name], defaults(EngineAuditConfig)[name]
+    return f"default {v:g}" if v == e else f"default {v:g}; engine {e:g}"
+
+
+def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
+    a = sub.add_parser(
+        "audit",
+        help="statistical audit of a black-box verifier or engine (or of every built-in verifier)",
+        description="Audit a verifier's or an engine's law against the one it must preserve.",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument("kind", nargs="?", choices=("chain", "tree", "engine"), help="what TARGET is")
+    a.add_argument("target", nargs="?", help="registered name, module:function or path/to/file.py:function")
+    _add_plan_options(a)
+    _add_verifier_options(a)
+    _add_engine_options(a)
+    a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
+    a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
+    add_progress(a)
+    a.set_defaults(func=cmd_audit)
+    return a
+
+
+def _add_plan_options(a: argparse.ArgumentParser) -> None:
+    g = a.add_argument_group("the plan (every audit)")
+    g.add_argument("--alpha", type=float, help=f"family-wise false-alarm rate ({_both('alpha')})")
+    g.add_argument(
+        "--tv", type=float, help=f"smallest TV deviation to detect ({_both('tv')}; the main job: its plans')"
+    )
+    g.add_argument("--power", type=float, help=f"power wanted at that TV ({_both('power')})")
+    g.add_argument("--seed", type=int, help="seed of every draw (default 0)")
+    g.add_argument("--samples", type=int, help="fixed samples per case instead of the planner's")
+    g.add_argument("--cells", type=int, help=f"most cells per case's test ({_both('max_cells')})")
+    g.add_argument(
+        "--budget-seconds",
+        type=float,
+        help=f"time guard ({_both('budget_seconds')}; main job {MAIN_JOB_GUARD:g} per backend): "
+        "a plan that does not fit ends underpowered, never pass",
+    )
+    g.add_argument(
+        "--stop-early", action="store_true", help="end at the first rejected case (engines always do)"
+    )
+
+
+def _add_verifier_options(a: argparse.ArgumentParser) -> None:
+    d = defaults(AuditConfig)
+    g = a.add_argument_group("verifier audit (specproof audit chain|tree TARGET, and the main job)")
+    g.add_argument(
+        "--process",
+        action="append",
+        choices=list(PROCESSES),
+        help="proposal process the verifier claims (repeatable; required for tree)",
+    )
+    g.add_argument(
+        "--large-vocab-tv",
+        type=float,
+        help=f"TV planned for the memory-bound cases, V > 4096 (default {d['large_vocab_tv']:g})",
+    )
+    g.add_argument("--batch", type=int, help=f"rows per verifier call (default {d['batch']})")
+    g.add_argument(
+        "--call-timeout",
+        type=float,
+        help=f"seconds before a call counts as a hang (default {d['call_timeout']:g})",
+    )
+    g.add_argument(
+        "--shrink",
+        type=int,
+        help="after a lossy verdict, smaller cases to try for a smaller witness "
+        f"(default {d['shrink']}; 0: off)",
+    )
+    g.add_argument(
+        "--shrink-seconds", type=float, help=f"time guard on shrinking (default {d['shrink_seconds']:g})"
+    )
+    g.add_argument(
+        "--no-probes", action="store_true", help="skip the id-range probes (laws on ids up to 2**24 + 1)"
+    )
+    g.add_argument(
+        "--no-wide-probe",
+        action="store_true",
+        help="skip the probe at V = 2**24 + 2 (float32 id round trips): slow for interpreted kernels",
+    )
+    g.add_argument(
+        "--robustness",
+        action="store_true",
+        help="also feed malformed inputs (NaN, negative mass, bad ids, bad trees) in a subprocess; "
+        "reported in its own section",
+    )
+    g.add_argument(
+        "--group", action="append", choices=GROUPS, help="with no TARGET: only these backend groups"
+    )
+
+
+def _add_engine_options(a: argparse.ArgumentParser) -> None:
+    g = a.add_argument_group(
+        "engine audit (specproof audit engine TARGET)",
+        "TARGET: a registered engine (specproof backends) or module:attr giving an engine, a factory "
+        "factory(temperature=, top_k=, top_p=) -> engine, or an EngineSpec.",
+    )
+    g.add_argument(
+        "--prompt", action="append", metavar="IDS", help="prompt token ids, e.g. '0 6' or 0,6 (repeatable)"
+    )
+    g.add_argument(
+        "--tokens", type=int, metavar="M", help="new tokens per sample, the law's horizon (default 4)"
+    )
+    g.add_argument(
+        "--temperature", action="append", type=float, metavar="T", help="sampling temperature (repeatable)"
+    )
+    g.add_argument("--top-k", type=int, metavar="K", help="top-k for every setting")
+    g.add_argument("--top-p", type=float, metavar="P", help="top-p for every setting")
+    g.add_argument(
+        "--looks",
+        type=int,
+        help=f"interim looks per case, for early stopping (default {defaults(EngineAuditConfig)['looks']})",
+    )
+    g.add_argument(
+        "--engine-group",
+        action="append",
+        metavar="GROUP",
+        help="with no TARGET: audit every available engine of GROUP (reference, mutant, alternative, hf, "
+        "vllm, sglang, optimized, all) against what it declares",
+    )
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    check_outputs(args, "json", "report")
+    if args.kind == "engine":
+        return cmd_audit_engine(args)
+    if args.kind is None:
+        if args.target or args.process:
+            raise UsageError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
+        return cmd_main_job(args)
+    if not args.target:
+        raise UsageError(f"TARGET: missing; usage: specproof audit {args.kind} TARGET")
+    check_processes(args.kind, args.process)
+    return cmd_audit_verifier(args)
+
+
+# --------------------------------------------------------------------------- verifier audits
+
+
+def verifier_config(args: argparse.Namespace, budget: float | None = None) -> AuditConfig:
+    options = plan_options(args)
+    if options["budget_seconds"] is None:
+        options["budget_seconds"] = budget
+    options.update(
+        large_vocab_tv=args.large_vocab_tv,
+        batch=args.batch,
+        call_timeout=args.call_timeout,
+        shrink=args.shrink,
+        shrink_seconds=args.shrink_seconds,
+        probes=False if args.no_probes else None,
+        wide_probe=False if args.no_wide_probe else None,
+    )
+    return config_from(AuditConfig, options)
+
+
+def check_processes(kind: str, processes: list[str] | None) -> None:
+    for p in processes or ():
+        if PROCESSES[p].chain != (kind == "chain"):
+            fits = ", ".join(q for q in PROCESSES if PROCESSES[q].chain == (kind == "chain"))
+            drafts = "chains" if PROCESSES[p].chain else "trees"
+            raise UsageError(f"--process {p!r} drafts {drafts}; a {kind} audit takes {fits}")
+
+
+def _resolve_verifier(target: str, kind: str, processes: list[str] | None) -> Any:
+    from specproof.properties.conformance.backends import TargetError, resolve
+
+    try:
+        return resolve(target, kind, tuple(processes) if processes else None)
+    except TargetError as e:
+        raise UsageError(str(e)) from e
+
+
+def cmd_audit_verifier(args: argparse.Namespace) -> int:
+    from specproof.properties.audit.report import write_report
+    from specproof.properties.audit.stages import audit, plan_table
+
+    config = verifier_config(args)
+    backend = _resolve_verifier(args.target, args.kind, args.process)
+    show = show_progress(args.progress)
+    result = audit(
+        backend,
+        config,
+        progress_bar(show, backend.name),
+        on_plan=lambda res, left: print(plan_table(res, left), flush=True),
+    )
+    result.target = args.target
+    end_bar(show)
+    robust = None
+    if args.robustness:
+        from specproof.properties.audit.robustness import robustness
+
+        robust = robustness(backend, target=args.target, timeout=min(config.call_timeout, 30.0))
+    print(result.summary())
+    if robust is not None:
+        print(robust.summary())
+    data = result.to_json()
+    if robust is not None:
+        data["robustness"] = robust.to_json()
+    write_json_to(args.json, data)
+    if args.report:
+        title = f"specproof audit: {backend.name}"
+        write_report(args.report, [result], title, robustness=[robust] if robust else None)
+    return result.exit_code
+
+
+def cmd_main_job(args: argparse.Namespace) -> int:
+    """Every built-in backend under its speed class's fixed plan, against its declaration."""
+    from specproof.properties.audit.main_job import main_job_backends, run_main_job
+    from specproof.properties.audit.report import write_report
+
+    report = args.report or "audit-report.md"
+    check_outputs(argparse.Namespace(report=report), "report")
+    show = show_progress(args.progress)
+    backends, note = main_job_backends(args.group)
+    if note:
+        print(f"({note})")
+
+    def bar(i: int, b: Any) -> Any:
+        return progress_bar(show, f"[{i + 1}/{len(backends)}] {b.name}")
+
+    def line(r: Any, config: AuditConfig) -> None:
+        end_bar(show)
+        mark = "ok " if r.verdict == r.expected else "BAD"
+        print(
+            f"{mark} {r.kind:5s} {r.backend:45s} expected {r.expected:18s} got {r.verdict.value:18s} "
+            f"TV {config.tv:<5g} {sum(c.n for c in r.cases):>9,} steps {r.seconds:5.1f} s",
+            flush=True,
+        )
+
+    base = verifier_config(args, budget=MAIN_JOB_GUARD)
+    job = run_main_job(
+        base, backends, tv=args.tv, large_vocab_tv=args.large_vocab_tv, progress=bar, on_result=line
+    )
+    write_report(report, job.results, "specproof audit: every built-in backend", overall=job.verdict)
+    write_json_to(args.json, job.to_json())
+    agreed = len(job.results) - len(job.disagreeing)
+    print(
+        f"\n{agreed}/{len(job.backends)} backends got their declared verdict"
+        + (" (interrupted)" if job.interrupted else "")
+        + f" in {job.seconds:.0f} s; report: {report}"
+    )
+    return job.exit_code
+
+
+# --------------------------------------------------------------------------- engine audits
+
+
+def engine_config(args: argparse.Namespace) -> EngineAuditConfig:
+    options = plan_options(args)
+    options["looks"] = args.looks
+    return config_from(EngineAuditConfig, options)
+
+
+def engine_specs(args: argparse.Namespace) -> list[Any]:
+    """The engines TARGET or ``--engine-group`` names, with the options in place of their
+    defaults (prompts, settings, horizon)."""
+    from specproof.properties.engine.contract import Sampling
+    from specproof.properties.engine.registry import (
+        ENGINES,
+        EngineTargetError,
+        ensure_registered,
+        resolve_engine,
+        with_options,
+    )
+
+    prompts = [parse_ids(p, "--prompt") for p in args.prompt] if args.prompt else None
+    if args.tokens is not None and not 1 <= args.tokens <= MAX_TOKENS:
+        raise UsageError(f"--tokens: must lie in [1, {MAX_TOKENS}], got {args.tokens}")
+    groups: list[str] = list(args.engine_group or [])
+    if args.target and groups:
+        raise UsageError("give TARGET or --engine-group, not both")
+    if not args.target and not groups:
+        raise UsageError("TARGET: missing; usage: specproof audit engine TARGET (or --engine-group GROUP)")
+    try:
+        if args.target:
+            specs = [resolve_engine(args.target)]
+        else:
+            ensure_registered()
+            known = {s.group for s in ENGINES.values()} | {"all"}
+            bad = [g for g in groups if g not in known]
+            if bad:
+                raise UsageError(f"--engine-group: unknown {bad[0]!r}; known: {', '.join(sorted(known))}")
+            specs = [s for s in ENGINES.values() if "all" in groups or s.group in groups]
+    except EngineTargetError as e:
+        raise UsageError(str(e)) from e
+    out = []
+    for spec in specs:
+        samplings = None
+        if args.temperature or args.top_k is not None or args.top_p is not None:
+            temps = args.temperature or [s.temperature for s in spec.samplings]
+            samplings = [Sampling(t, args.top_k, args.top_p) for t in temps]
+        out.append(with_options(spec, prompts, samplings, args.tokens))
+    return out
+
+
+def cmd_audit_engine(args: argparse.Namespace) -> int:
+    """One engine: its verdict's exit status. A group: 0 when every verdict is the declared one."""
+    from specproof.properties.engine.audit import ENGINE_PACKAGES, audit_engine
+    from specproof.properties.engine.report import write_report
+    from specproof.properties.outputs import versions
+
+    config = engine_config(args)
+    specs = engine_specs(args)
+    show = show_progress(args.progress)
+    results, skipped = [], []
+    for spec in specs:
+        ok, why = spec.available()
+        if not ok:
+            skipped.append({"engine": spec.name, "reason": why})
+            print(f"{spec.name}: not run ({why})")
+            continue
+        res = audit_engine(spec, config, progress=progress_bar(show, spec.name), announce=print)
+        end_bar(show)
+        print(res.summary())
+        results.append(res)
+        if res.verdict == Verdict.INTERRUPTED:
+            break
+    single = len(specs) == 1 and not args.engine_group
+    doc = {
+        "versions": versions(ENGINE_PACKAGES),
+        "results": [r.to_json() for r in results],
+        "not_run": skipped,
+    }
+    write_json_to(args.json, results[0].to_json() if single and results else doc)
+    if args.report and results:
+        write_report(args.report, results)
+    if any(r.verdict == Verdict.INTERRUPTED for r in results):
+        return Verdict.INTERRUPTED.exit_code
+    if single:
+        return results[0].exit_code if results else USAGE_ERROR
+    disagree = [r for r in results if r.agrees is False]
+    for r in disagree:
+        print(f"DISAGREES: {r.engine}: {r.verdict.value}, declared {r.expected}")
+    return 1 if disagree else 0
+
+
+# --------------------------------------------------------------------------- replay, robustness
+
+
+def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
+    r = sub.add_parser(
+        "replay",
+        help="turn an audit's witness into a self-contained pytest test",
+        description="Rebuild the witness of an audit JSON and print a pytest test that reproduces it.",
+    )
+    r.add_argument("json", metavar="AUDIT.json", help="the JSON written by specproof audit --json")
+    r.add_argument("--backend", help="with a main-job JSON: which backend's witness")
+    r.add_argument("--target", help="how the test imports the verifier (default: the JSON's target)")
+    r.add_argument("-o", "--output", metavar="PATH", help="write the test to PATH instead of stdout")
+    r.set_defaults(func=cmd_replay)
+    return r
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from specproof.properties.audit.replay import ReplayError, replay_source
+
+    if not os.path.isfile(args.json):
+        raise UsageError(f"AUDIT.json: no file {args.json!r}")
+    check_outputs(args, "output")
+    try:
+        with open(args.json) as f:
+            data = json.load(f)
+        source = replay_source(data, backend=args.backend, target=args.target)
+    except (json.JSONDecodeError, ReplayError) as e:
+        raise UsageError(f"AUDIT.json: {e}") from e
+    if args.output:
+        write_text(args.output, source)
+        print(f"wrote {args.output}; run: python -m pytest {args.output}")
+    else:
+        print(source)
+    return 0
+
+
+def add_robustness_parser(sub: Any) -> argparse.ArgumentParser:
+    r = sub.add_parser(
+        "robustness",
+        help="feed malformed inputs to verifiers (each in a forked child) and tabulate what they do",
+        description="The robustness battery of every backend (or TARGET): raised, returned, hung, crashed.",
+    )
+    r.add_argument("kind", nargs="?", choices=("chain", "tree"), help="with TARGET: its contract")
+    r.add_argument("target", nargs="?", help="registered name, module:function or path/to/file.py:function")
+    r.add_argument(
+        "--process", action="append", choices=list(PROCESSES), help="proposal process (repeatable)"
+    )
+    r.add_argument(
+        "--group",
+        action="append",
+        choices=GROUPS,
+        help="with no TARGET: only these backend groups (default: all but optimized on a CPU)",
+    )
+    r.add_argument("--timeout", type=float, default=30.0, help="seconds before an input counts as a hang")
+    r.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    r.add_argument("--json", metavar="PATH", help="write every outcome as JSON")
+    r.set_defaults(func=cmd_robustness)
+    return r
+
+
+def cmd_robustness(args: argparse.Namespace) -> int:
+    """Exit 0 when every backend is robust, 1 when some is fragile."""
+    import torch
+
+    from specproof.properties.audit.robustness import robustness, table
+    from specproof.properties.conformance.backends import all_backends
+
+    check_outputs(args, "markdown", "json")
+    if args.target:
+        if args.kind is None:
+            raise UsageError("TARGET needs a kind: specproof robustness chain|tree TARGET")
+        check_processes(args.kind, args.process)
+        backends = [_resolve_verifier(args.target, args.kind, args.process)]
+    else:
+        backends = [b for b in all_backends() if args.group is None or b.group in args.group]
+        if args.group is None and not torch.cuda.is_available():
+            backends = [b for b in backends if b.group != "optimized"]
+    results = []
+    for b in backends:
+        r = robustness(b, timeout=args.timeout)
+        results.append(r)
+        bad = [o.name for o in r.outcomes if not o.good]
+        print(f"{r.verdict:8s} {b.kind:5s} {b.name:45s} {', '.join(bad)}", flush=True)
+    text = table(results)
+    print()
+    print(text)
+    write_text(args.markdown, text)
+    write_json_to(args.json, [r.to_json() for r in results])
+    return 0 if all(r.verdict == "robust" for r in results) else 1

@@ -1,0 +1,412 @@
+"""The engine audit's own engines: the reference decoding loop, and loops with one bug each.
+
+* :class:`ReferenceEngine`: :func:`specproof.reference.decode.decode` as an engine, for a
+  proposer, a process and a rule; :class:`DirectEngine`: no speculation at all (the baseline the
+  audit's false-alarm rate is measured on).
+* The mutant loops (:data:`MUTANT_DOCS`), built from the same reference pieces with one fault
+  each (a draft law that is not the one the drafts came from, stale features, no KV rollback,
+  temperature on one side), the engines that break the contract, and the alternatives that look
+  wrong but are lossless.
+
+They run on :func:`engine_target`, an 8-token transformer whose next-token laws are spread
+(entropy 1.4 to 1.6 nats) and whose draft model agrees with it on about 60% of the mass, so
+drafts are both accepted and rejected. Their drafters are untrained: the quality of a draft
+never decides a verdict, only the speed (proofs_notes/engine_audit.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from specproof.properties.engine.contract import Engine, Sampling, Seq
+from specproof.reference.choices import Sampler
+from specproof.reference.decode import decode
+from specproof.reference.errors import BadParameterError
+from specproof.reference.models import LM
+from specproof.reference.processes import PROCESSES, Process, Proposal
+from specproof.reference.proposers import Proposer
+from specproof.reference.proposers.draft_model import draft_model
+from specproof.reference.proposers.mtp import MTPModules
+from specproof.reference.proposers.selfdraft import BoundDraft, Drafter, DraftNet, as_drafter, target_features
+from specproof.reference.rules import RULES
+from specproof.reference.step import make_step
+from specproof.reference.transformer import Config, KVCache, TinyTransformer, TransformerLM
+from specproof.reference.tree import DraftTree
+
+
+@functools.cache
+def engine_target() -> TinyTransformer:
+    """The reference engines' target: 8 tokens, width 16, 2 layers (module docstring)."""
+    return TinyTransformer(Config(vocab=8, width=16, layers=2, heads=2, mlp=32), seed=0)
+
+
+#: Two prompts: a plain one, and a repeated pattern on which n-gram lookup finds matches.
+REFERENCE_PROMPTS: tuple[Seq, ...] = ((0, 6), (5, 2, 5, 2))
+
+
+class ReferenceEngine:
+    """:func:`specproof.reference.decode.decode` as an engine: ``proposer`` drafts by
+    ``process`` on ``shape``, ``rule`` verifies, the target's KV cache keeps the accepted path.
+    ``generate`` runs steps until ``max_new_tokens`` tokens are emitted and returns the first
+    ``max_new_tokens`` (the last step may emit more; the first M tokens of a lossless stream are
+    the target's M-token law). ``last_steps`` holds the tokens emitted per target forward of the
+    last call."""
+
+    def __init__(
+        self,
+        target: TinyTransformer,
+        drafter: LM | Drafter,
+        process: str | Process,
+        rule: str,
+        shape: Seq,
+        sampling: Sampling,
+    ) -> None:
+        if sampling.top_k is not None or sampling.top_p is not None:
+            raise BadParameterError("sampling", "the reference loop samples with a temperature only")
+        self.target, self.drafter, self.process = target, drafter, process
+        self.rule, self.shape, self.sampling = rule, shape, sampling
+        self.vocab = target.vocab
+        self._law = TransformerLM(target, sampling.temperature)
+        self.last_steps: list[int] = []
+
+    def run(self, prompt: Seq, max_new_tokens: int, rng: np.random.Generator) -> list[int]:
+        out = decode(
+            self.target,
+            self.drafter,
+            self.process,
+            self.rule,
+            self.shape,
+            prompt,
+            max_new_tokens,
+            rng,
+            temperature=self.sampling.temperature,
+            until=max_new_tokens,
+        )
+        self.last_steps = list(out.emitted_per_step)
+        return out.tokens[len(prompt) :][:max_new_tokens]
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        return self.run(tuple(prompt_ids), max_new_tokens, np.random.default_rng(seed))
+
+    def target_law(self, context: Sequence[int]) -> Sequence[float]:
+        return self._law.law(tuple(int(x) for x in context))
+
+
+class DirectEngine:
+    """No speculation: each new token drawn from the target's own law by inverse CDF on a
+    uniform of ``numpy.random.default_rng(seed)``. Exact by construction: the baseline the engine
+    audit's false-alarm rate is measured on."""
+
+    def __init__(self, lm: LM) -> None:
+        self.vocab = lm.vocab
+        self._law = lm
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        rng = np.random.default_rng(seed)
+        ctx = tuple(prompt_ids)
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            cdf = np.cumsum([float(v) for v in self._law.law(ctx + tuple(out))])
+            out.append(int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab - 1)))
+        return out
+
+    def target_law(self, context: Sequence[int]) -> Sequence[float]:
+        return [float(v) for v in self._law.law(tuple(int(x) for x in context))]
+
+
+def direct_engine(sampling: Sampling) -> DirectEngine:
+    if sampling.top_k is not None or sampling.top_p is not None:
+        raise BadParameterError("sampling", "the direct sampler samples with a temperature only")
+    return DirectEngine(TransformerLM(engine_target(), sampling.temperature))
+
+
+def reference_engine(proposer: Proposer, rule: str, sampling: Sampling) -> ReferenceEngine:
+    target = engine_target()
+    greedy = RULES[rule].preserves == "greedy"
+    if greedy != sampling.greedy:
+        raise BadParameterError(
+            "sampling",
+            f"rule {rule} preserves {'greedy decoding' if greedy else 'sampling'}, not {sampling.label}",
+        )
+    return ReferenceEngine(
+        target, proposer.make_drafter(target, trained=False), proposer.process, rule, proposer.shape, sampling
+    )
+
+
+# --------------------------------------------------------------------------- mutant loops
+
+
+@dataclass(frozen=True)
+class ReportedBy(Process):
+    """A process that samples its drafts from the step's drafter but tells the verifier the
+    draft laws of ``report`` (another drafter), by ``report_as``'s rule for what it gives.
+    With ``report`` the same drafter and ``report_as`` the process itself, this is the process."""
+
+    report: Drafter | None = None
+    report_as: Process | None = None
+
+    def draft_probs(self, prefix: Seq, proposal: Proposal, draft: LM) -> Any:
+        how = self.report_as or self
+        lm = self.report(prefix) if self.report is not None else draft
+        return Process.draft_probs(how, prefix, proposal, lm)
+
+
+def _as_process(base: Process, name: str, **changes: Any) -> ReportedBy:
+    return ReportedBy(name, base.choose, base.gives_draft_probs, base.chain, base.doc, **changes)
+
+
+class _LateFeatures(BoundDraft):
+    """A self-drafting network bound to a prefix but fed every hidden state one position late:
+    row i holds the features of position i - 1 (row 0 repeats itself)."""
+
+    def __init__(self, net: DraftNet, target: TinyTransformer, prefix: Seq, temperature: float) -> None:
+        super().__init__(net, target, prefix, temperature)
+        fresh = target_features(target, prefix)
+        self.hidden = [torch.cat([h[:1], h[:-1]]) for h in fresh]
+
+
+def _late_drafter(net: DraftNet, target: TinyTransformer) -> Drafter:
+    memo: dict[Seq, BoundDraft] = {}
+
+    def at(prefix: Seq) -> LM:
+        if prefix not in memo:
+            memo[prefix] = _LateFeatures(net, target, prefix, 1.0)
+        return memo[prefix]
+
+    return at
+
+
+def decode_without_rollback(
+    target: TinyTransformer,
+    drafter: LM | Drafter,
+    process: Process,
+    rule: str,
+    shape: Seq,
+    prompt: Seq,
+    until: int,
+    rng: np.random.Generator,
+    temperature: float = 1.0,
+    rollback: bool = True,
+) -> list[int]:
+    """The reference loop (reference/decode.py) step for step, except that with ``rollback``
+    False the target's KV cache keeps every drafted node after verification instead of only the
+    accepted path (the next step then attends to rejected drafts, at shifted positions). With
+    ``rollback`` True it draws and emits exactly what :func:`decode` does (tests/test_engine_audit.py
+    checks that, token for token)."""
+    drafter_ = as_drafter(drafter)
+    tree_shape = DraftTree(shape, "shape")
+    cache = KVCache()
+    if len(prompt) > 1:
+        target.forward(torch.tensor(prompt[:-1]), cache)
+    tokens = list(prompt)
+    while len(tokens) - len(prompt) < until:
+        ctx = tuple(tokens)
+        draft = drafter_(ctx)
+        proposal = process.propose(Sampler(rng), tree_shape, ctx, draft)
+        tree = DraftTree(proposal.parents)
+        prefix_len = len(cache)
+        logits, _ = target.forward_tree(tree, torch.tensor(proposal.tokens), cache)
+        laws = target.next_token_probs(logits, temperature)
+        laws = laws / laws.sum(-1, keepdim=True)
+        step = make_step(
+            proposal.parents,
+            proposal.tokens,
+            process.draft_probs(ctx, proposal, draft),
+            [[float(v) for v in row] for row in laws],
+        )
+        outcome = RULES[rule](Sampler(rng), step)
+        if rollback:
+            cache.commit(tree, outcome.accepted, prefix_len)
+        # the fault: no commit, so every drafted node's K/V stays, in tree order, and the next
+        # step's nodes sit after them (attending to rejected drafts, at shifted positions)
+        tokens.extend(outcome.emitted(step))
+    return tokens[len(prompt) :][:until]
+
+
+class LoopEngine(ReferenceEngine):
+    """A reference engine whose loop is :func:`decode_without_rollback` (``rollback`` False:
+    the KV-cache mutant)."""
+
+    def __init__(self, *args: Any, rollback: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rollback = rollback
+
+    def run(self, prompt: Seq, max_new_tokens: int, rng: np.random.Generator) -> list[int]:
+        proc = PROCESSES[self.process] if isinstance(self.process, str) else self.process
+        self.last_steps = []
+        return decode_without_rollback(
+            self.target,
+            self.drafter,
+            proc,
+            self.rule,
+            self.shape,
+            prompt,
+            max_new_tokens,
+            rng,
+            self.sampling.temperature,
+            self.rollback,
+        )
+
+
+CHAIN3 = (-1, 0, 1, 2)
+
+
+def _draft(sampling: Sampling) -> TransformerLM:
+    """The reference draft model (temperature 1, whatever the target's temperature)."""
+    return draft_model(engine_target())
+
+
+def greedy_draft_soft_law(sampling: Sampling) -> ReferenceEngine:
+    """Drafts are the draft model's argmax chain, but the verifier is told they were sampled
+    from the draft's soft law q (token-level verification then accepts x with p(x) / q(x))."""
+    proc = _as_process(
+        PROCESSES["onehot_chain"], "argmax chain, verifier given q", report_as=PROCESSES["iid_chain"]
+    )
+    return ReferenceEngine(engine_target(), _draft(sampling), proc, "token", CHAIN3, sampling)
+
+
+def _mtp_net() -> MTPModules:
+    return MTPModules(engine_target(), modules=3)
+
+
+def late_features(sampling: Sampling) -> ReferenceEngine:
+    """MTP drafts sampled with the target's hidden states one position late, while the verifier
+    is given the draft laws computed from the right features."""
+    target, net = engine_target(), _mtp_net()
+    proc = _as_process(PROCESSES["iid_chain"], "iid chain, q from fresh features", report=net.drafter(target))
+    return ReferenceEngine(target, _late_drafter(net, target), proc, "token", CHAIN3, sampling)
+
+
+def late_features_consistent(sampling: Sampling) -> ReferenceEngine:
+    """The same stale features for drafting and for the law given to the verifier: a worse draft,
+    still lossless (the verifier needs the law the drafts were drawn from, nothing better)."""
+    target, net = engine_target(), _mtp_net()
+    return ReferenceEngine(target, _late_drafter(net, target), "iid_chain", "token", CHAIN3, sampling)
+
+
+def no_kv_rollback(sampling: Sampling) -> LoopEngine:
+    """The target's KV cache keeps the rejected drafts' keys and values after each step."""
+    return LoopEngine(
+        engine_target(), _draft(sampling), "iid_chain", "token", CHAIN3, sampling, rollback=False
+    )
+
+
+def kv_rollback(sampling: Sampling) -> LoopEngine:
+    """The same hand-written loop with the rollback: lossless (and equal to reference/decode.py)."""
+    return LoopEngine(
+        engine_target(), _draft(sampling), "iid_chain", "token", CHAIN3, sampling, rollback=True
+    )
+
+
+def temperature_target_only(sampling: Sampling) -> ReferenceEngine:
+    """Drafts sampled from the draft model at the user's temperature, but the draft law handed to
+    the verifier is at temperature 1: the temperature reaches the target's logits only. Exact at
+    T = 1, lossy at any other temperature."""
+    target = engine_target()
+    hot = draft_model(target, temperature=sampling.temperature or 1.0)
+    raw = draft_model(target, temperature=1.0)
+    proc = _as_process(PROCESSES["iid_chain"], "iid chain, q at T = 1", report=as_drafter(raw))
+    return ReferenceEngine(target, hot, proc, "token", CHAIN3, sampling)
+
+
+def consistent_temperature(sampling: Sampling) -> ReferenceEngine:
+    """Drafts and the law given to the verifier both at the user's temperature: lossless."""
+    target = engine_target()
+    return ReferenceEngine(
+        target, draft_model(target, temperature=sampling.temperature), "iid_chain", "token", CHAIN3, sampling
+    )
+
+
+class _ContractMutant:
+    """The reference token engine with one contract fault (``fault``)."""
+
+    def __init__(self, sampling: Sampling, fault: str) -> None:
+        self.inner = ReferenceEngine(
+            engine_target(), _draft(sampling), "iid_chain", "token", CHAIN3, sampling
+        )
+        self.vocab = self.inner.vocab
+        self.fault = fault
+        self._calls = 0
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        self._calls += 1
+        if self.fault == "fixed_seed":
+            seed = 1234
+        elif self.fault == "global_state":
+            seed = seed + self._calls  # a counter that outlives the call: not a function of the seed
+        out = self.inner.generate(prompt_ids, max_new_tokens, seed)
+        if self.fault == "short_output":
+            return out[:-1]
+        if self.fault == "out_of_range":
+            return [x if x != out[0] else x + self.vocab for x in out]
+        return out
+
+    def target_law(self, context: Sequence[int]) -> Sequence[float]:
+        return self.inner.target_law(context)
+
+
+#: The mutant and alternative engines: name -> (builder, expected verdict, what it does).
+MUTANT_DOCS: dict[str, tuple[Callable[[Sampling], Engine], str, str]] = {
+    "mutant.greedy_draft_soft_law": (
+        greedy_draft_soft_law,
+        "lossy",
+        "drafts made greedily (argmax chain) but verified against the draft's soft law q",
+    ),
+    "mutant.late_features": (
+        late_features,
+        "lossy",
+        "MTP drafter fed the target's hidden states one position late; the verifier gets q from the right"
+        " ones",
+    ),
+    "mutant.no_kv_rollback": (
+        no_kv_rollback,
+        "lossy",
+        "the target's KV cache is not rolled back after a rejection (rejected drafts stay in the cache)",
+    ),
+    "mutant.temperature_target_only": (
+        temperature_target_only,
+        "lossy",
+        "temperature applied to the target only: drafts sampled at T, the verifier told q at T = 1",
+    ),
+    "mutant.fixed_seed": (
+        functools.partial(_ContractMutant, fault="fixed_seed"),
+        "contract_violation",
+        "ignores the seed: every call decodes with one private seed",
+    ),
+    "mutant.global_state": (
+        functools.partial(_ContractMutant, fault="global_state"),
+        "contract_violation",
+        "a call counter mixed into the seed: equal seeds give different tokens",
+    ),
+    "mutant.short_output": (
+        functools.partial(_ContractMutant, fault="short_output"),
+        "contract_violation",
+        "returns one token fewer than asked",
+    ),
+    "mutant.out_of_range": (
+        functools.partial(_ContractMutant, fault="out_of_range"),
+        "contract_violation",
+        "returns an id outside the vocabulary",
+    ),
+    "alternative.late_features_consistent": (
+        late_features_consistent,
+        "pass",
+        "stale features for drafting and for the verifier's q alike: a worse draft, still lossless",
+    ),
+    "alternative.kv_rollback": (
+        kv_rollback,
+        "pass",
+        "the hand-written loop of mutant.no_kv_rollback with the rollback: equal to reference/decode.py",
+    ),
+    "alternative.consistent_temperature": (
+        consistent_temperature,
+        "pass",
+        "drafts and the verifier's q both at the user's temperature",
+    ),
+}

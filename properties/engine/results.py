@@ -1,0 +1,218 @@
+"""The results of an engine audit: one :class:`EngineCaseResult` per case (a prompt and a
+sampling setting) and the :class:`EngineAuditResult` of the engine (verdict, witness, summary,
+JSON). They hold what :class:`~.audit.EngineAudit` found; nothing here samples or tests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from specproof.properties.audit.sequences import SequenceTest
+from specproof.properties.engine.contract import Sampling, Seq
+from specproof.properties.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAuditConfig
+
+
+@dataclass(frozen=True)
+class EngineCase:
+    index: int
+    prompt: Seq
+    sampling: Sampling
+    tokens: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.sampling.label} after [{' '.join(map(str, self.prompt))}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt": list(self.prompt), "sampling": self.sampling.to_json(), "tokens": self.tokens}
+
+
+@dataclass
+class EngineCaseResult:
+    case: EngineCase
+    planned: int
+    schedule: list[int]
+    n: int = 0
+    looks: list[tuple[int, float]] = field(default_factory=list)  # (samples, p) at each look
+    test: SequenceTest | None = None
+    pvalue: float = 1.0
+    rejected: bool = False
+    hard_failure: dict[str, Any] | None = None
+    point_mass: bool = False
+    seconds: float = 0.0
+    budget_limited: bool = False
+    forwards: Counter[int] = field(default_factory=Counter)  # target forwards per call
+    power: float = 0.0
+    detectable_tv: float = 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.test
+        return {
+            "case": self.case.to_json(),
+            "name": self.case.name,
+            "planned_samples": self.planned,
+            "schedule": self.schedule,
+            "samples": self.n,
+            "looks": [{"samples": n, "pvalue": p} for n, p in self.looks],
+            "pvalue": self.pvalue,
+            "rejected": self.rejected,
+            "hard_failure": self.hard_failure,
+            "point_mass": self.point_mass,
+            "power_at_tv": self.power,
+            "detectable_tv": self.detectable_tv,
+            "cells": None if t is None else t.cells,
+            "unresolved_mass": None if t is None else t.unresolved,
+            "uncovered": None if t is None else t.uncovered,
+            "test": None if t is None else t.to_json(),
+            "description": None if t is None else t.summary(),
+            "target_forwards_per_call": {str(k): v for k, v in sorted(self.forwards.items())},
+            "seconds": self.seconds,
+            "budget_limited": self.budget_limited,
+        }
+
+
+@dataclass
+class EngineAuditResult:
+    engine: str
+    group: str
+    doc: str
+    config: EngineAuditConfig
+    tokens: int
+    vocab: int
+    expected: str | None = None
+    verdict: Verdict = Verdict.PASS
+    violation: dict[str, Any] | None = None
+    cases: list[EngineCaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+    per_sample_seconds: float = 0.0
+    plan_text: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def agrees(self) -> bool | None:
+        return None if self.expected is None else self.expected == self.verdict.value
+
+    @property
+    def samples(self) -> int:
+        return sum(c.n for c in self.cases)
+
+    @property
+    def witness(self) -> EngineCaseResult | None:
+        bad = [c for c in self.cases if c.rejected]
+        return min(bad, key=lambda c: c.pvalue) if bad else None
+
+    def witness_text(self) -> str:
+        """One line: where the deviation is (the prefix and the next-token law that deviates)."""
+        w = self.witness
+        if self.violation:
+            return f"[{self.violation['kind']}] {self.violation['detail']}"
+        if w is None:
+            return ""
+        if w.hard_failure:
+            return f"{w.case.name}: {w.hard_failure['detail']}"
+        if w.test is None:
+            return w.case.name
+        text = f"{w.case.name}: {w.test.summary()}"
+        if "deviates at" not in text and w.test.worst:
+            cell = w.test.worst[0]
+            text += (
+                f"; most deviating cell (prefix of the M tokens) {cell['cell']}: "
+                f"{cell['observed']} vs {cell['expected']:.1f}"
+            )
+        return text
+
+    def short_witness(self) -> str:
+        """The witness in one short line: the case, p, and where the law deviates (the prefix and
+        the next-token counts observed vs expected), or the violation."""
+        if self.violation:
+            return f"[{self.violation['kind']}] {self.violation['detail']}"
+        w = self.witness
+        if w is None:
+            return ""
+        if w.hard_failure:
+            return f"{w.case.name}: {w.hard_failure['detail']}"
+        t = w.test
+        if t is None:
+            return w.case.name
+        pos = t.conditional.witness() if t.conditional else None
+        if pos is not None and pos.worst is not None and pos.pvalue <= t.p_joint:
+            g = pos.worst
+            cells = ", ".join(f"{lab}: {o} vs {e:.1f}" for lab, o, e in zip(g.labels, g.observed, g.expected))
+            where = f"next token at position {pos.position} after {g.label}: {cells}"
+        elif t.worst:
+            cell = t.worst[0]
+            where = f"cell {cell['cell']}: {cell['observed']} vs {cell['expected']:.1f}"
+        else:
+            where = ""
+        return f"{w.case.name}, {w.n} samples, p = {w.pvalue:.2g}; {where}"
+
+    def summary(self) -> str:
+        c = self.config
+        head = f"engine {self.engine}: {self.verdict.value.upper()}"
+        if self.expected is not None:
+            head += f" (expected {self.expected})"
+        lines = [head]
+        if self.violation:
+            v = self.violation
+            lines.append(f"  contract violation [{v['kind']}] in {v['case']}: {v['detail']}")
+            return "\n".join(lines)
+        lines.append(
+            f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
+            f"{self.seconds:.1f} s ({1000 * self.per_sample_seconds:.1f} ms per sample); "
+            f"family-wise alpha {c.alpha:g} (Holm), {c.looks} looks"
+        )
+        if self.verdict == Verdict.LOSSY:
+            lines.append(f"  witness: {self.witness_text()}")
+        elif self.verdict in (Verdict.PASS, Verdict.UNDERPOWERED):
+            if c.samples:
+                lines.append(f"  no deviation detected at the fixed size of {c.samples} samples per case")
+            else:
+                word = "every case ran its plan" if self.verdict == Verdict.PASS else "some cases ran short"
+                lines.append(
+                    f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"
+                )
+            for r in self.cases:
+                mark = " (budget-limited)" if r.budget_limited else ""
+                lines.append(
+                    f"    {r.case.name}: {r.n}/{r.planned} samples, detects TV {r.detectable_tv:.3g} "
+                    f"at power {c.power:g}{mark}"
+                )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.config
+        w = self.witness
+        return {
+            "verdict": self.verdict.value,
+            "engine": self.engine,
+            "group": self.group,
+            "doc": self.doc,
+            "expected": self.expected,
+            "agrees": self.agrees,
+            "alpha": c.alpha,
+            "tv": c.tv,
+            "power": c.power,
+            "seed": c.seed,
+            "looks": c.looks,
+            "max_cells": c.max_cells,
+            "budget_seconds": c.budget_seconds,
+            "tokens": self.tokens,
+            "vocab": self.vocab,
+            "samples": self.samples,
+            "seconds": self.seconds,
+            "per_sample_seconds": self.per_sample_seconds,
+            "plan": self.plan_text,
+            "violation": self.violation,
+            "witness": None if w is None else w.to_json(),
+            "witness_text": self.witness_text(),
+            "short_witness": self.short_witness(),
+            "cases": [r.to_json() for r in self.cases],
+        }
