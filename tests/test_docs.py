@@ -150,3 +150,11 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
             exec(compile(code, f"{rel(page)}:{line}", "exec"), namespace)
         except Exception as e:  # report which block broke
             raise AssertionError(f"{rel(page)} block at line {line} failed: {type(e).__name__}: {e}") from e
+
+
+def test_ci_runs_the_test_command_readme_gives():
+    """.ci/run's command is README's, to the letter (a drift would test something README
+    does not promise)."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = ci[ci.index("# README's test command:") + 1]
+    assert f"\n{command}\n" in (ROOT / "README.md").read_text()
