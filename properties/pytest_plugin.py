@@ -5,6 +5,7 @@ Installed with specproof (entry point ``pytest11``). In a backend's own CI::
     pytest --specproof-chain mypkg.sampling:verify_chain
     pytest --specproof-tree mypkg.sampling:verify_tree --specproof-process wor_siblings -n auto
     pytest --specproof-engine mypkg.engine:make_engine --specproof-engine-prompt "0 6"
+    pytest --specproof-endpoint http://127.0.0.1:8080 --specproof-endpoint-target http://127.0.0.1:8081
 
 A verifier audit adds one item for the id-range probes and one per battery case
 (``specproof-chain::<case>``); an engine audit one item per (sampling setting, prompt). So
@@ -33,6 +34,9 @@ As fixtures, in a test of your own::
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -77,19 +81,54 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--specproof-engine-temperature", action="append", type=float, default=None, help="temperature"
     )
     g.addoption("--specproof-engine-tokens", type=int, default=None, help="new tokens M per sample")
+    g.addoption(
+        "--specproof-endpoint",
+        metavar="URL",
+        help="audit this served engine through its HTTP API (the --specproof-engine-* options apply)",
+    )
+    g.addoption("--specproof-endpoint-profile", default="llamacpp", help="server family (default llamacpp)")
+    g.addoption(
+        "--specproof-endpoint-target", metavar="URL", help="the same model served without speculation"
+    )
+    g.addoption("--specproof-endpoint-vocab", type=int, help="vocabulary size, where the server does not say")
 
 
 def _options(config: pytest.Config, prefix: str) -> dict[str, Any]:
-    """The plan options given on the command line (None: the config class's default)."""
+    """The plan options given on the command line (None: the config class's default). In CI the
+    verdict must be an instrument reading, so no time guard runs unless the user asks for one:
+    the plan comes from the statistics alone, and a busy runner only takes longer."""
     opt = config.getoption
+    budget = opt(f"{prefix}_budget_seconds")
     return {
         "alpha": opt(f"{prefix}_alpha"),
         "tv": opt(f"{prefix}_tv"),
         "power": opt(f"{prefix}_power"),
         "seed": opt(f"{prefix}_seed"),
         "samples": opt(f"{prefix}_samples"),
-        "budget_seconds": opt(f"{prefix}_budget_seconds"),
+        "budget_seconds": math.inf if budget is None else budget,
     }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Resolve what the options name once, in the main process: a target that cannot be imported
+    is a usage error (exit 4) there, also under pytest-xdist, whose workers collect silently."""
+    if hasattr(config, "workerinput"):
+        return
+    try:
+        _verifier_backend(config)
+        target = config.getoption("specproof_engine")
+        if target:
+            engine_spec(target)
+    except (SpecproofError, ValueError) as e:
+        raise pytest.UsageError(f"specproof: {e}") from e
+
+
+def _witness_path(item: pytest.Item) -> str:
+    """Where a failed item writes its audit's JSON: .specproof/ under the rootdir."""
+    folder = os.path.join(str(item.config.rootpath), ".specproof")
+    os.makedirs(folder, exist_ok=True)
+    name = re.sub(r"[^0-9A-Za-z_.-]+", "_", item.nodeid).strip("_")
+    return os.path.join(folder, f"{name}.json")
 
 
 class AuditFailure(SpecproofError):
@@ -133,6 +172,7 @@ class VerifierCaseItem(_AuditItem):
     def runtest(self) -> None:
         from specproof.properties.audit.stages import AuditConfig, audit, default_cases
         from specproof.properties.plan import build_config
+        from specproof.properties.verdicts import Verdict
 
         options = _options(self.config, "specproof")
         options["large_vocab_tv"] = self.config.getoption("specproof_large_vocab_tv")
@@ -143,6 +183,13 @@ class VerifierCaseItem(_AuditItem):
         else:
             config = replace(config, cases=[self.case], probes=False)
         self.result = audit(self.backend, config)
+        self.result.target = self.backend.name  # the registered name, or the TARGET as given
+        if self.result.verdict not in (Verdict.PASS, Verdict.UNDERPOWERED):
+            from specproof.properties.outputs import write_json
+
+            path = _witness_path(self)
+            write_json(path, self.result.to_json())
+            self.result.saved_to = path
         self._judge(fail_underpowered=self.case is not None)
 
     def reportinfo(self) -> tuple[str, int, str]:
@@ -180,22 +227,31 @@ class AuditCollector(pytest.Collector):
             yield cls.from_parent(self, name=name, **kwargs)
 
 
-def _verifier_items(config: pytest.Config) -> tuple[str, list[Any]] | None:
+def _verifier_backend(config: pytest.Config) -> Any:
+    """The verifier ``--specproof-chain`` or ``--specproof-tree`` names (None: neither)."""
     chain, tree = config.getoption("specproof_chain"), config.getoption("specproof_tree")
     if chain and tree:
         raise pytest.UsageError("--specproof-chain and --specproof-tree: give one of them")
     if not chain and not tree:
         return None
-    from specproof.properties.audit.stages import default_cases
-    from specproof.properties.conformance.backends import TargetError, resolve
+    from specproof.properties.conformance.backends import resolve
 
     kind, target = ("chain", chain) if chain else ("tree", tree)
     procs = config.getoption("specproof_process")
+    return resolve(target, kind, tuple(procs) if procs else None)
+
+
+def _verifier_items(config: pytest.Config) -> tuple[str, list[Any]] | None:
+    from specproof.properties.audit.stages import default_cases
+
     try:
-        backend = resolve(target, kind, tuple(procs) if procs else None)
+        backend = _verifier_backend(config)
+        if backend is None:
+            return None
         cases = default_cases(backend, config.getoption("specproof_seed") or 0)
-    except (TargetError, ValueError) as e:
+    except (SpecproofError, ValueError) as e:
         raise pytest.UsageError(f"specproof: {e}") from e
+    kind = backend.kind
     n = len(cases)
     items: list[tuple[type[pytest.Item], str, dict[str, Any]]] = [
         (VerifierCaseItem, "id-range-probes", {"backend": backend, "case": None, "n_cases": n})
@@ -223,17 +279,45 @@ def engine_spec(target: Any, prompts: Any = None, temperatures: Any = None, toke
     return with_options(spec, prompts, samplings, tokens)
 
 
+def _endpoint_spec(config: pytest.Config, url: str) -> Any:
+    """The served engine at ``url`` as an engine spec; its servers are checked now, before any
+    item runs, and released when the session ends."""
+    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+    from specproof.properties.engine.contract import Sampling
+
+    endpoint = Endpoint(
+        [url],
+        config.getoption("specproof_endpoint_profile"),
+        target=config.getoption("specproof_endpoint_target"),
+        vocab=config.getoption("specproof_endpoint_vocab"),
+    )
+    config.add_cleanup(endpoint.close)
+    prompts = config.getoption("specproof_engine_prompt")
+    if prompts:
+        from specproof.properties.cli.common import parse_ids
+
+        prompts = [parse_ids(p, "--specproof-engine-prompt") for p in prompts]
+    temps = config.getoption("specproof_engine_temperature")
+    samplings = [Sampling(t) for t in temps] if temps else None
+    return endpoint_spec(endpoint, prompts, samplings, config.getoption("specproof_engine_tokens") or 4)
+
+
 def _engine_items(config: pytest.Config) -> tuple[str, list[Any]] | None:
-    target = config.getoption("specproof_engine")
-    if not target:
+    target, url = config.getoption("specproof_engine"), config.getoption("specproof_endpoint")
+    if not target and not url:
         return None
+    if target and url:
+        raise pytest.UsageError("--specproof-engine and --specproof-endpoint: give one of them")
     try:
-        spec = engine_spec(
-            target,
-            config.getoption("specproof_engine_prompt"),
-            config.getoption("specproof_engine_temperature"),
-            config.getoption("specproof_engine_tokens"),
-        )
+        if url:
+            spec = _endpoint_spec(config, url)
+        else:
+            spec = engine_spec(
+                target,
+                config.getoption("specproof_engine_prompt"),
+                config.getoption("specproof_engine_temperature"),
+                config.getoption("specproof_engine_tokens"),
+            )
     except (SpecproofError, ValueError) as e:
         raise pytest.UsageError(f"specproof-engine: {e}") from e
     cases = [(s, p) for s in spec.samplings for p in spec.prompts]

@@ -16,6 +16,10 @@ error               4     a usage error (bad option, missing file) or an interna
 interrupted         4     stopped by the user (Ctrl-C); what ran is written out
 not_applicable      0     nothing to check: e.g. a chain-only rule under a process that drafts
                           trees (a matrix cell), a tree builder that can express no tree
+no_speculation      5     an engine's own counters show it drafted or accepted nothing: its law
+                          may hold, but speculation was not tested (never ``pass``)
+misreported         6     the law holds, but the probabilities the engine reports for emitted
+                          tokens (a server's logprobs) are not the law's, or are missing
 ==================  ====  =====================================================================
 
 ``Verdict`` is a ``str`` enum: ``Verdict.PASS == "pass"``, and it serializes to JSON as its value.
@@ -37,6 +41,8 @@ class Verdict(str, Enum):
     ERROR = "error"
     INTERRUPTED = "interrupted"
     NOT_APPLICABLE = "not_applicable"
+    NO_SPECULATION = "no_speculation"
+    MISREPORTED = "misreported"
 
     def __str__(self) -> str:  # f-strings and print show the value, as for a plain string
         return self.value
@@ -55,6 +61,8 @@ EXIT_CODES: dict[Verdict, int] = {
     Verdict.ERROR: 4,
     Verdict.INTERRUPTED: 4,
     Verdict.NOT_APPLICABLE: 0,
+    Verdict.NO_SPECULATION: 5,
+    Verdict.MISREPORTED: 6,
 }
 USAGE_ERROR = 4  # the exit status of a usage or internal error, for every subcommand
 
@@ -64,4 +72,6 @@ exit status:
   1  lossy: a deviation from the preserved law, with a witness
   2  contract_violation: wrong shape/padding/ids, nondeterminism, a hang, an exception
   3  underpowered: no deviation found, but some case ran short of its plan
-  4  usage or internal error, or interrupted"""
+  4  usage or internal error, or interrupted
+  5  no_speculation: the engine's counters show nothing drafted or accepted (engines only)
+  6  misreported: the law holds, but the reported probabilities are not the law's (engines only)"""

@@ -39,6 +39,7 @@ Drafter = Callable[[tuple[int, ...]], LM]
 class Decoded:
     tokens: list[int]  # the prompt, then every emitted token
     emitted_per_step: list[int] = field(default_factory=list)
+    drafted_per_step: list[int] = field(default_factory=list)  # draft nodes proposed per step
     #: sum_x min(p, q)(x) at every inner node of every step's tree: the acceptance probability
     #: of its first draft under token-level verification (q one-hot for deterministic drafts)
     overlaps: list[float] = field(default_factory=list)
@@ -105,6 +106,7 @@ def decode(
         emitted = outcome.emitted(step)
         out.tokens.extend(emitted)
         out.emitted_per_step.append(len(emitted))
+        out.drafted_per_step.append(len(proposal.tokens) - 1)
         # the new last token (node 0 of the next tree) is not cached; the accepted path is
         if len(cache) != len(out.tokens) - 1:  # pragma: no cover - an invariant of commit
             raise InternalError(f"cache holds {len(cache)} tokens, expected {len(out.tokens) - 1}")

@@ -7,6 +7,7 @@ The one way in from Python (docs/python-api.md; every name is imported on first 
     result = specproof.audit_chain(my_verify_chain, tv=0.05)      # a chain verifier
     result = specproof.audit_tree(my_verify_tree, processes=("wor_siblings",))
     result = specproof.audit_engine(my_engine, prompts=[(0, 6)], tokens=4)
+    result = specproof.audit_endpoint("http://127.0.0.1:8080", target="http://127.0.0.1:8081")
     result.verdict, result.summary(), result.to_json()           # every result reads alike
 
     proof = specproof.check("mss", "wor_siblings", specproof.Instance(vocab=3, shape=(-1, 0, 0)))
@@ -22,8 +23,9 @@ batched engine), :mod:`specproof.properties` (oracles, audits, conformance, the 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from specproof.reference.errors import ArgumentTypeError, UsageError
@@ -68,6 +70,26 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 CHAIN_PROCESSES = ("iid_chain", "onehot_chain")
+#: what the audits' ``progress`` takes: "auto", "on", "off", or a callable (what, fraction)
+_Progress = str | Callable[[str, float], None] | None
+
+
+@contextlib.contextmanager
+def _bar(progress: _Progress, label: str) -> Iterator[Callable[[str, float], None] | None]:
+    """The audit's progress callback for ``progress`` (a bar on stderr for "auto" at a terminal
+    outside CI, and for "on"), ended with a newline."""
+    if progress is None or callable(progress):
+        yield progress
+        return
+    if progress not in ("auto", "on", "off"):
+        raise UsageError(f"progress: 'auto', 'on', 'off' or a callable, got {progress!r}")
+    from specproof.properties.cli.common import end_bar, progress_bar, show_progress
+
+    show = show_progress(progress)
+    try:
+        yield progress_bar(show, label)
+    finally:
+        end_bar(show)
 
 
 def __getattr__(name: str) -> Any:
@@ -110,7 +132,7 @@ def audit_chain(
     processes: Sequence[str] = CHAIN_PROCESSES,
     law: str = "target",
     name: str | None = None,
-    progress: Callable[[str, float], None] | None = None,
+    progress: _Progress = "auto",
     **options: Any,
 ) -> AuditResult:
     """Audit a chain verifier ``fn(draft_token_ids [B,K], draft_probs [B,K,V] or None,
@@ -119,8 +141,9 @@ def audit_chain(
     verifier that preserves greedy decoding. ``options`` are :class:`AuditConfig` fields
     (``alpha``, ``tv``, ``power``, ``seed``, ``samples``, ``budget_seconds``, ``shrink``,
     ``large_vocab_tv``, ``cases``, ...), with its defaults for those not given.
-    ``progress(what, fraction)`` is called as the audit runs. Returns the :class:`AuditResult`
-    (``verdict``, ``summary()``, ``to_json()``)."""
+    ``progress``: ``"auto"`` (a bar on stderr at a terminal, not under CI), ``"on"``, ``"off"``,
+    or a callable ``progress(what, fraction)``. Returns the :class:`AuditResult` (``verdict``,
+    ``summary()``, ``to_json()``)."""
     return _audit(fn, "chain", processes, law, name, progress, options)
 
 
@@ -130,7 +153,7 @@ def audit_tree(
     processes: Sequence[str],
     law: str = "target",
     name: str | None = None,
-    progress: Callable[[str, float], None] | None = None,
+    progress: _Progress = "auto",
     **options: Any,
 ) -> AuditResult:
     """Audit a tree verifier ``fn(parents [B,N], tokens [B,N], draft_probs [B,N,V] or None,
@@ -147,7 +170,7 @@ def _audit(
     processes: Sequence[str],
     law: str,
     name: str | None,
-    progress: Callable[[str, float], None] | None,
+    progress: _Progress,
     options: dict[str, Any],
 ) -> AuditResult:
     from specproof.properties.audit.stages import AuditConfig, audit
@@ -155,7 +178,8 @@ def _audit(
     from specproof.properties.plan import build_config
 
     backend = _backend(fn, kind, processes, law, name)
-    result = audit(backend, build_config(AuditConfig, options), progress)
+    with _bar(progress, backend.name) as bar:
+        result = audit(backend, build_config(AuditConfig, options), bar)
     result.target = fn if isinstance(fn, str) else target_name(fn)
     return result
 
@@ -168,7 +192,7 @@ def audit_engine(
     sampling: Sampling | None = None,
     name: str | None = None,
     expect: str | None = None,
-    progress: Callable[[str, float], None] | None = None,
+    progress: _Progress = "auto",
     **options: Any,
 ) -> EngineAuditResult:
     """Audit a whole speculative engine end to end. ``engine`` is an object with
@@ -195,7 +219,60 @@ def audit_engine(
     spec = with_options(spec, given, [sampling] if sampling else None, tokens)
     if name is not None or expect is not None:
         spec = replace(spec, name=name or spec.name, expect=expect or spec.expect)
-    return _audit_engine(spec, build_config(EngineAuditConfig, options), progress)
+    with _bar(progress, spec.name) as bar:
+        return _audit_engine(spec, build_config(EngineAuditConfig, options), bar)
+
+
+def audit_endpoint(
+    url: str | Sequence[str],
+    *,
+    profile: str = "llamacpp",
+    target: str | None = None,
+    prompts: Sequence[Sequence[int]] | None = None,
+    tokens: int = 4,
+    samplings: Sequence[Sampling] | None = None,
+    vocab: int | None = None,
+    token_map: Sequence[str] | None = None,
+    concurrency: int = 8,
+    timeout: float = 60.0,
+    retries: int = 3,
+    name: str | None = None,
+    progress: _Progress = "auto",
+    **options: Any,
+) -> EngineAuditResult:
+    """Audit a served engine through its HTTP API (one URL, or several replicas of one
+    deployment). ``profile`` names the server family (``llamacpp``, ``vllm``, ``sglang``,
+    ``openai``: how it is asked for tokens, counters and laws); ``target`` is the same model served
+    with speculation off, where the law is read and the control runs (else the law is read from
+    the server itself, one token at a time). ``samplings`` are the settings audited (T = 1 and 0.7
+    by default); ``options`` are :class:`EngineAuditConfig` fields. The result is the engine
+    audit's, with the server's counters (``speculation``), its reported probabilities checked
+    (``reports``) and the control (``control``); docs/endpoint-audit.md says how to launch each
+    family."""
+    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+    from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.engine.audit import audit_engine as _audit_engine
+    from specproof.properties.plan import build_config
+
+    urls = [url] if isinstance(url, str) else list(url)
+    config = build_config(EngineAuditConfig, options)
+    endpoint = Endpoint(
+        urls,
+        profile,
+        target=target,
+        vocab=vocab,
+        concurrency=concurrency,
+        timeout=timeout,
+        retries=retries,
+        token_map=list(token_map) if token_map is not None else None,
+    )
+    try:
+        given = tuple(tuple(int(x) for x in p) for p in prompts) if prompts else None
+        spec = endpoint_spec(endpoint, given, samplings, tokens, name)
+        with _bar(progress, spec.name) as bar:
+            return _audit_engine(spec, config, bar)
+    finally:
+        endpoint.close()
 
 
 __all__ = [
@@ -219,6 +296,7 @@ __all__ = [
     "UsageError",
     "Verdict",
     "audit_chain",
+    "audit_endpoint",
     "audit_engine",
     "audit_tree",
     "check",

@@ -28,9 +28,11 @@ class Bars:
     expected: Sequence[float] | None = None
 
 
-def _case_table(result: AuditResult) -> Block:
+def _case_table(result: AuditResult, skip_after_finding: bool = False) -> Block:
     rows = []
     for r in result.cases:
+        if skip_after_finding and r.status == "after_finding":
+            continue
         tv = "" if r.tv is None else f"{r.tv.estimate:.4f} [{r.tv.low:.4f}, {r.tv.high:.4f}]"
         ran = r.status in ("ran", "short")
         rows.append(
@@ -111,7 +113,12 @@ def _witness_blocks(w: CaseResult) -> list[Block]:
                 )
             )
     L = w.lengths
-    if L:
+    if L and w.reference_lengths:
+        scale = sum(L[1:]) / max(1, sum(w.reference_lengths[1:]))
+        ref = [scale * x for x in w.reference_lengths[1:]]
+        title = f"Emitted tokens per step: observed vs {w.reference} on the same inputs (scaled)"
+        blocks.append(("bars", Bars(title, [str(i) for i in range(1, len(L))], L[1:], ref)))
+    elif L:
         blocks.append(("bars", Bars("Emitted tokens per step", [str(i) for i in range(1, len(L))], L[1:])))
     blocks.append(("p", "To turn this witness into a failing unit test: `specproof replay AUDIT.json`."))
     return blocks
@@ -145,60 +152,113 @@ def blocks_for(
     overall: str | None = None,
     robustness: list[Any] | None = None,
 ) -> list[Block]:
-    """Overall verdict first, then what ran short or did not run, then the details."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    """The first screen: the verdict, what ran short, the witness (observed against expected),
+    the power; then the details of every backend that did not simply pass."""
     out: list[Block] = [("h1", title)]
+    out += _verdict_blocks(results, overall)
+    out += _short_blocks(results)
+    out += _witness_summary(results)
+    out += _power_blocks(results)
+    for r in results:
+        if r.verdict == Verdict.PASS and len(results) > 1:
+            continue
+        out += _details(r)
+    for rb in robustness or []:
+        out.extend(rb.blocks())
+    return out
+
+
+def _verdict_blocks(results: list[AuditResult], overall: str | None) -> list[Block]:
     if len(results) == 1 and overall is None:
-        out.append(("p", "**Verdict: " + _verdict_line(results[0]) + "**"))
-    else:
-        bad = [r for r in results if r.expected is not None and r.verdict != r.expected]
-        word = overall or ("agrees" if not bad else "disagrees")
+        return [("p", "**Verdict: " + _verdict_line(results[0]) + "**")]
+    bad = [r for r in results if r.expected is not None and r.verdict != r.expected]
+    word = overall or ("agrees" if not bad else "disagrees")
+    out: list[Block] = [
+        (
+            "p",
+            f"**Verdict: {word.upper()}: {len(results) - len(bad)}/{len(results)} backends got their "
+            "declared verdict.**",
+        )
+    ]
+    out += [("p", f"- {r.backend} ({r.kind}): expected {r.expected}, got {r.verdict.value}.") for r in bad]
+    return out
+
+
+def _short_blocks(results: list[AuditResult]) -> list[Block]:
+    """What ran short of its plan (the budget), one row a case; what a finding made unnecessary, one
+    line for the whole report."""
+    out: list[Block] = []
+    short = [(r, c) for r in results for c in r.short]
+    if short:
+        rows = [
+            [
+                r.backend,
+                c.case.name,
+                c.status.replace("_", " ") + (f" ({c.reason})" if c.reason else ""),
+                f"{c.n}/{c.planned}",
+                f"{c.detectable_tv:.3g}" if c.status in ("ran", "short") else "1 (not run)",
+            ]
+            for r, c in short
+        ]
+        head = ["backend", "case", "status", "steps / planned", "TV detected at the stated power"]
+        out += [("h2", "Ran short of the plan"), ("table", (head, rows))]
+    skipped = [r for r in results if r.after_finding]
+    if skipped:
+        n = sum(len(r.after_finding) for r in skipped)
         out.append(
             (
                 "p",
-                f"**Verdict: {word.upper()}: {len(results) - len(bad)}/{len(results)} backends got their "
-                "declared verdict.**",
+                f"Not run because a finding came first: {n} cases of {len(skipped)} backend(s), each "
+                "of which stopped at its first rejected case (stop early).",
             )
         )
-        for r in bad:
-            out.append(("p", f"- {r.backend} ({r.kind}): expected {r.expected}, got {r.verdict.value}."))
-    short = [(r, c) for r in results for c in r.short]
-    if short:
-        out.append(("h2", "Ran short of the plan or not run"))
-        out.append(
-            (
-                "table",
-                (
-                    ["backend", "case", "status", "steps / planned", "TV detected at the stated power"],
-                    [
-                        [
-                            r.backend,
-                            c.case.name,
-                            c.status.replace("_", " ") + (f" ({c.reason})" if c.reason else ""),
-                            f"{c.n}/{c.planned}",
-                            f"{c.detectable_tv:.3g}" if c.status in ("ran", "short") else "1 (not run)",
-                        ]
-                        for r, c in short
-                    ],
-                ),
-            )
-        )
-    out.append(("p", f"Generated {now}."))
+    return out
+
+
+def _witness_summary(results: list[AuditResult]) -> list[Block]:
+    """One line per flagged backend: its witness case and where observed departs from expected."""
+    rows = []
+    for r in results:
+        w = r.shrunk or r.witness
+        if w is None and r.finding is None:
+            continue
+        if r.finding is not None and w is None:
+            rows.append([r.backend, f"found in the {r.finding['during']}", "0", r.finding["detail"][:140]])
+            continue
+        assert w is not None
+        if w.hard_failure:
+            where = w.hard_failure["detail"][:140]
+        elif w.worst:
+            cell = w.worst[0]
+            where = f"cell {cell['cell']!r}: observed {cell['observed']}, expected {cell['expected']:.1f}"
+        else:
+            where = ""
+        rows.append([r.backend, w.case.name, "0" if w.hard_failure else f"{w.pvalue:.3g}", where])
+    if not rows:
+        return []
+    return [("h2", "Witnesses"), ("table", (["backend", "witness case", "p", "observed vs expected"], rows))]
+
+
+def _power_blocks(results: list[AuditResult]) -> list[Block]:
+    """The plan and, per backend, the power its cases reached (over the cases that ran)."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out: list[Block] = [("h2", "Power")]
     if results:
         c = results[0].config
         out.append(
             (
                 "p",
-                f"Family-wise alpha {c.alpha:g} per backend (Holm over its cases); each case's sample size "
-                f"planned for power {c.power:g} against its planned TV; seed {c.seed}; budget guard "
-                f"{c.budget_seconds:g} s per backend.",
+                f"Generated {now}. Family-wise alpha {c.alpha:g} per backend (Holm over its cases); each "
+                f"case's sample size planned for power {c.power:g} against its planned TV; seed {c.seed}; "
+                f"budget guard {c.budget_seconds:g} s per backend. 'min power' is over the cases that ran; "
+                "a backend found lossy stops at its first rejection, so its power is not the point.",
             )
         )
     rows = []
     for r in results:
         agrees = "" if r.expected is None else ("yes" if r.expected == r.verdict else "**NO**")
-        powers = [c.power for c in r.cases]
-        det = [c.detectable_tv for c in r.cases if not c.case.sparse and c.status in ("ran", "short")]
+        ran = [c for c in r.cases if c.status in ("ran", "short")]
+        det = [c.detectable_tv for c in ran if not c.case.sparse]
         rows.append(
             [
                 r.backend,
@@ -207,59 +267,38 @@ def blocks_for(
                 r.expected or "",
                 r.verdict.value,
                 agrees,
-                f"{min(powers):.3f}" if powers else "",
+                f"{min(c.power for c in ran):.3f}" if ran and r.verdict != Verdict.LOSSY else "",
                 f"{max(det):.4f}" if det else "",
                 str(sum(c.n for c in r.cases)),
                 f"{r.seconds:.1f}",
             ]
         )
-    out.append(
-        (
-            "table",
-            (
-                [
-                    "backend",
-                    "kind",
-                    "processes",
-                    "expected",
-                    "verdict",
-                    "agrees",
-                    "min power",
-                    "max TV detected (dense V)",
-                    "steps",
-                    "s",
-                ],
-                rows,
-            ),
-        )
-    )
-    for r in results:
-        if r.verdict == Verdict.PASS and len(results) > 1:
-            continue
-        out.append(("h2", f"{r.backend} ({r.kind}): {r.verdict.value}"))
-        out.append(("p", _verdict_line(r)))
-        if r.violation:
-            v = r.violation
-            if v.get("traceback"):
-                out.append(("pre", v["traceback"]))
-            out.append(_case_table(r))
-            continue
-        if r.finding:
-            out.append(("p", f"Found in the {r.finding['during']}: {r.finding['detail']}"))
-        w = r.witness
-        if r.shrunk is not None:
-            out.append(("p", "Shrunk witness (a smaller case, still rejected at alpha / cases / shrink):"))
-            out.extend(_witness_blocks(r.shrunk))
-            out.append(("p", "The case first rejected:"))
-        if w is not None:
-            out.extend(_witness_blocks(w))
-        elif r.ran:
-            closest = min(r.ran, key=lambda c: c.pvalue)
-            out.append(("p", "No case rejected. The case closest to a rejection:"))
-            out.extend(_witness_blocks(closest)[1:])
-        out.append(_case_table(r))
-    for rb in robustness or []:
-        out.extend(rb.blocks())
+    head = ["backend", "kind", "processes", "expected", "verdict", "agrees", "min power", "max TV detected"]
+    out.append(("table", ([*head, "steps", "s"], rows)))
+    return out
+
+
+def _details(r: AuditResult) -> list[Block]:
+    out: list[Block] = [("h2", f"{r.backend} ({r.kind}): {r.verdict.value}"), ("p", _verdict_line(r))]
+    if r.violation:
+        v = r.violation
+        if v.get("traceback"):
+            out.append(("pre", v["traceback"]))
+        return [*out, _case_table(r)]
+    if r.finding:
+        out.append(("p", f"Found in the {r.finding['during']}: {r.finding['detail']}"))
+    w = r.witness
+    if r.shrunk is not None:
+        out.append(("p", "Shrunk witness (a smaller case, still rejected at alpha / cases / shrink):"))
+        out.extend(_witness_blocks(r.shrunk))
+        out.append(("p", "The case first rejected:"))
+    if w is not None:
+        out.extend(_witness_blocks(w))
+    elif r.ran:
+        closest = min(r.ran, key=lambda c: c.pvalue)
+        out.append(("p", "No case rejected. The case closest to a rejection:"))
+        out.extend(_witness_blocks(closest)[1:])
+    out.append(_case_table(r, skip_after_finding=True))
     return out
 
 

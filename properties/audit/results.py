@@ -47,6 +47,9 @@ class CaseResult:
     hard_failure: dict[str, Any] | None = None
     worst: list[dict[str, Any]] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    #: the same inputs through an exact reference rule (a witness only): its name and its lengths
+    reference: str | None = None
+    reference_lengths: list[int] | None = None
     seconds: float = 0.0
     index: int = -1  # the case's index in the audit (its seeds derive from it)
 
@@ -84,6 +87,8 @@ class CaseResult:
             "worst_cells": self.worst,
             "positions": None if self.positions is None else self.positions.to_json(),
             "emitted_length_counts": self.lengths,
+            "reference_rule": self.reference,
+            "reference_length_counts": self.reference_lengths,
         }
 
     def timings(self) -> dict[str, float]:
@@ -105,6 +110,7 @@ class AuditResult:
     shrunk: CaseResult | None = None
     smoke: list[dict[str, Any]] = field(default_factory=list)  # what the smoke stage checked
     target: str | None = None  # how to name the verifier again (for replay)
+    saved_to: str | None = None  # where this result's JSON was written (for the replay hint)
     finding: dict[str, Any] | None = None  # a wrong id found by an id-range probe (a hard failure)
     note: str = ""  # e.g. why shrinking stopped
 
@@ -118,15 +124,23 @@ class AuditResult:
 
     @property
     def not_run(self) -> list[CaseResult]:
+        """Cases the budget left unrun (not those a finding made unnecessary)."""
         return [r for r in self.cases if r.status in ("not_run", "planned")]
 
     @property
+    def after_finding(self) -> list[CaseResult]:
+        """Cases not run because the audit stopped at its first finding (stop early)."""
+        return [r for r in self.cases if r.status == "after_finding"]
+
+    @property
     def short(self) -> list[CaseResult]:
-        """Cases that did not reach the stated power: stopped early, not run, or planned below it."""
+        """Cases that did not reach the stated power: stopped by the budget, not run for want of
+        it, or planned below it (not those skipped after a finding, nor smoke-only ones)."""
         return [
             r
             for r in self.cases
-            if r.status != "smoke_only" and (r.status != "ran" or r.power < self.config.power)
+            if r.status not in ("smoke_only", "after_finding")
+            and (r.status != "ran" or r.power < self.config.power)
         ]
 
     @property
@@ -136,9 +150,15 @@ class AuditResult:
 
     @property
     def witness(self) -> CaseResult | None:
-        """The smallest rejected case (fewest nodes, then smallest vocabulary)."""
+        """The rejected case with the strongest evidence: the smallest p-value, then the largest
+        TV the data vouch for (the interval's low end), then the smallest case. (Shrinking then
+        looks for a smaller case that is still rejected.)"""
         bad = [c for c in self.cases if c.rejected]
-        return min(bad, key=lambda c: (len(c.case.parents), c.case.vocab, c.pvalue)) if bad else None
+        if not bad:
+            return None
+        return min(
+            bad, key=lambda c: (c.pvalue, -(c.tv.low if c.tv else 0.0), len(c.case.parents), c.case.vocab)
+        )
 
     def vouched_tv(self) -> float:
         """The TV every case can vouch for at the stated power (1 when some case did not run)."""
@@ -147,26 +167,64 @@ class AuditResult:
         return max((r.detectable_tv for r in self.cases if r.status != "smoke_only"), default=1.0)
 
     def summary(self) -> str:
-        """The verdict first, then what ran, then the witness or the power (terminal text)."""
+        """The first screen: the verdict, what ran short, the witness (observed against expected),
+        the power; then what ran."""
         head = f"{self.backend} ({self.kind}; {', '.join(self.processes)}): {self.verdict.value.upper()}"
         if self.verdict == VIOLATION and self.violation:
             return "\n".join([head, *self._violation_lines()])
         c = self.config
-        n = sum(r.n for r in self.cases)
-        lines = [
-            head,
-            f"  {len(self.ran)}/{len(self.cases)} cases ran, {n} steps, {self.seconds:.1f} s; "
-            f"family-wise alpha {c.alpha:g} (Holm); smoke stage: {len(self.smoke)} checks",
-        ]
+        lines = [head]
         if self.verdict == INTERRUPTED:
-            lines.append("  interrupted: the cases below are what ran before Ctrl-C")
-        if self.verdict in (PASS, UNDERPOWERED, INTERRUPTED):
-            lines += self._power_lines()
-        else:
+            lines.append("  interrupted (Ctrl-C): what follows is what ran before")
+        lines += self._short_lines()
+        if self.verdict == LOSSY:
             lines += self._witness_lines()
+        else:
+            lines += self._power_lines()
+        n = sum(r.n for r in self.cases)
+        lines.append(
+            f"  {len(self.ran)}/{len(self.cases)} cases ran, {n} steps, {self.seconds:.1f} s; "
+            f"family-wise alpha {c.alpha:g} (Holm); smoke stage: {len(self.smoke)} checks"
+        )
+        if self.after_finding:
+            lines.append(f"  {len(self.after_finding)} cases not run: the audit stopped at its first finding")
         if self.note:
             lines.append(f"  {self.note}")
         return "\n".join(lines)
+
+    def _short_lines(self) -> list[str]:
+        """The cases that ran short of the stated power, and why (at most eight named)."""
+        c = self.config
+        if not self.short or self.verdict == LOSSY:
+            return []
+        lines = [
+            f"  ran short: {len(self.short)} case(s) below power {c.power:g} against TV {c.tv:g}; the run "
+            f"vouches for TV >= {self.vouched_tv():.3g} only"
+        ]
+        for r in self.short[:8]:
+            what = (
+                f"not run ({r.reason})"
+                if r.status in ("not_run", "planned")
+                else f"{r.n}/{r.planned} steps, detects TV {r.detectable_tv:.3g} at power {c.power:g}"
+                + (f" ({r.reason})" if r.reason else "")
+            )
+            lines.append(f"    {r.case.name}: {what}")
+        if len(self.short) > 8:
+            lines.append(f"    ... and {len(self.short) - 8} more")
+        return lines
+
+    def replay_hint(self) -> str:
+        """How to turn this witness into a pytest test, from where the JSON was (or can be) written."""
+        if self.saved_to:
+            return (
+                f"replay: specproof replay {self.saved_to} -o test_witness.py (a pytest test of this witness)"
+            )
+        if self.target is None:
+            return "replay: audit a named TARGET (module:function) and write --json to replay this witness"
+        return (
+            "replay: write result.to_json() to a file (the command line: --json AUDIT.json), then "
+            "`specproof replay AUDIT.json -o test_witness.py`"
+        )
 
     def _violation_lines(self) -> list[str]:
         v = self.violation or {}
@@ -177,35 +235,24 @@ class AuditResult:
         return lines
 
     def _power_lines(self) -> list[str]:
-        """No deviation: the power every case reached, or which cases ran short and why."""
+        """No deviation: the power the cases reached."""
         c, lines = self.config, []
         if self.smoke_only:
             names = ", ".join(r.case.name for r in self.smoke_only)
             lines.append(f"  smoke stage only (no power claimed): {names}")
-        if self.verdict == PASS:
-            tvs = sorted({r.tv_planned for r in self.cases if r.status != "smoke_only"})
+        tvs = sorted({r.tv_planned for r in self.cases if r.status not in ("smoke_only", "after_finding")})
+        if self.verdict == PASS and tvs:
             lines.append(
-                f"  no deviation detected; every case ran its plan: power >= {c.power:g} against TV >= "
+                f"  power: no deviation; every case ran its plan: power >= {c.power:g} against TV >= "
                 + " / ".join(f"{t:g}" for t in tvs)
                 + " on its cells"
                 + (f" (TV {max(tvs):g} on V > {LARGE_VOCAB})" if len(tvs) > 1 else "")
             )
-        else:
+        elif self.ran:
             lines.append(
-                f"  no deviation detected, but {len(self.short)} case(s) ran short of the stated power "
-                f"(--power {c.power:g} against --tv {c.tv:g}); the run vouches for TV >= "
-                f"{self.vouched_tv():.3g} only"
+                f"  power: no deviation detected in the {len(self.ran)} cases that ran; together they vouch "
+                f"for TV >= {self.vouched_tv():.3g} at power {c.power:g}"
             )
-            for r in self.short[:8]:
-                what = (
-                    f"not run ({r.reason})"
-                    if r.status in ("not_run", "planned")
-                    else f"{r.n}/{r.planned} steps, detects TV {r.detectable_tv:.3g} at power {c.power:g}"
-                    + (f" ({r.reason})" if r.reason else "")
-                )
-                lines.append(f"    {r.case.name}: {what}")
-            if len(self.short) > 8:
-                lines.append(f"    ... and {len(self.short) - 8} more")
         deep = [r for r in self.ran if r.positions is not None]
         if deep:
             worst = max(r.uncovered for r in deep)
@@ -228,7 +275,7 @@ class AuditResult:
                 lines.append(f"  {w.hard_failure['detail']}")
             else:
                 lines += _deviation_lines(w)
-        lines.append("  replay: specproof replay AUDIT.json prints a pytest test of this witness")
+        lines.append(f"  {self.replay_hint()}")
         return lines
 
     def to_json(self, timings: bool = True) -> dict[str, Any]:
@@ -253,6 +300,7 @@ class AuditResult:
             "shrunk_witness": None if self.shrunk is None else self._witness_json(self.shrunk),
             "cases": [r.to_json() for r in self.cases],
             "short_cases": [r.case.name for r in self.short],
+            "after_finding_cases": [r.case.name for r in self.after_finding],
             "not_run_cases": [r.case.name for r in self.not_run],
             "smoke_only_cases": [r.case.name for r in self.smoke_only],
             "note": self.note,
@@ -290,7 +338,20 @@ def _deviation_lines(w: CaseResult) -> list[str]:
         g = pw.worst
         cells = ", ".join(f"{a}: {o} vs {e:.1f}" for a, o, e in zip(g.labels, g.observed, g.expected))
         lines.append(f"    position {pw.position}, {g.label}: next token {cells}")
+    if w.lengths and w.reference_lengths:
+        lines.append(f"    {length_comparison(w)}")
     return lines
+
+
+def length_comparison(w: CaseResult) -> str:
+    """Emitted tokens per step, as shares: the witness's against the reference rule's on the same
+    inputs (``1: 41.0% vs 40.8%, ...``)."""
+    ours, ref = w.lengths[1:], (w.reference_lengths or [])[1:]
+    a, b = max(1, sum(ours)), max(1, sum(ref))
+    shares = ", ".join(
+        f"{k}: {100 * x / a:.1f}% vs {100 * y / b:.1f}%" for k, (x, y) in enumerate(zip(ours, ref), 1)
+    )
+    return f"emitted per step (observed vs {w.reference} on the same inputs): {shares}"
 
 
 def case_laws(case: Case, greedy: bool = False) -> dict[str, Any]:

@@ -133,6 +133,35 @@ class AuditConfig(PlanConfig):
         return out
 
 
+#: rows of a row-at-a-time reference rule run beside a witness (its lengths are compared as shares)
+REFERENCE_ROWS = 4096
+#: the exact rule whose emitted lengths are shown beside a witness, per process
+REFERENCE_RULES = {
+    "iid_chain": "torch.token",
+    "onehot_chain": "torch.token",
+    "iid_siblings": "reference.mss",
+    "wor_siblings": "reference.rrs",
+    "topk_siblings": "reference.target_only",
+    "onehot_siblings": "reference.rrs",
+}
+
+
+def reference_rule(kind: str, process: str, law: str) -> str:
+    """The registered exact rule a witness's emitted lengths are compared with."""
+    if law == "greedy":
+        return "reference.greedy"
+    return REFERENCE_RULES.get(process, "reference.strict")
+
+
+def mark_after_finding(res: AuditResult) -> None:
+    """Cases left unplanned or unrun once a finding ended the audit (stop early, a hard failure
+    in the smoke stage): not run because of the finding, which a report says in one line."""
+    for r in res.cases:
+        if r.status == "planned" or (r.status == "not_run" and not r.reason):
+            r.status = "after_finding"
+            r.reason = "not run: the audit stopped at its first finding"
+
+
 def default_cases(backend: Backend, seed: int) -> list[Case]:
     if backend.kind == "chain":
         return chain_battery(backend.processes, seed=seed)
@@ -354,6 +383,8 @@ class Audit:
                 self.sample()
             if not self.done:
                 self.verdict()
+            mark_after_finding(self.result)
+            self.reference_lengths()
             self.shrink()
         except KeyboardInterrupt:
             self.result.verdict = INTERRUPTED
@@ -509,10 +540,7 @@ class Audit:
             evaluate_case(r, runner, torch.cat(seqs), torch.cat(subs), c, self.alpha_case)
             if c.stop_early and r.pvalue <= self.alpha_case:
                 break
-        for r in res.cases:
-            if r.status == "planned":
-                r.status = "not_run"
-                r.reason = r.reason or "the audit stopped at the first rejected case (stop_early)"
+        mark_after_finding(res)
 
     def verdict(self) -> None:
         res, c = self.result, self.config
@@ -530,6 +558,33 @@ class Audit:
                 _determinism(self.entropic, c.seed, generator_use=True)
             except ContractViolation as e:
                 self._violation(e, self.entropic.case.name, "generator check", None, None)
+
+    def reference_lengths(self) -> None:
+        """Beside the witness's emitted lengths, those of an exact reference rule on the same
+        inputs (the same seeded calls): where they agree, acceptance was right and the deviation
+        is in the token emitted after it. At most :data:`REFERENCE_ROWS` rows."""
+        w = self.result.witness
+        if self.result.verdict != LOSSY or w is None or w.hard_failure or not w.n:
+            return
+        name = reference_rule(self.backend.kind, w.case.process, self.backend.law)
+        from specproof.properties.conformance.backends import REGISTRY
+
+        ref = REGISTRY.get((self.backend.kind, name))
+        if ref is None or ref.name == self.backend.name:
+            return
+        runner, c = Runner(ref, w.case, self.config.call_timeout), self.config
+        lengths = np.zeros(len(w.case.parents) + 1, dtype=np.int64)
+        rows, k = min(w.n, REFERENCE_ROWS if ref.speed == "python" else w.n), 0
+        bs = self.runners[w.index].batch_size(c)
+        try:
+            while int(lengths.sum()) < rows:
+                k += 1
+                s_in, s_ver, _ = call_seeds(c.seed, w.case, k)
+                _, _, lens = runner.run(min(bs, rows - int(lengths.sum())), _gen(s_in), _gen(s_ver))
+                lengths += np.bincount(lens.numpy(), minlength=len(lengths))[: len(lengths)]
+        except ContractViolation:
+            return
+        w.reference, w.reference_lengths = name, lengths.tolist()
 
     def shrink(self) -> None:
         c, res = self.config, self.result

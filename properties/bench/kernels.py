@@ -338,6 +338,10 @@ def markdown(rows: list[Row]) -> str:
         from specproof.properties.bench import decode as bench_decode
 
         out += ["", bench_decode.markdown([r for r in rows if r.section.startswith("decode")])]
+    if any(r.section == "endpoint" for r in rows):
+        from specproof.properties.bench import endpoint as bench_endpoint
+
+        out += ["", bench_endpoint.markdown([r for r in rows if r.section == "endpoint"])]
     return "\n".join(out)
 
 
@@ -361,6 +365,10 @@ def run(quick: bool = False, sections: tuple[str, ...] = ("cpu", "audit", "gpu")
         from specproof.properties.bench import decode as bench_decode
 
         rows += bench_decode.run(quick, report)
+    if "endpoint" in sections:
+        from specproof.properties.bench import endpoint as bench_endpoint
+
+        rows += bench_endpoint.run(quick, report)
     return rows
 
 

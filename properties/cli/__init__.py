@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_bench_parser(sub)
     tools.add_e2e_parser(sub)
     tools.add_conform_parser(sub)
+    tools.add_llamacpp_parser(sub)
     tools.add_backends_parser(sub)
     return parser
 

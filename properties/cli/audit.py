@@ -59,11 +59,16 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("kind", nargs="?", choices=("chain", "tree", "engine"), help="what TARGET is")
-    a.add_argument("target", nargs="?", help="registered name, module:function or path/to/file.py:function")
+    a.add_argument("kind", nargs="?", choices=("chain", "tree", "engine", "endpoint"), help="what TARGET is")
+    a.add_argument(
+        "target",
+        nargs="?",
+        help="registered name, module:function or path/to/file.py:function; for endpoint, the server's URL",
+    )
     _add_plan_options(a)
     _add_verifier_options(a)
     _add_engine_options(a)
+    _add_endpoint_options(a)
     a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
     a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
     add_progress(a)
@@ -157,6 +162,7 @@ def _add_engine_options(a: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--top-k", type=int, metavar="K", help="top-k for every setting")
     g.add_argument("--top-p", type=float, metavar="P", help="top-p for every setting")
+    g.add_argument("--min-p", type=float, metavar="P", help="min-p for every setting")
     g.add_argument(
         "--looks",
         type=int,
@@ -171,10 +177,47 @@ def _add_engine_options(a: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_endpoint_options(a: argparse.ArgumentParser) -> None:
+    from specproof.properties.endpoint.profiles import PROFILES
+
+    g = a.add_argument_group(
+        "endpoint audit (specproof audit endpoint URL)",
+        "A served engine through its HTTP API; the engine options above (--prompt, --tokens, "
+        "--temperature, --top-k, --top-p, --min-p, --looks) apply. docs/endpoint-audit.md has each "
+        "server family's launch commands.",
+    )
+    g.add_argument(
+        "--profile", choices=list(PROFILES), default="llamacpp", help="the server family (default llamacpp)"
+    )
+    g.add_argument(
+        "--target-endpoint",
+        metavar="URL",
+        help="the same model served with speculation off: the law is read there, and the control "
+        "(numerical tolerance, same-seed comparison) runs against it",
+    )
+    g.add_argument(
+        "--replica", action="append", metavar="URL", help="another replica of the endpoint (repeatable)"
+    )
+    g.add_argument("--vocab", type=int, metavar="V", help="vocabulary size, where the server does not say it")
+    g.add_argument(
+        "--token-map", metavar="FILE", help="JSON list of token texts by id (profile openai: answers in text)"
+    )
+    g.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default 8)")
+    g.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    g.add_argument("--retries", type=int, default=3, help="retries of a failed request (default 3)")
+    g.add_argument(
+        "--report-samples",
+        type=int,
+        help="samples per case drawn with probabilities requested, and from the twin (default 32; 0: off)",
+    )
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     check_outputs(args, "json", "report")
     if args.kind == "engine":
         return cmd_audit_engine(args)
+    if args.kind == "endpoint":
+        return cmd_audit_endpoint(args)
     if args.kind is None:
         if args.target or args.process:
             raise UsageError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
@@ -234,7 +277,7 @@ def cmd_audit_verifier(args: argparse.Namespace) -> int:
         progress_bar(show, backend.name),
         on_plan=lambda res, left: print(plan_table(res, left), flush=True),
     )
-    result.target = args.target
+    result.target, result.saved_to = args.target, args.json
     end_bar(show)
     robust = None
     if args.robustness:
@@ -265,6 +308,11 @@ def cmd_main_job(args: argparse.Namespace) -> int:
     backends, note = main_job_backends(args.group)
     if note:
         print(f"({note})")
+    print(
+        "each line: ok when the backend got its declared verdict (BAD otherwise), its kind and name, the "
+        "declared and the measured verdict, the TV its speed class's fixed plan detects at power 0.99 "
+        "(plan TV), the steps drawn and the seconds taken"
+    )
 
     def bar(i: int, b: Any) -> Any:
         return progress_bar(show, f"[{i + 1}/{len(backends)}] {b.name}")
@@ -274,7 +322,7 @@ def cmd_main_job(args: argparse.Namespace) -> int:
         mark = "ok " if r.verdict == r.expected else "BAD"
         print(
             f"{mark} {r.kind:5s} {r.backend:45s} expected {r.expected:18s} got {r.verdict.value:18s} "
-            f"TV {config.tv:<5g} {sum(c.n for c in r.cases):>9,} steps {r.seconds:5.1f} s",
+            f"plan TV {config.tv:<5g} {sum(c.n for c in r.cases):>9,} steps {r.seconds:5.1f} s",
             flush=True,
         )
 
@@ -299,13 +347,23 @@ def cmd_main_job(args: argparse.Namespace) -> int:
 def engine_config(args: argparse.Namespace) -> EngineAuditConfig:
     options = plan_options(args)
     options["looks"] = args.looks
+    options["report_samples"] = getattr(args, "report_samples", None)
     return config_from(EngineAuditConfig, options)
+
+
+def _samplings(args: argparse.Namespace, default: Any) -> list[Any] | None:
+    """The settings the options ask for (each temperature with the cut-offs), or None."""
+    from specproof.properties.engine.contract import Sampling
+
+    if not (args.temperature or args.top_k is not None or args.top_p is not None or args.min_p is not None):
+        return None
+    temps = args.temperature or [s.temperature for s in default]
+    return [Sampling(t, args.top_k, args.top_p, args.min_p) for t in temps]
 
 
 def engine_specs(args: argparse.Namespace) -> list[Any]:
     """The engines TARGET or ``--engine-group`` names, with the options in place of their
     defaults (prompts, settings, horizon)."""
-    from specproof.properties.engine.contract import Sampling
     from specproof.properties.engine.registry import (
         ENGINES,
         EngineTargetError,
@@ -334,14 +392,7 @@ def engine_specs(args: argparse.Namespace) -> list[Any]:
             specs = [s for s in ENGINES.values() if "all" in groups or s.group in groups]
     except EngineTargetError as e:
         raise UsageError(str(e)) from e
-    out = []
-    for spec in specs:
-        samplings = None
-        if args.temperature or args.top_k is not None or args.top_p is not None:
-            temps = args.temperature or [s.temperature for s in spec.samplings]
-            samplings = [Sampling(t, args.top_k, args.top_p) for t in temps]
-        out.append(with_options(spec, prompts, samplings, args.tokens))
-    return out
+    return [with_options(spec, prompts, _samplings(args, spec.samplings), args.tokens) for spec in specs]
 
 
 def cmd_audit_engine(args: argparse.Namespace) -> int:
@@ -383,6 +434,56 @@ def cmd_audit_engine(args: argparse.Namespace) -> int:
     for r in disagree:
         print(f"DISAGREES: {r.engine}: {r.verdict.value}, declared {r.expected}")
     return 1 if disagree else 0
+
+
+def cmd_audit_endpoint(args: argparse.Namespace) -> int:
+    """A served engine through its HTTP API: its verdict's exit status."""
+    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+    from specproof.properties.engine.audit import audit_engine
+    from specproof.properties.engine.contract import T07, T1
+    from specproof.properties.engine.report import write_report
+
+    if not args.target:
+        raise UsageError("URL: missing; usage: specproof audit endpoint URL [--target-endpoint URL]")
+    if args.engine_group:
+        raise UsageError("--engine-group: not for an endpoint (give its URL)")
+    config = engine_config(args)
+    prompts = [parse_ids(p, "--prompt") for p in args.prompt] if args.prompt else None
+    endpoint = Endpoint(
+        [args.target, *(args.replica or [])],
+        args.profile,
+        target=args.target_endpoint,
+        vocab=args.vocab,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        retries=args.retries,
+        token_map=_token_map(args.token_map),
+    )
+    try:
+        spec = endpoint_spec(endpoint, prompts, _samplings(args, (T1, T07)), args.tokens or 4)
+        show = show_progress(args.progress)
+        res = audit_engine(spec, config, progress=progress_bar(show, "endpoint"), announce=print)
+        end_bar(show)
+    finally:
+        endpoint.close()
+    print(res.summary())
+    write_json_to(args.json, res.to_json())
+    if args.report:
+        write_report(args.report, [res], f"specproof endpoint audit: {args.target}")
+    return res.exit_code
+
+
+def _token_map(path: str | None) -> list[str] | None:
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"--token-map: cannot read {path!r}: {e}") from e
+    if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
+        raise UsageError("--token-map: expected a JSON list of token texts, indexed by id")
+    return data
 
 
 # --------------------------------------------------------------------------- replay, robustness

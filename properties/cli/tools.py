@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from specproof.properties.cli.common import (
@@ -218,8 +219,9 @@ def add_bench_parser(sub: Any) -> None:
     be.add_argument(
         "--section",
         action="append",
-        choices=("cpu", "audit", "gpu", "decode"),
-        help="only this section (repeatable; decode: the optimized decoding loop against the reference loop)",
+        choices=("cpu", "audit", "gpu", "decode", "endpoint"),
+        help="only this section (repeatable; decode: the optimized decoding loop against the reference loop; "
+        "endpoint: the endpoint audit's sampling against a plain load generator on llama-server)",
     )
     be.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
     be.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
@@ -406,9 +408,58 @@ def cmd_conform(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def add_llamacpp_parser(sub: Any) -> None:
+    g = sub.add_parser(
+        "llamacpp",
+        help="the pinned llama.cpp the served-engine tests run: build it, say where it is, audit it",
+        description="build: the pinned llama.cpp, once, cached outside the clone (about 12 to 15 min cold "
+        "on 2 cores); info: version, commit, cache; table: every served configuration audited on loopback.",
+    )
+    g.add_argument("action", choices=("build", "info", "table"))
+    g.add_argument("--only", action="append", metavar="NAME", help="table: only this configuration")
+    g.add_argument("--tv", type=float, help="table: the TV the plan detects (default the engine audit's)")
+    g.add_argument("--samples", type=int, help="table: fixed samples per case instead of the plan")
+    g.add_argument("--markdown", metavar="PATH", help="table: write it as Markdown")
+    g.add_argument("--json", metavar="PATH", help="table: write every audit as JSON")
+    add_progress(g)
+    g.set_defaults(func=cmd_llamacpp)
+
+
+def cmd_llamacpp(args: argparse.Namespace) -> int:
+    """build: exit 0 with the folder; table: 0 when every verdict is the expected one."""
+    from specproof.properties.endpoint import llamacpp
+
+    check_outputs(args, "markdown", "json")
+    if args.action == "build":
+        print(llamacpp.ensure_built(progress=lambda m: print(m, file=sys.stderr, flush=True)))
+        return 0
+    if args.action == "info":
+        print(json.dumps(llamacpp.info(), indent=2))
+        return 0
+    from specproof.properties.endpoint import llamacpp_suite as suite
+    from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.plan import build_config
+
+    unknown = [n for n in args.only or () if n not in suite.BY_NAME]
+    if unknown:
+        raise UsageError(f"--only: unknown {unknown[0]!r}; configurations: {', '.join(suite.BY_NAME)}")
+    config = build_config(EngineAuditConfig, {"tv": args.tv, "samples": args.samples})
+    results = suite.table(config, args.only, progress_lines(args.progress))
+    text = suite.markdown(results, config)
+    print(text)
+    for r in results:
+        print(r.summary())
+    write_text(args.markdown, text)
+    write_json_to(args.json, [r.to_json() for r in results])
+    return 0
+
+
 def add_backends_parser(sub: Any) -> None:
     b = sub.add_parser("backends", help="list the registered verifier backends and engines")
     b.add_argument("--json", action="store_true", help="as JSON")
+    b.add_argument("--kind", action="append", choices=("chain", "tree", "engine"), help="only this kind")
+    b.add_argument("--group", action="append", metavar="GROUP", help="only this group (builtin, mutant, ...)")
+    b.add_argument("--grep", metavar="TEXT", help="only names containing TEXT")
     b.set_defaults(func=cmd_backends)
 
 
@@ -417,8 +468,15 @@ def cmd_backends(args: argparse.Namespace) -> int:
     from specproof.properties.conformance.backends import all_backends
     from specproof.properties.engine.registry import list_engines
 
-    backends = all_backends()
-    engines = list_engines()
+    def wanted(kind: str, name: str, group: str) -> bool:
+        return (
+            (not args.kind or kind in args.kind)
+            and (not args.group or group in args.group)
+            and (not args.grep or args.grep in name)
+        )
+
+    backends = [b for b in all_backends() if wanted(b.kind, b.name, b.group)]
+    engines = [e for e in list_engines() if wanted("engine", e["name"], e["group"])]
     if args.json:
         data = [dict(b.to_json(), kind=b.kind) for b in backends]
         data += [dict(e, kind="engine") for e in engines]

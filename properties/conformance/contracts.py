@@ -284,7 +284,11 @@ def call_verifier(fn: Callable[..., Any], *args: Any, timeout: float | None = No
 
     t = threading.Thread(target=run, name="specproof-verifier-call", daemon=True)
     t.start()
-    t.join(timeout)
+    try:
+        t.join(timeout)
+    except KeyboardInterrupt:
+        t.join(min(timeout, 10.0))  # let the call leave native code before the interrupt goes on
+        raise
     if t.is_alive():
         name = getattr(fn, "__name__", type(fn).__name__)
         raise ContractViolation(

@@ -12,15 +12,12 @@ in a temporary folder next to it and is renamed into place when complete, under 
 (:data:`MARKER`) records the version, commit, flags and build time.
 
 :func:`start_server` runs ``llama-server`` on 127.0.0.1 only, waits for ``/health`` and stops it
-on exit. Command line::
-
-    python -m specproof.properties.endpoint.llamacpp build   # build if needed, print the folder
-    python -m specproof.properties.endpoint.llamacpp info    # version, commit, cached or not
+on exit. Command line: ``specproof llamacpp build`` (build if needed, print the folder) and
+``specproof llamacpp info`` (version, commit, cached or not).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -446,24 +443,3 @@ def info() -> dict[str, Any]:
         "cached": is_built(folder),
         "marker": marker(folder),
     }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``build``: build if needed and print the folder; ``info``: print version, commit, cache state."""
-    parser = argparse.ArgumentParser(prog="python -m specproof.properties.endpoint.llamacpp")
-    parser.add_argument("command", choices=["build", "info"])
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        try:
-            folder = ensure_built(progress=lambda m: print(m, file=sys.stderr))
-        except LlamaCppBuildError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(folder)
-        return 0
-    print(json.dumps(info(), indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

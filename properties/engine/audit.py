@@ -50,7 +50,22 @@ import torch
 
 from specproof.properties.audit import stats
 from specproof.properties.audit.sequences import check_sequences
-from specproof.properties.engine.contract import Engine, EngineSpec, Sampling, Seq
+from specproof.properties.engine.checks import (
+    Control,
+    Reports,
+    Speculation,
+    compare_reports,
+    judge_reports,
+    tolerance_from,
+)
+from specproof.properties.engine.contract import (
+    Engine,
+    EngineSpec,
+    EngineUnavailable,
+    Generation,
+    Sampling,
+    Seq,
+)
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
 from specproof.properties.plan import Budget, PlanConfig
 from specproof.properties.verdicts import Verdict
@@ -75,11 +90,16 @@ class EngineAuditConfig(PlanConfig):
     max_cells: int = 64
     stop_early: bool = True
     looks: int = 4
+    #: samples per case drawn with probabilities requested, where the engine reports them (the
+    #: report check), and from its speculation-off twin (the control); 0: neither
+    report_samples: int = 32
 
     def validate(self) -> None:
         super().validate()
         if not isinstance(self.looks, int) or not 1 <= self.looks <= 10:
             raise UsageError(f"looks: must be between 1 and 10, got {self.looks}")
+        if not isinstance(self.report_samples, int) or self.report_samples < 0:
+            raise UsageError(f"report_samples: must be an integer >= 0, got {self.report_samples}")
 
 
 class EngineViolation(SpecproofError):
@@ -122,37 +142,100 @@ class CaseRunner:
         if prefix not in self.memo:
             context = list(self.case.prompt + prefix)
             try:
-                arr = np.asarray([float(v) for v in self.engine.target_law(context)], dtype=np.float64)
-            except EngineViolation:
+                row = self.engine.target_law(context)
+            except (EngineViolation, EngineUnavailable, UsageError):
                 raise
             except Exception as e:
                 raise EngineViolation(
                     "exception", f"target_law raised {type(e).__name__}: {e}", self.case
                 ) from e
-            where = f"target_law after {context}"
-            if arr.shape != (self.vocab,):
-                raise EngineViolation(
-                    "target_law", f"{where}: {arr.shape[0]} entries, expected V = {self.vocab}", self.case
-                )
-            if not np.isfinite(arr).all() or (arr < 0).any() or abs(arr.sum() - 1) > 1e-6:
-                raise EngineViolation(
-                    "target_law", f"{where}: not a law (sum {arr.sum():.9g}, min {arr.min():.3g})", self.case
-                )
-            self.memo[prefix] = list(arr / arr.sum())
+            self.memo[prefix] = self._checked_law(row, context)
         return self.memo[prefix]
+
+    def prefetch(self, seqs: list[Seq]) -> None:
+        """Read at once the laws after every proper prefix of ``seqs`` not read yet, where the
+        engine reads many at once (``target_laws``: a server answers them concurrently)."""
+        many = getattr(self.engine, "target_laws", None)
+        need = sorted({s[:d] for s in seqs for d in range(len(s))} - set(self.memo))
+        if many is None or not need:
+            return
+        try:
+            rows = many([list(self.case.prompt + p) for p in need])
+        except (EngineUnavailable, UsageError):
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
+            ) from e
+        for p, row in zip(need, rows):
+            self.memo[p] = self._checked_law(row, list(self.case.prompt + p))
+
+    def _checked_law(self, row: object, context: list[int]) -> list[float]:
+        try:
+            arr = np.asarray([float(v) for v in row], dtype=np.float64)  # type: ignore[attr-defined]
+        except (TypeError, ValueError) as e:
+            raise EngineViolation("target_law", f"target_law after {context}: not numbers", self.case) from e
+        where = f"target_law after {context}"
+        if arr.shape != (self.vocab,):
+            raise EngineViolation(
+                "target_law", f"{where}: {arr.shape[0]} entries, expected V = {self.vocab}", self.case
+            )
+        if not np.isfinite(arr).all() or (arr < 0).any() or abs(arr.sum() - 1) > 1e-6:
+            raise EngineViolation(
+                "target_law", f"{where}: not a law (sum {arr.sum():.9g}, min {arr.min():.3g})", self.case
+            )
+        return list(arr / arr.sum())
 
     def generate(self, seed: int) -> Seq:
         """One sample of M tokens, checked against the contract."""
-        M = self.case.tokens
         try:
-            out = self.engine.generate(list(self.case.prompt), M, seed)
+            out = self.engine.generate(list(self.case.prompt), self.case.tokens, seed)
+        except EngineUnavailable:
+            raise
         except Exception as e:
             raise EngineViolation("exception", f"generate raised {type(e).__name__}: {e}", self.case) from e
+        return self.check_tokens(out, seed)
+
+    def draw(self, seeds: list[int], report: bool = False) -> list[Generation]:
+        """Samples for ``seeds`` in order, with what the engine said about each: through its
+        ``generate_many`` when it has one (many at once), else one ``generate`` at a time."""
+        many = getattr(self.engine, "generate_many", None)
+        if many is None:
+            out = []
+            for s in seeds:
+                seq = self.generate(s)
+                counters = getattr(self.engine, "last_counters", None) or {}
+                out.append(
+                    Generation(seq, counters.get("drafted"), counters.get("accepted"), self.forwards())
+                )
+            return out
+        try:
+            gens = list(many(list(self.case.prompt), self.case.tokens, seeds, report=report))
+        except EngineUnavailable as e:
+            e.done = [self._checked(g, s) for g, s in zip(e.done, seeds)]
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"generate_many raised {type(e).__name__}: {e}", self.case
+            ) from e
+        if len(gens) != len(seeds):
+            raise EngineViolation(
+                "length", f"generate_many returned {len(gens)} samples for {len(seeds)} seeds", self.case
+            )
+        return [self._checked(g, s) for g, s in zip(gens, seeds)]
+
+    def _checked(self, g: Generation, seed: int) -> Generation:
+        seq = self.check_tokens(g.tokens, seed)
+        return g if seq == g.tokens else Generation(seq, g.drafted, g.accepted, g.forwards, g.reported)
+
+    def check_tokens(self, out: object, seed: int) -> Seq:
+        """``out`` as M token ids in ``[0, V)``, or the contract violation it is."""
+        M = self.case.tokens
         if isinstance(out, torch.Tensor):
             out = out.reshape(-1).tolist()
         try:
-            seq = tuple(int(x) for x in out)
-            if any(int(x) != x for x in out):
+            seq = tuple(int(x) for x in out)  # type: ignore[attr-defined]
+            if any(int(x) != x for x in out):  # type: ignore[attr-defined]
                 raise ValueError
         except (TypeError, ValueError) as e:
             raise EngineViolation(
@@ -288,10 +371,14 @@ class EngineAudit:
                 self.contract()
                 self.plan()
                 self.sample()
+                self.checks()
                 self.verdict()
             except EngineViolation as v:
                 res.verdict = Verdict.CONTRACT_VIOLATION
                 res.violation = {"kind": v.kind, "detail": v.detail, "case": v.case.name}
+            except EngineUnavailable as e:
+                res.fault = e.detail
+                self.verdict()
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
         res.seconds = self.budget.elapsed()
@@ -305,6 +392,8 @@ class EngineAudit:
                 self.say(f"building {case.sampling.label}", 0.0)
                 try:
                     engines[case.sampling] = self.spec.build(case.sampling)
+                except (UsageError, EngineUnavailable):
+                    raise
                 except Exception as e:
                     raise EngineViolation(
                         "exception", f"building the engine raised {type(e).__name__}: {e}", case
@@ -358,11 +447,12 @@ class EngineAudit:
             self.announce(res.plan_text)
 
     def sample(self) -> None:
-        """Round-robin over the cases, one look at a time; test each case at its look."""
+        """Round-robin over the cases, one look at a time; test each case at its look. Samples are
+        drawn in chunks (one sample for an engine without ``generate_many``); the budget and a
+        fault stop sampling at a chunk boundary, and every sample drawn is kept, in index order."""
         res, c = self.result, self.config
         seqs: list[list[Seq]] = [[] for _ in res.cases]
         total = max(1, sum(r.planned for r in res.cases))
-        drawn = 0
         for look in range(c.looks):
             for i, (runner, r) in enumerate(zip(self.runners, res.cases)):
                 if r.rejected or look >= len(r.schedule):
@@ -372,23 +462,46 @@ class EngineAudit:
                     if self.budget.exhausted():
                         self.out_of_time = True
                         break
-                    self._draw(runner, r, seqs[i])
-                    drawn += 1
-                    self.say(r.case.name, min(1.0, drawn / total))
+                    if not self._draw(runner, r, seqs[i], r.schedule[look]):
+                        break
+                    self.say(r.case.name, min(1.0, self.result.samples / total))
                 r.seconds += self.clock() - t0
                 if not r.rejected and r.n >= 2 and not r.point_mass:
-                    if r.n == r.schedule[look] or self.out_of_time:
+                    if r.n == r.schedule[look] or self.out_of_time or res.fault:
                         self._test(r, runner, seqs[i])
-                if (r.rejected and c.stop_early) or self.out_of_time:
+                if (r.rejected and c.stop_early) or self.out_of_time or res.fault:
                     return
 
-    def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq]) -> None:
-        """Sample number ``r.n`` of the case (its seed from (seed, case, index) alone); a token
-        the law gives probability 0 rejects the case at once."""
-        seq = runner.generate(sample_seed(self.config.seed, r.case.index, r.n))
-        f = runner.forwards()
-        if f is not None:
-            r.forwards[f] += 1
+    def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], upto: int) -> bool:
+        """The next chunk of the case's samples, number ``r.n`` on (sample ``i``'s seed from
+        (seed, case, i) alone). A token the law gives probability 0 rejects the case at once; the
+        samples after it in the chunk are not counted. False when the engine stopped answering."""
+        chunk = (
+            max(1, int(getattr(runner.engine, "batch", 1))) if hasattr(runner.engine, "generate_many") else 1
+        )
+        seeds = [sample_seed(self.config.seed, r.case.index, k) for k in range(r.n, min(upto, r.n + chunk))]
+        try:
+            gens = runner.draw(seeds)
+        except EngineUnavailable as e:
+            gens = e.done
+            self.result.fault = f"{e.detail} (after {r.n + len(gens)} samples of {r.case.name})"
+        try:
+            runner.prefetch([g.tokens for g in gens])  # the laws of the chunk, read at once
+        except EngineUnavailable as e:
+            self.result.fault = f"{e.detail} (reading the target law)"
+            return False
+        for g in gens:
+            self._count(runner, r, seqs, g)
+            if r.rejected:
+                break
+        return self.result.fault is None
+
+    def _count(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], g: Generation) -> None:
+        seq = g.tokens
+        if g.forwards is not None:
+            r.forwards[g.forwards] += 1
+        r.speculation.add(g)
+        self.result.speculation.add(g)
         seqs.append(seq)
         r.n += 1
         _, zero_at = runner.probability(seq)
@@ -407,8 +520,79 @@ class EngineAudit:
         r.pvalue, r.rejected = 0.0, True
         r.looks.append((r.n, 0.0))
 
+    def checks(self) -> None:
+        """Beside the law (:mod:`.checks`): the control on the speculation-off twin, then the
+        probabilities the engine reports, checked against the law within the control's tolerance.
+        Seeds of their own (never those of the law test), a fixed number per case."""
+        c, res = self.config, self.result
+        describe = getattr(self.runners[0].engine, "describe", None) if self.runners else None
+        if callable(describe):
+            res.description = dict(describe())
+        if c.report_samples == 0 or res.fault or res.verdict == Verdict.INTERRUPTED:
+            return
+        twins = [getattr(rn.engine, "twin", None) for rn in self.runners]
+        if any(t is not None for t in twins):
+            res.control = self._control(twins)
+        offered = [rn for rn in self.runners if getattr(rn.engine, "reports_probabilities", False)]
+        if not offered:
+            return
+        res.reports.tolerance, res.reports.tolerance_from = tolerance_from(res.control)
+        counts = Speculation()
+        for rn in offered:
+            seeds = [sample_seed(c.seed, rn.case.index, 10**6 + j) for j in range(c.report_samples)]
+            self.say(f"reports {rn.case.name}", 1.0)
+            try:
+                gens = rn.draw(seeds, report=True)
+            except EngineUnavailable as e:
+                res.fault = f"{e.detail} (while drawing samples with probabilities requested)"
+                return
+            for g in gens:
+                counts.add(g)
+            compare_reports(gens, rn.law, res.reports)
+        res.speculation.reported = {
+            "samples": counts.samples,
+            "counted": counts.counted,
+            "drafted": counts.drafted,
+            "accepted": counts.accepted,
+        }
+        judge_reports(res.reports)
+
+    def _control(self, twins: list[Engine | None]) -> Control:
+        """The twin's reported probabilities against the recipe's laws (the numerical tolerance),
+        and the same seeds with and without speculation (the seed-coupled share)."""
+        c, control = self.config, Control()
+        diffs = Reports()
+        for rn, twin in zip(self.runners, twins):
+            if twin is None:
+                continue
+            twin_runner = CaseRunner(twin, rn.case, rn.vocab)
+            self.say(f"control {rn.case.name}", 1.0)
+            try:
+                if getattr(twin, "reports_probabilities", False):
+                    seeds = [
+                        sample_seed(c.seed, rn.case.index, 2 * 10**6 + j) for j in range(c.report_samples)
+                    ]
+                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs)
+                seeds = [sample_seed(c.seed, rn.case.index, 3 * 10**6 + j) for j in range(c.report_samples)]
+                ours, theirs = rn.draw(seeds), twin_runner.draw(seeds)
+            except EngineUnavailable as e:
+                control.notes.append(f"{rn.case.name}: the control stopped: {e.detail}")
+                continue
+            control.coupled += len(seeds)
+            control.identical += sum(a.tokens == b.tokens for a, b in zip(ours, theirs))
+            same = sum(x == y for a, b in zip(ours, theirs) for x, y in zip(a.tokens, b.tokens))
+            control.identical_tokens = (control.identical_tokens or 0.0) + same
+        if control.coupled:
+            control.identical_tokens = (control.identical_tokens or 0.0) / (
+                control.coupled * self.spec.tokens
+            )
+        if diffs.checked:
+            control.samples, control.tolerance = diffs.samples, diffs.max_error
+        return control
+
     def _test(self, r: EngineCaseResult, runner: CaseRunner, seqs: list[Seq]) -> None:
         c = self.config
+        runner.prefetch(seqs)
         t = check_sequences(
             seqs,
             runner.law,
@@ -425,10 +609,15 @@ class EngineAudit:
             r.rejected = True
 
     def verdict(self) -> None:
-        """Bonferroni over each case's looks, Holm over the cases (module docstring, stage 4)."""
+        """Bonferroni over each case's looks, Holm over the cases (module docstring, stage 4);
+        then, when the law held: ``no_speculation`` when the engine's counters show nothing
+        drafted or accepted, ``misreported`` when its reported probabilities are not the law's,
+        ``underpowered`` when a case ran short (the budget or a fault), else ``pass``."""
         res, c = self.result, self.config
         for r in res.cases:
-            r.budget_limited = self.out_of_time and r.n < r.planned and not r.rejected
+            r.budget_limited = (
+                (self.out_of_time or res.fault is not None) and r.n < r.planned and not r.rejected
+            )
             if r.looks and not r.hard_failure:
                 r.pvalue = min(1.0, c.looks * min(p for _, p in r.looks))
             self._power(r)
@@ -437,7 +626,11 @@ class EngineAudit:
         res.per_sample_seconds = sum(r.seconds for r in res.cases) / max(1, res.samples)
         if any(r.rejected for r in res.cases):
             res.verdict = Verdict.LOSSY
-        elif any(r.budget_limited for r in res.cases):
+        elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
+            res.verdict = Verdict.NO_SPECULATION
+        elif res.reports.status in ("wrong", "absent"):
+            res.verdict = Verdict.MISREPORTED
+        elif res.fault is not None or any(r.budget_limited for r in res.cases):
             res.verdict = Verdict.UNDERPOWERED
         else:
             res.verdict = Verdict.PASS

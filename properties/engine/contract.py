@@ -11,8 +11,20 @@ branch's KV, or applies temperature to one side only. The engine audit
   same weights without speculation, with the sampling settings the engine was built with
   (:class:`Sampling`; temperature 0 is greedy decoding, a one-hot law at the argmax).
 
-Optional counters an engine may expose after each ``generate`` (reported, never required):
-``last_steps`` (tokens emitted per target forward) or ``last_forwards`` (target forwards).
+What an engine may offer beyond the two calls (each optional, read when present):
+
+* after each ``generate``: ``last_steps`` (tokens emitted per target forward) or
+  ``last_forwards`` (target forwards), and ``last_counters``, a dict with ``drafted`` (draft
+  tokens proposed) and ``accepted`` (draft tokens accepted): the engine's own proof that it
+  speculated;
+* ``generate_many(prompt_ids, max_new_tokens, seeds, report=False) -> list[Generation]``: many
+  samples at once (sample ``i`` a function of ``seeds[i]`` alone, however they are scheduled),
+  each with its counters; with ``report=True`` also the probability the engine reports for each
+  emitted token (a server's logprobs), when ``reports_probabilities`` is true;
+* ``twin``: the same engine with speculation off (an engine itself), for the control checks:
+  the numerical tolerance of the laws and the seed-coupled comparison;
+* ``describe() -> dict``: what the audit should state about how the engine was reached (a
+  server's profile, its law recipe, its identity).
 
 An :class:`EngineSpec` says how to build an engine for each :class:`Sampling` setting, which
 prompts and settings to audit it under, and what verdict its authors claim.
@@ -26,9 +38,33 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from specproof.reference.errors import BadParameterError, SpecproofInputError
+from specproof.reference.errors import BadParameterError, SpecproofError, SpecproofInputError
 
 Seq = tuple[int, ...]
+
+
+class EngineUnavailable(SpecproofError):
+    """The engine could not answer (a server down or failing after its retries): no verdict about
+    its law. ``done`` holds the samples it completed, in order, before it failed; an audit keeps
+    them and ends ``underpowered``, never ``pass``."""
+
+    def __init__(self, detail: str, done: Sequence[Generation] = ()) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.done = list(done)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sample and what the engine said about it (every field but ``tokens`` optional:
+    None means the engine does not tell)."""
+
+    tokens: Seq
+    drafted: int | None = None  # draft tokens the engine proposed while producing it
+    accepted: int | None = None  # draft tokens it accepted
+    forwards: int | None = None  # target forwards it ran
+    #: the probability the engine reported for each emitted token (None where it reported none)
+    reported: tuple[float | None, ...] | None = None
 
 
 # --------------------------------------------------------------------------- sampling settings
@@ -39,12 +75,15 @@ class Sampling:
     """What the engine is asked to sample from: ``softmax(logits / temperature)``, then top-k
     (keep the k largest, ties at the k-th value kept), then top-p (keep the most likely tokens
     until their mass reaches p: a token is kept when the mass ranked strictly above it is below
-    p), renormalized. ``temperature == 0`` is greedy decoding (one-hot at the argmax, ties to
-    the smallest id). This is HF transformers' order and semantics of its warpers."""
+    p), then min-p (keep the tokens whose probability is at least ``min_p`` times the largest),
+    renormalized. ``temperature == 0`` is greedy decoding (one-hot at the argmax, ties to the
+    smallest id). This is HF transformers' order and semantics of its warpers; an engine that
+    reads its law from a server (:mod:`specproof.properties.endpoint`) applies the server's own."""
 
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0):
@@ -53,6 +92,8 @@ class Sampling:
             raise BadParameterError("top_k", f"must be an integer >= 1, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
             raise BadParameterError("top_p", f"must lie in (0, 1], got {self.top_p!r}")
+        if self.min_p is not None and not (isinstance(self.min_p, (int, float)) and 0 <= self.min_p < 1):
+            raise BadParameterError("min_p", f"must lie in [0, 1), got {self.min_p!r}")
 
     @property
     def greedy(self) -> bool:
@@ -67,10 +108,20 @@ class Sampling:
             parts.append(f"top_k={self.top_k}")
         if self.top_p is not None:
             parts.append(f"top_p={self.top_p:g}")
+        if self.min_p:
+            parts.append(f"min_p={self.min_p:g}")
         return ",".join(parts)
 
+    @property
+    def truncated(self) -> bool:
+        """Whether any cut-off (top-k, top-p, min-p) is asked beside the temperature."""
+        return self.top_k is not None or (self.top_p or 1.0) < 1 or bool(self.min_p)
+
     def to_json(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+        out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+        if self.min_p is not None:
+            out["min_p"] = self.min_p
+        return out
 
     def law(self, logits: Sequence[float], margin: float = 1e-5) -> list[float]:
         """The sampled law of one row of logits, in float64. A top-p cut that falls within
@@ -104,6 +155,9 @@ class Sampling:
             mask = np.zeros(len(p), dtype=bool)
             mask[order[keep]] = True
             p = np.where(mask, p, 0.0)
+            p /= p.sum()
+        if self.min_p:
+            p = np.where(p >= self.min_p * p.max(), p, 0.0)
             p /= p.sum()
         return [float(v) for v in p]
 
@@ -143,7 +197,7 @@ class EngineSpec:
     vocab: int
     prompts: tuple[Seq, ...]
     samplings: tuple[Sampling, ...] = (T1, T07)
-    expect: str = "pass"  # the verdict its authors claim: pass, lossy, contract_violation
+    expect: str | None = "pass"  # the verdict its authors claim (None: no claim, a user's engine)
     tokens: int = 4  # the default horizon M
     available: Callable[[], tuple[bool, str]] = _always
     notes: str = ""  # what the audit table should say about it (options, cost, caveats)

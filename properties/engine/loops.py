@@ -67,13 +67,14 @@ class ReferenceEngine:
         shape: Seq,
         sampling: Sampling,
     ) -> None:
-        if sampling.top_k is not None or sampling.top_p is not None:
+        if sampling.truncated:
             raise BadParameterError("sampling", "the reference loop samples with a temperature only")
         self.target, self.drafter, self.process = target, drafter, process
         self.rule, self.shape, self.sampling = rule, shape, sampling
         self.vocab = target.vocab
         self._law = TransformerLM(target, sampling.temperature)
         self.last_steps: list[int] = []
+        self.last_counters: dict[str, int] = {}
 
     def run(self, prompt: Seq, max_new_tokens: int, rng: np.random.Generator) -> list[int]:
         out = decode(
@@ -89,6 +90,10 @@ class ReferenceEngine:
             until=max_new_tokens,
         )
         self.last_steps = list(out.emitted_per_step)
+        self.last_counters = {
+            "drafted": sum(out.drafted_per_step),
+            "accepted": sum(n - 1 for n in out.emitted_per_step),
+        }
         return out.tokens[len(prompt) :][:max_new_tokens]
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
@@ -121,7 +126,7 @@ class DirectEngine:
 
 
 def direct_engine(sampling: Sampling) -> DirectEngine:
-    if sampling.top_k is not None or sampling.top_p is not None:
+    if sampling.truncated:
         raise BadParameterError("sampling", "the direct sampler samples with a temperature only")
     return DirectEngine(TransformerLM(engine_target(), sampling.temperature))
 
@@ -351,6 +356,16 @@ class _ContractMutant:
         return self.inner.target_law(context)
 
 
+class SpeculationOff(DirectEngine):
+    """Speculation silently switched off: every token sampled from the target's law, as plain
+    decoding does, while the engine still reports its counters (nothing drafted). Its law is
+    right; the audit must still never call it a pass for a speculative engine."""
+
+    def __init__(self, sampling: Sampling) -> None:
+        super().__init__(TransformerLM(engine_target(), sampling.temperature))
+        self.last_counters = {"drafted": 0, "accepted": 0}
+
+
 #: The mutant and alternative engines: name -> (builder, expected verdict, what it does).
 MUTANT_DOCS: dict[str, tuple[Callable[[Sampling], Engine], str, str]] = {
     "mutant.greedy_draft_soft_law": (
@@ -393,6 +408,11 @@ MUTANT_DOCS: dict[str, tuple[Callable[[Sampling], Engine], str, str]] = {
         functools.partial(_ContractMutant, fault="out_of_range"),
         "contract_violation",
         "returns an id outside the vocabulary",
+    ),
+    "mutant.speculation_off": (
+        SpeculationOff,
+        "no_speculation",
+        "speculation silently off: plain sampling (a right law), its counters say nothing was drafted",
     ),
     "alternative.late_features_consistent": (
         late_features_consistent,

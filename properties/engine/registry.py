@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -133,7 +134,7 @@ def _optimized_rules() -> tuple[str, ...]:
 def _optimized_engine(proposer: Proposer, rule: str, sampling: Sampling) -> Engine:
     """``optimized.decode.OptimizedEngine`` on :func:`engine_target` with untrained drafters (as
     the reference engines), in float64."""
-    if sampling.top_k is not None or sampling.top_p is not None:
+    if sampling.truncated:
         raise BadParameterError("sampling", "the optimized loop samples with a temperature only")
     module = importlib.import_module("specproof.optimized.decode")
     engine: Engine = module.OptimizedEngine(
@@ -223,10 +224,10 @@ def spec_from_object(
 ) -> EngineSpec:
     """An :class:`EngineSpec` from a user's object: a spec as is; an engine instance (audited
     under the one setting it was built with: ``sampling``, or its ``temperature`` attribute); or
-    a factory called as ``factory(temperature=, top_k=, top_p=)`` per setting (T = 1 and 0.7
-    unless the audit says otherwise). Prompts: ``prompts``, else the object's own ``prompts``
-    attribute, else :data:`~.contract.DEFAULT_PROMPTS`; the horizon likewise (``tokens``, the
-    object's ``tokens``, else 4)."""
+    a factory called per setting (:func:`factory_builder`; T = 1 and 0.7 unless the audit or the
+    factory's own ``samplings`` attribute says otherwise). Prompts: ``prompts``, else the object's
+    own ``prompts`` attribute, else :data:`~.contract.DEFAULT_PROMPTS`; the horizon likewise
+    (``tokens``, the object's ``tokens``, else 4)."""
     if isinstance(obj, EngineSpec):
         return obj
     own = getattr(obj, "prompts", None)
@@ -253,25 +254,49 @@ def spec_from_object(
             notes="an engine instance: audited under the setting it was built with",
         )
     if callable(obj):
-
-        def build(s: Sampling) -> Engine:
-            e = obj(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-            if not (hasattr(e, "generate") and hasattr(e, "target_law")):
-                raise EngineTargetError(f"{name}(...) returned {type(e).__name__}, not an engine")
-            return e
-
-        first = build(T1)
+        build, how = factory_builder(name, obj)
+        own_settings = getattr(obj, "samplings", None)
+        settings = (sampling,) if sampling else tuple(own_settings or (T1, T07))
         return EngineSpec(
             name,
             "user",
-            f"{getattr(obj, '__name__', name)}(temperature=, top_k=, top_p=)",
+            f"{getattr(obj, '__name__', name)}({how})",
             build,
-            _vocab_of(first, prompts[0]),
+            _vocab_of(build(settings[0]), prompts[0]),
             prompts,
-            (sampling,) if sampling else (T1, T07),
+            settings,
             tokens=tokens,
         )
     raise EngineTargetError(f"{name!r} is neither an engine, an engine factory nor an EngineSpec")
+
+
+def factory_builder(name: str, factory: Any) -> tuple[Any, str]:
+    """How to call a user's engine factory per setting: ``factory(sampling=Sampling)`` when it
+    takes a ``sampling`` argument (as an :class:`EngineSpec`'s ``build`` does), else with the
+    setting's fields as keywords (``temperature=, top_k=, top_p=``, and ``min_p=`` when it takes
+    one; a cut-off it does not take must not be asked)."""
+    params: Mapping[str, inspect.Parameter]
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+    def build(s: Sampling) -> Engine:
+        if "sampling" in params:
+            e = factory(sampling=s)
+        else:
+            kwargs: dict[str, Any] = {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+            if "min_p" in params or takes_all:
+                kwargs["min_p"] = s.min_p
+            elif s.min_p:
+                raise EngineTargetError(f"{name}(...) takes no min_p, and the audit asks min_p={s.min_p:g}")
+            e = factory(**kwargs)
+        if not (hasattr(e, "generate") and hasattr(e, "target_law")):
+            raise EngineTargetError(f"{name}(...) returned {type(e).__name__}, not an engine")
+        return e
+
+    return build, "sampling=" if "sampling" in params else "temperature=, top_k=, top_p="
 
 
 def resolve_engine(target: str) -> EngineSpec:

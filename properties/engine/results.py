@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specproof.properties.audit.sequences import SequenceTest
+from specproof.properties.engine.checks import Control, Reports, Speculation
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.verdicts import Verdict
 
@@ -49,6 +50,7 @@ class EngineCaseResult:
     forwards: Counter[int] = field(default_factory=Counter)  # target forwards per call
     power: float = 0.0
     detectable_tv: float = 1.0
+    speculation: Speculation = field(default_factory=Speculation)
 
     def to_json(self) -> dict[str, Any]:
         t = self.test
@@ -73,6 +75,7 @@ class EngineCaseResult:
             "target_forwards_per_call": {str(k): v for k, v in sorted(self.forwards.items())},
             "seconds": self.seconds,
             "budget_limited": self.budget_limited,
+            "speculation": self.speculation.to_json(),
         }
 
 
@@ -91,6 +94,14 @@ class EngineAuditResult:
     seconds: float = 0.0
     per_sample_seconds: float = 0.0
     plan_text: str = ""
+    #: the engine's own counters over every case (:mod:`.checks`)
+    speculation: Speculation = field(default_factory=Speculation)
+    reports: Reports = field(default_factory=Reports)
+    control: Control | None = None
+    #: why sampling stopped before the plan when the engine stopped answering
+    fault: str | None = None
+    #: what the engine says about how it was reached (a server's profile, recipe, identity)
+    description: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -103,6 +114,11 @@ class EngineAuditResult:
     @property
     def samples(self) -> int:
         return sum(c.n for c in self.cases)
+
+    @property
+    def short(self) -> list[EngineCaseResult]:
+        """Cases that stopped before their plan (the budget or a fault), not rejected."""
+        return [c for c in self.cases if c.budget_limited]
 
     @property
     def witness(self) -> EngineCaseResult | None:
@@ -155,7 +171,8 @@ class EngineAuditResult:
         return f"{w.case.name}, {w.n} samples, p = {w.pvalue:.2g}; {where}"
 
     def summary(self) -> str:
-        c = self.config
+        """The verdict, what ran short, the witness (observed against expected), the power, then
+        the checks beside the law and what was run."""
         head = f"engine {self.engine}: {self.verdict.value.upper()}"
         if self.expected is not None:
             head += f" (expected {self.expected})"
@@ -164,28 +181,52 @@ class EngineAuditResult:
             v = self.violation
             lines.append(f"  contract violation [{v['kind']}] in {v['case']}: {v['detail']}")
             return "\n".join(lines)
+        lines += self._short_lines()
+        if self.witness is not None:
+            lines.append(f"  witness: {self.witness_text()}")
+        lines += self._power_lines()
+        lines.append(f"  {self.speculation.line()}")
+        idle = [r.case.name for r in self.cases if r.speculation.status == "none"]
+        if idle:
+            lines.append(f"    nothing drafted or accepted in: {', '.join(idle)}")
+        if self.reports.status != "not_offered":
+            lines.append(f"  {self.reports.line()}")
+        if self.control is not None:
+            lines.append(f"  {self.control.line()}")
+        c = self.config
         lines.append(
             f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
             f"{self.seconds:.1f} s ({1000 * self.per_sample_seconds:.1f} ms per sample); "
             f"family-wise alpha {c.alpha:g} (Holm), {c.looks} looks"
         )
-        if self.verdict == Verdict.LOSSY:
-            lines.append(f"  witness: {self.witness_text()}")
-        elif self.verdict in (Verdict.PASS, Verdict.UNDERPOWERED):
-            if c.samples:
-                lines.append(f"  no deviation detected at the fixed size of {c.samples} samples per case")
-            else:
-                word = "every case ran its plan" if self.verdict == Verdict.PASS else "some cases ran short"
-                lines.append(
-                    f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"
-                )
-            for r in self.cases:
-                mark = " (budget-limited)" if r.budget_limited else ""
-                lines.append(
-                    f"    {r.case.name}: {r.n}/{r.planned} samples, detects TV {r.detectable_tv:.3g} "
-                    f"at power {c.power:g}{mark}"
-                )
         return "\n".join(lines)
+
+    def _short_lines(self) -> list[str]:
+        if self.verdict == Verdict.INTERRUPTED:
+            return ["  interrupted (Ctrl-C): what follows is what ran before"]
+        out = []
+        if self.fault:
+            out.append(f"  sampling stopped early: {self.fault}")
+        for r in self.short:
+            out.append(f"  ran short: {r.case.name}: {r.n}/{r.planned} samples")
+        return out
+
+    def _power_lines(self) -> list[str]:
+        c = self.config
+        if self.verdict == Verdict.LOSSY or not self.cases:
+            return []
+        if c.samples:
+            lines = [f"  no deviation detected at the fixed size of {c.samples} samples per case"]
+        else:
+            word = "every case ran its plan" if not self.short else "some cases ran short"
+            lines = [f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"]
+        for r in self.cases:
+            mark = " (short)" if r.budget_limited else ""
+            lines.append(
+                f"    {r.case.name}: {r.n}/{r.planned} samples, detects TV {r.detectable_tv:.3g} "
+                f"at power {c.power:g}{mark}"
+            )
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         c = self.config
@@ -211,6 +252,11 @@ class EngineAuditResult:
             "per_sample_seconds": self.per_sample_seconds,
             "plan": self.plan_text,
             "violation": self.violation,
+            "fault": self.fault,
+            "speculation": self.speculation.to_json(),
+            "reports": self.reports.to_json(),
+            "control": None if self.control is None else self.control.to_json(),
+            "description": self.description,
             "witness": None if w is None else w.to_json(),
             "witness_text": self.witness_text(),
             "short_witness": self.short_witness(),

@@ -1,0 +1,7 @@
+"""``python -m specproof.properties.cli``: the ``specproof`` command."""
+
+import sys
+
+from specproof.properties.cli import main
+
+sys.exit(main())

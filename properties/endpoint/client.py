@@ -1,0 +1,156 @@
+"""HTTP for the endpoint audit: JSON requests to one server or to several replicas of one
+deployment, many at once, with bounded concurrency, timeouts and bounded retries.
+
+Request ``i`` of a batch goes to replica ``i mod replicas``; since a sample is a function of its
+seed alone, which replica served it never changes what it is. A request that fails in transit
+(connection refused or dropped, a timeout, HTTP 429 or 5xx) is sent again, up to ``retries``
+times with a growing pause; the same request gives the same sample, so a retry never counts a
+sample twice. When a request still fails, :meth:`Client.post_many` raises
+:class:`~specproof.properties.engine.contract.EngineUnavailable` holding the answers that
+completed before it, in order: nothing drawn is lost. An answer the server gives deliberately
+(HTTP 4xx other than 429) is not retried: :class:`RequestRefused` carries its message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from specproof.properties.engine.contract import EngineUnavailable
+from specproof.reference.errors import SpecproofError, UsageError
+
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+class RequestRefused(SpecproofError):
+    """The server answered a request with an error of its own (HTTP 4xx): it refuses what was
+    asked, so asking again will not help. ``status`` and ``body`` are its answer."""
+
+    def __init__(self, url: str, status: int, body: str) -> None:
+        super().__init__(f"{url} answered HTTP {status}: {body[:300]}")
+        self.url, self.status, self.body = url, status, body
+
+
+def check_url(url: str, option: str = "URL") -> str:
+    """``url`` without its trailing slash, or a :class:`UsageError` naming ``option``."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise UsageError(f"{option}: {url!r} is not an http:// or https:// address")
+    return url.rstrip("/")
+
+
+class Client:
+    """JSON over HTTP to ``urls`` (replicas of one deployment). Not thread-safe; one per audit."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+    ) -> None:
+        if not urls:
+            raise UsageError("URL: at least one endpoint is needed")
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise UsageError(f"concurrency: must be an integer >= 1, got {concurrency!r}")
+        if not timeout > 0:
+            raise UsageError(f"timeout: must be positive, got {timeout!r}")
+        if not isinstance(retries, int) or retries < 0:
+            raise UsageError(f"retries: must be an integer >= 0, got {retries!r}")
+        self.urls = [check_url(u) for u in urls]
+        self.concurrency, self.timeout, self.retries, self.backoff = concurrency, timeout, retries, backoff
+        self._loop = asyncio.new_event_loop()
+        self._http: httpx.AsyncClient | None = None
+        self.requests = 0  # requests sent, retries included
+        self.retried = 0
+
+    # -- the event loop this client owns -------------------------------------------------------
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            limits = httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+            )
+            self._http = httpx.AsyncClient(timeout=self.timeout, limits=limits)
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._run(self._http.aclose())
+            self._http = None
+        if not self._loop.is_closed():
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def _send(self, method: str, url: str, body: Any) -> Any:
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.retried += 1
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+            self.requests += 1
+            try:
+                r = await self._client().request(method, url, json=body)
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e or 'no answer'}"
+                continue
+            if r.status_code in RETRY_STATUS:
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                continue
+            if r.status_code >= 400:
+                raise RequestRefused(url, r.status_code, r.text)
+            try:
+                return r.json()
+            except json.JSONDecodeError:
+                last = f"an answer that is not JSON: {r.text[:200]!r}"
+                continue
+        raise EngineUnavailable(f"{method} {url} failed {self.retries + 1} times; last: {last}")
+
+    def get(self, path: str, replica: int = 0) -> Any:
+        """``GET`` of one replica's ``path``, decoded."""
+        return self._run(self._send("GET", self.urls[replica % len(self.urls)] + path, None))
+
+    def post(self, path: str, body: dict[str, Any], replica: int = 0) -> Any:
+        """One ``POST``, its JSON answer decoded."""
+        return self._run(self._send("POST", self.urls[replica % len(self.urls)] + path, body))
+
+    def post_many(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
+        """Every body POSTed (at most ``concurrency`` at once, request ``i`` to replica ``i mod
+        replicas``); the answers in order. A request that fails after its retries raises
+        :class:`EngineUnavailable` with the answers before it."""
+        return list(self._run(self._post_many(path, list(bodies))))
+
+    async def _post_many(self, path: str, bodies: list[dict[str, Any]]) -> list[Any]:
+        gate = asyncio.Semaphore(self.concurrency)
+        out: list[Any] = [None] * len(bodies)
+        failed: dict[int, BaseException] = {}
+
+        async def one(i: int) -> None:
+            async with gate:
+                try:
+                    out[i] = await self._send("POST", self.urls[i % len(self.urls)] + path, bodies[i])
+                except (EngineUnavailable, RequestRefused) as e:
+                    failed[i] = e
+
+        await asyncio.gather(*(one(i) for i in range(len(bodies))))
+        if failed:
+            first = min(failed)
+            error = failed[first]
+            if isinstance(error, EngineUnavailable):
+                raise EngineUnavailable(error.detail, out[:first])
+            raise error
+        return out

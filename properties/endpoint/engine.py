@@ -1,0 +1,246 @@
+"""A served engine as an engine of the engine audit: its HTTP API behind the engine contract.
+
+:class:`EndpointEngine` turns ``generate`` into a request to the server (``generate_many`` into
+many at once, with bounded concurrency over the deployment's replicas), reads the token ids and
+the server's own draft and acceptance counters back, and reads ``target_law`` by its profile's
+recipe (:mod:`.profiles`) from the twin endpoint when there is one (the same model served with
+speculation off), else from the server itself. :func:`endpoint_spec` checks what can be checked
+before any sampling (the servers answer, they serve the same vocabulary and model, every sampling
+setting is accepted and changes the law as asked) and gives the
+:class:`~specproof.properties.engine.contract.EngineSpec` the engine audit runs: the same plan,
+looks, witness, JSON, report and exit codes as for an engine in the same process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.endpoint.client import Client, RequestRefused
+from specproof.properties.endpoint.profiles import AnswerError, Profile, make_profile
+from specproof.properties.engine.contract import (
+    DEFAULT_PROMPTS,
+    T07,
+    T1,
+    EngineSpec,
+    EngineUnavailable,
+    Generation,
+    Sampling,
+    Seq,
+)
+from specproof.reference.errors import UsageError
+
+#: two laws read from two servers of one model differ in the last bits only; above this total
+#: variation they serve different models (or different settings)
+SAME_MODEL_TV = 1e-3
+
+
+class EndpointEngine:
+    """One sampling setting of a served engine (module docstring). ``twin`` is the same setting
+    on the speculation-off endpoint, when there is one."""
+
+    def __init__(
+        self,
+        client: Client,
+        profile: Profile,
+        sampling: Sampling,
+        vocab: int,
+        twin: EndpointEngine | None = None,
+        law_client: Client | None = None,
+    ) -> None:
+        self.client, self.profile, self.sampling, self.vocab = client, profile, sampling, vocab
+        self.twin = twin
+        self._laws = law_client or client  # where target_law reads: the twin's server if any
+        self.reports_probabilities = profile.reports and profile.reports_checkable(sampling)
+        self.batch = client.concurrency * 4
+        self.last_counters: dict[str, int] = {}
+
+    # -- the engine contract -------------------------------------------------------------------
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        path, body = self.profile.generation(prompt_ids, max_new_tokens, seed, self.sampling, False)
+        g = self._read(self.client.post(path, body), False)
+        self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
+        return list(g.tokens)
+
+    def generate_many(
+        self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
+    ) -> list[Generation]:
+        requests = [
+            self.profile.generation(prompt_ids, max_new_tokens, s, self.sampling, report) for s in seeds
+        ]
+        path = requests[0][0] if requests else "/"
+        try:
+            answers = self.client.post_many(path, [b for _, b in requests])
+        except EngineUnavailable as e:
+            raise EngineUnavailable(e.detail, [self._read(a, report) for a in e.done]) from e
+        return [self._read(a, report) for a in answers]
+
+    def target_law(self, context: Sequence[int]) -> list[float]:
+        return self.target_laws([context])[0]
+
+    def target_laws(self, contexts: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The laws after each context, read concurrently by the profile's recipe."""
+        requests = [self.profile.law_request(c, self.sampling, self.vocab) for c in contexts]
+        if not requests:
+            return []
+        answers = self._laws.post_many(requests[0][0], [b for _, b in requests])
+        out = []
+        for ctx, answer in zip(contexts, answers):
+            if self.profile.counters and self.profile.law_drafted(answer):
+                raise AnswerError(f"the law request after {list(ctx)} was answered with drafted tokens")
+            out.append(self.profile.read_law(answer, self.sampling, self.vocab))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.profile.describe(),
+            "endpoints": self.client.urls,
+            "target_endpoint": None if self.twin is None else self.twin.client.urls,
+            "law_read_from": self._laws.urls,
+            "concurrency": self.client.concurrency,
+            "retries": self.client.retries,
+            "requests": self.client.requests,
+            "retried": self.client.retried,
+        }
+
+    def _read(self, answer: Any, report: bool) -> Generation:
+        g = self.profile.read_generation(answer, report)
+        if report and g.reported is not None and len(g.reported) > len(g.tokens):
+            g = Generation(g.tokens, g.drafted, g.accepted, g.forwards, g.reported[: len(g.tokens)])
+        return g
+
+
+def _tv(p: Sequence[float], q: Sequence[float]) -> float:
+    return float(0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum())
+
+
+def _cut_changes(law: Sequence[float], s: Sampling) -> bool:
+    """Whether ``s``'s cut-offs would remove mass from ``law`` under any usual order (the law at
+    the setting's temperature: if even its own cut keeps every token, an unchanged law proves
+    nothing)."""
+    if not s.truncated or s.greedy:
+        return False
+    logits = np.log(np.clip(np.asarray(law, dtype=np.float64), 1e-300, None))
+    kept = Sampling(1.0, s.top_k, s.top_p, s.min_p).law(list(logits))
+    return sum(v > 0 for v in kept) < sum(v > 0 for v in law)
+
+
+class Endpoint:
+    """The servers of one audit: the endpoint's replicas and the optional twin, with their
+    clients, profile and vocabulary, checked once (:func:`endpoint_spec`)."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        profile: str | Profile = "llamacpp",
+        target: str | None = None,
+        vocab: int | None = None,
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        retries: int = 3,
+        token_map: list[str] | None = None,
+    ) -> None:
+        self.profile = make_profile(profile, token_map) if isinstance(profile, str) else profile
+        self.client = Client(urls, concurrency, timeout, retries)
+        self.twin_client = None if target is None else Client([target], concurrency, timeout, retries)
+        self.identity = self._identity(self.client, "URL")
+        twin_identity = (
+            None if self.twin_client is None else self._identity(self.twin_client, "--target-endpoint")
+        )
+        vocab = vocab or self.identity.get("vocab")
+        if not vocab:
+            raise UsageError(f"--vocab: profile {self.profile.name} cannot read the vocabulary size: give it")
+        if twin_identity is not None:
+            if twin_identity.get("vocab") not in (None, vocab) or self.identity.get("vocab") not in (
+                None,
+                vocab,
+            ):
+                raise UsageError(
+                    f"--target-endpoint: the endpoint serves a vocabulary of {self.identity.get('vocab')}, "
+                    f"its twin {twin_identity.get('vocab')}: they are not the same model"
+                )
+            if twin_identity.get("model") != self.identity.get("model"):
+                raise UsageError(
+                    f"--target-endpoint: the endpoint serves {self.identity.get('model')}, its twin "
+                    f"{twin_identity.get('model')}"
+                )
+        self.vocab = int(vocab)
+
+    def _identity(self, client: Client, option: str) -> dict[str, Any]:
+        try:
+            return self.profile.identity(client)
+        except EngineUnavailable as e:
+            raise UsageError(f"{option}: cannot reach {client.urls[0]}: {e.detail}") from e
+        except (RequestRefused, AnswerError) as e:
+            raise UsageError(
+                f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e}"
+            ) from e
+
+    def engine(self, sampling: Sampling) -> EndpointEngine:
+        twin = None
+        if self.twin_client is not None:
+            twin = EndpointEngine(self.twin_client, self.profile, sampling, self.vocab)
+        return EndpointEngine(self.client, self.profile, sampling, self.vocab, twin, self.twin_client)
+
+    def check(self, prompt: Seq, samplings: Sequence[Sampling]) -> None:
+        """Before sampling: every setting is accepted; the twin serves the model the endpoint
+        serves (their laws after the first prompt agree); every cut-off asked changes the law."""
+        for s in samplings:
+            e = self.engine(s)
+            try:
+                law = e.target_law(prompt)
+                if e.twin is not None:
+                    own = EndpointEngine(self.client, self.profile, s, self.vocab).target_law(prompt)
+                    if _tv(own, law) > SAME_MODEL_TV:
+                        raise UsageError(
+                            f"--target-endpoint: after {list(prompt)} under {s.label} the endpoint's law and "
+                            f"its twin's differ by TV {_tv(own, law):.3g}: not the same model or settings"
+                        )
+                if s.truncated:
+                    plain = self.engine(Sampling(s.temperature)).target_law(prompt)
+                    if _cut_changes(plain, s) and _tv(plain, law) < 1e-9:
+                        raise UsageError(
+                            f"{s.label}: the server's law after {list(prompt)} is the same with and without "
+                            "the cut-offs: it ignores a sampling parameter (not assumed: read from its laws)"
+                        )
+            except RequestRefused as err:
+                raise UsageError(f"{s.label}: the server refuses this setting: {err.body[:300]}") from err
+            except EngineUnavailable as err:
+                raise UsageError(f"cannot reach the server: {err.detail}") from err
+
+    def close(self) -> None:
+        self.client.close()
+        if self.twin_client is not None:
+            self.twin_client.close()
+
+
+def endpoint_spec(
+    endpoint: Endpoint,
+    prompts: Sequence[Seq] | None = None,
+    samplings: Sequence[Sampling] | None = None,
+    tokens: int = 4,
+    name: str | None = None,
+    expect: str | None = None,
+) -> EngineSpec:
+    """The :class:`EngineSpec` of a served engine, after :meth:`Endpoint.check`."""
+    prompts = tuple(tuple(int(x) for x in p) for p in (prompts or DEFAULT_PROMPTS))
+    samplings = tuple(samplings or (T1, T07))
+    bad = [x for p in prompts for x in p if not 0 <= x < endpoint.vocab]
+    if bad:
+        raise UsageError(f"--prompt: id {bad[0]} outside the served vocabulary [0, {endpoint.vocab})")
+    endpoint.check(prompts[0], samplings)
+    label = name or "endpoint " + ",".join(endpoint.client.urls)
+    return EngineSpec(
+        label,
+        "endpoint",
+        f"a served engine ({endpoint.profile.name} profile): {endpoint.profile.recipe}",
+        endpoint.engine,
+        endpoint.vocab,
+        prompts,
+        samplings,
+        expect=expect,
+        tokens=tokens,
+    )

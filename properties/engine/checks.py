@@ -1,0 +1,227 @@
+"""What an engine audit checks beside the law: that speculation ran, that the probabilities the
+engine reports are the law's, and how close the laws it was tested against are to the ones the
+engine decodes with.
+
+Each check reads an optional capability of the engine (:mod:`.contract`) and says so when the
+engine does not offer it; none of them is a statistical test, so none costs the law test any of
+its alpha.
+
+* :class:`Speculation` — the engine's own counters, summed over the law test's samples: an
+  engine that drafted nothing, or accepted nothing, was not tested as a speculative engine
+  (verdict ``no_speculation``). The same counters on the samples drawn with probabilities
+  requested show whether asking for them switches speculation off.
+* :class:`Reports` — for samples drawn with ``report=True``, the probability the engine reports
+  for each emitted token against the law ``target_law`` gives at that prefix. A report that
+  differs by more than the tolerance, or a missing one, is a finding (verdict ``misreported``).
+* :class:`Control` — with a ``twin`` (the same engine, speculation off): the largest difference
+  between the probabilities the twin reports while decoding and the laws read by the audit's
+  recipe. It is the numerical tolerance a pass holds within (a server verifies k+1 rows in one
+  batch where plain decoding runs one, so its laws differ in the last bits), and it sets the
+  report check's tolerance. The seed-coupled comparison (same seeds, speculation on and off)
+  gives the share of identical outputs: all of them for a server whose verifier draws the target
+  once per emitted token and compares with the draft.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specproof.properties.engine.contract import Generation, Seq
+
+#: the smallest tolerance of a reported probability: about 16 float32 ulps at 1 (a server
+#: computes and prints probabilities in float32); the control's measured difference, times
+#: :data:`TOLERANCE_FACTOR`, takes over when it is larger
+TOLERANCE_FLOOR = 1e-6
+TOLERANCE_FACTOR = 4.0
+
+
+@dataclass
+class Speculation:
+    """The engine's draft and acceptance counters over the samples that carried them."""
+
+    samples: int = 0  # samples drawn
+    counted: int = 0  # samples that carried counters
+    drafted: int = 0
+    accepted: int = 0
+    #: the same counts over the samples drawn with probabilities requested (None: none drawn)
+    reported: dict[str, int] | None = None
+
+    def add(self, g: Generation) -> None:
+        self.samples += 1
+        if g.drafted is not None:
+            self.counted += 1
+            self.drafted += g.drafted
+            self.accepted += g.accepted or 0
+
+    @property
+    def status(self) -> str:
+        """``ran``, ``none`` (counters read, nothing drafted or nothing accepted), or
+        ``unobservable`` (the engine reports no counters)."""
+        if self.counted == 0:
+            return "unobservable"
+        return "ran" if self.drafted > 0 and self.accepted > 0 else "none"
+
+    @property
+    def off_with_reports(self) -> bool:
+        """Speculation ran on plain requests but not on those asking for probabilities."""
+        r = self.reported
+        return self.status == "ran" and r is not None and r["counted"] > 0 and r["drafted"] == 0
+
+    def line(self) -> str:
+        if self.status == "unobservable":
+            return "speculation: not observable (the engine reports no draft or acceptance counters)"
+        rate = self.accepted / self.drafted if self.drafted else 0.0
+        head = {"ran": "ran", "none": "NONE"}[self.status]
+        text = (
+            f"speculation {head}: {self.drafted:,} tokens drafted, {self.accepted:,} accepted "
+            f"({rate:.1%}) over {self.counted:,} samples"
+        )
+        if self.off_with_reports:
+            text += "; switched OFF when probabilities are requested"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "samples": self.samples,
+            "counted": self.counted,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "with_probabilities_requested": self.reported,
+            "off_when_probabilities_requested": self.off_with_reports,
+        }
+
+
+@dataclass
+class Reports:
+    """Reported probabilities of emitted tokens against the law."""
+
+    status: str = "not_offered"  # consistent, wrong, absent, not_offered
+    samples: int = 0
+    checked: int = 0  # tokens whose reported probability was compared
+    missing: int = 0  # emitted tokens with no reported probability
+    max_error: float = 0.0
+    tolerance: float = TOLERANCE_FLOOR
+    tolerance_from: str = "floor"  # "control" when the twin's measured difference set it
+    worst: dict[str, Any] | None = None
+
+    def line(self) -> str:
+        if self.status == "not_offered":
+            return "reported probabilities: not offered by this engine (not checked)"
+        if self.status == "absent":
+            return f"reported probabilities: MISSING for {self.missing} of the emitted tokens"
+        what = "consistent with the law" if self.status == "consistent" else "WRONG"
+        text = (
+            f"reported probabilities: {what}: {self.checked} tokens of {self.samples} samples, largest "
+            f"difference {self.max_error:.2g} (tolerance {self.tolerance:.2g}, {self.tolerance_from})"
+        )
+        if self.missing:
+            text += f"; {self.missing} tokens reported none"
+        if self.status == "wrong" and self.worst:
+            w = self.worst
+            text += (
+                f"; e.g. after {w['prefix']} token {w['token']}: reported {w['reported']:.6g}, "
+                f"law {w['law']:.6g}"
+            )
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "samples": self.samples,
+            "checked": self.checked,
+            "missing": self.missing,
+            "max_error": self.max_error,
+            "tolerance": self.tolerance,
+            "tolerance_from": self.tolerance_from,
+            "worst": self.worst,
+        }
+
+
+@dataclass
+class Control:
+    """What the twin (speculation off) measured."""
+
+    samples: int = 0
+    tolerance: float | None = None  # largest |reported - law| on the twin; None: not measured
+    coupled: int = 0  # seeds compared between the engine and its twin
+    identical: int = 0  # of them, identical outputs
+    identical_tokens: float | None = None  # share of positions with the same token
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        if self.tolerance is None and not self.coupled:
+            return "control: no speculation-off twin, so the laws' numerical tolerance is not measured"
+        parts = []
+        if self.tolerance is not None:
+            parts.append(
+                f"the laws hold to within {self.tolerance:.2g} (largest difference between the twin's "
+                f"decode-time probabilities and the recipe's laws over {self.samples} samples)"
+            )
+        if self.coupled:
+            parts.append(
+                f"same seed with and without speculation: {self.identical}/{self.coupled} identical "
+                f"outputs ({100 * (self.identical_tokens or 0):.1f}% of tokens)"
+            )
+        return "control: " + "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "tolerance": self.tolerance,
+            "seed_coupled": {
+                "seeds": self.coupled,
+                "identical": self.identical,
+                "tokens": self.identical_tokens,
+            },
+            "notes": self.notes,
+        }
+
+
+LawFn = Callable[[Seq], Sequence[float]]
+
+
+def compare_reports(gens: Sequence[Generation], law: LawFn, out: Reports) -> None:
+    """Fold the reported probabilities of ``gens`` into ``out`` (law: the prefix's next-token
+    law after the prompt)."""
+    for g in gens:
+        out.samples += 1
+        if g.reported is None:
+            out.missing += len(g.tokens)
+            continue
+        for d, x in enumerate(g.tokens):
+            got = g.reported[d] if d < len(g.reported) else None
+            if got is None:
+                out.missing += 1
+                continue
+            want = float(law(g.tokens[:d])[x])
+            out.checked += 1
+            err = abs(float(got) - want)
+            if err > out.max_error:
+                out.max_error = err
+                out.worst = {"prefix": list(g.tokens[:d]), "token": x, "reported": float(got), "law": want}
+
+
+def judge_reports(out: Reports) -> None:
+    """``consistent``, ``wrong`` or ``absent`` from what was folded in."""
+    if out.samples == 0:
+        out.status = "not_offered"
+    elif out.checked == 0:
+        out.status = "absent"
+    elif out.max_error > out.tolerance or out.missing:
+        out.status = "wrong" if out.max_error > out.tolerance else "absent"
+    else:
+        out.status = "consistent"
+
+
+def tolerance_from(control: Control | None) -> tuple[float, str]:
+    """The report check's tolerance: the control's measured difference times a factor, never
+    below :data:`TOLERANCE_FLOOR`."""
+    if control is None or control.tolerance is None:
+        return TOLERANCE_FLOOR, "floor: float32 resolution; no control measured"
+    measured = TOLERANCE_FACTOR * control.tolerance
+    if measured > TOLERANCE_FLOOR:
+        return measured, f"{TOLERANCE_FACTOR:g} x the control's measured difference"
+    return TOLERANCE_FLOOR, "floor: float32 resolution (the control measured less)"
