@@ -324,6 +324,23 @@ def look_schedule(n: int, looks: int) -> list[int]:
 ProgressFn = Callable[[str, float], None]
 
 
+class Drawer:
+    """Where the law test's samples are drawn: here, by the case's own engine. A drawer that
+    spreads them over workers (each with its own replica of the engine) must return, for the
+    seeds it is given, the samples those seeds give, in the seeds' order: a sample is a function
+    of its seed alone, so who drew it never changes the audit."""
+
+    def chunk(self, runner: CaseRunner) -> int:
+        """Samples to ask for at once: many for an engine that draws many at once, else one (so
+        that the budget is checked between samples)."""
+        if hasattr(runner.engine, "generate_many"):
+            return max(1, int(getattr(runner.engine, "batch", 1)))
+        return 1
+
+    def draw(self, runner: CaseRunner, seeds: list[int]) -> list[Generation]:
+        return runner.draw(seeds)
+
+
 class EngineAudit:
     """One engine audit, stage by stage (module docstring); holds the state the stages share."""
 
@@ -334,8 +351,10 @@ class EngineAudit:
         progress: ProgressFn | None = None,
         announce: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        drawer: Drawer | None = None,
     ) -> None:
         self.config = config = config or EngineAuditConfig()
+        self.drawer = drawer or Drawer()
         config.validate()
         if not 1 <= spec.tokens <= MAX_TOKENS:
             raise UsageError(f"tokens: M must lie in [1, {MAX_TOKENS}], got {spec.tokens}")
@@ -476,12 +495,10 @@ class EngineAudit:
         """The next chunk of the case's samples, number ``r.n`` on (sample ``i``'s seed from
         (seed, case, i) alone). A token the law gives probability 0 rejects the case at once; the
         samples after it in the chunk are not counted. False when the engine stopped answering."""
-        chunk = (
-            max(1, int(getattr(runner.engine, "batch", 1))) if hasattr(runner.engine, "generate_many") else 1
-        )
+        chunk = self.drawer.chunk(runner)
         seeds = [sample_seed(self.config.seed, r.case.index, k) for k in range(r.n, min(upto, r.n + chunk))]
         try:
-            gens = runner.draw(seeds)
+            gens = self.drawer.draw(runner, seeds)
         except EngineUnavailable as e:
             gens = e.done
             self.result.fault = f"{e.detail} (after {r.n + len(gens)} samples of {r.case.name})"
@@ -656,6 +673,8 @@ def audit_engine(
     progress: ProgressFn | None = None,
     announce: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    drawer: Drawer | None = None,
 ) -> EngineAuditResult:
-    """Audit one engine (module docstring). ``announce`` receives the plan before sampling."""
-    return EngineAudit(spec, config, progress, announce, clock).run()
+    """Audit one engine (module docstring). ``announce`` receives the plan before sampling;
+    ``drawer`` draws the law test's samples (here by default)."""
+    return EngineAudit(spec, config, progress, announce, clock, drawer).run()
