@@ -16,7 +16,7 @@ tests/test_decode.py (the tree forward's laws equal the path forward's within 1e
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +28,7 @@ from .choices import Sampler
 from .models import LM
 from .processes import PROCESSES, Process
 from .rules import RULES
+from .sampling import ProcessedLM, Sampling
 from .step import Step, make_step
 from .transformer import Config, KVCache, TinyTransformer
 from .tree import DraftTree
@@ -64,11 +65,21 @@ def decode(
     rng: np.random.Generator,
     temperature: float = 1.0,
     until: int | None = None,
+    sampling: Sampling | None = None,
+    node_law: NodeLaw | None = None,
 ) -> Decoded:
     """Run ``steps`` speculative steps after ``prompt`` (at least one token). ``draft`` is a
     draft model, or a drafter giving each step's draft model from its committed tokens (the
     self-drafting proposers, :mod:`.proposers.selfdraft`). With ``until``, stop early once that
-    many tokens have been emitted."""
+    many tokens have been emitted.
+
+    ``sampling`` (:mod:`.sampling`; else ``temperature`` alone) is applied at every node of every
+    step with that node's own context: the committed tokens and the drafts on its path, the
+    prompt being the first ``len(prompt)`` of them. The drafts are drawn from the draft model's
+    laws processed the same way, and that processed law is what the verifier is told
+    (proofs_notes/sampling_params.md). End of sequence (``sampling.eos``) ends the loop: the
+    tokens stop at the first one emitted. ``node_law`` replaces how a node's law is computed
+    (a defect's model; the engine audit's mutants use it)."""
     from .proposers.selfdraft import as_drafter
 
     if not prompt:
@@ -85,25 +96,35 @@ def decode(
     for _ in range(steps):
         if until is not None and len(out.tokens) - len(prompt) >= until:
             break
+        if sampling is not None and sampling.eos is not None and sampling.eos in out.tokens[len(prompt) :]:
+            break
         ctx = tuple(out.tokens)
         ch = Sampler(rng)
         draft = drafter(ctx)
+        if sampling is not None:
+            draft = ProcessedLM(draft, sampling, len(prompt))
         proposal = proc.propose(ch, tree_shape, ctx, draft)
         tree = DraftTree(proposal.parents)
         prefix_len = len(cache)
         logits, _ = target.forward_tree(tree, torch.tensor(proposal.tokens), cache)
-        laws = target.next_token_probs(logits, temperature)
-        laws = laws / laws.sum(-1, keepdim=True)
         step = make_step(
             proposal.parents,
             proposal.tokens,
             proc.draft_probs(ctx, proposal, draft),
-            [[float(v) for v in row] for row in laws],
+            node_laws(
+                target, logits, tree, proposal.tokens, ctx, temperature, sampling, len(prompt), node_law
+            ),
         )
         out.overlaps.extend(_first_child_overlaps(step))
         outcome = verify(Sampler(rng), step)
         cache.commit(tree, outcome.accepted, prefix_len)
         emitted = outcome.emitted(step)
+        if sampling is not None and sampling.eos in emitted:
+            # end of sequence is absorbing: the output ends at it, and so does the loop
+            out.tokens.extend(emitted[: emitted.index(sampling.eos) + 1])
+            out.emitted_per_step.append(emitted.index(sampling.eos) + 1)
+            out.drafted_per_step.append(len(proposal.tokens) - 1)
+            break
         out.tokens.extend(emitted)
         out.emitted_per_step.append(len(emitted))
         out.drafted_per_step.append(len(proposal.tokens) - 1)
@@ -111,6 +132,41 @@ def decode(
         if len(cache) != len(out.tokens) - 1:  # pragma: no cover - an invariant of commit
             raise InternalError(f"cache holds {len(cache)} tokens, expected {len(out.tokens) - 1}")
     return out
+
+
+def node_context(ctx: tuple[int, ...], tree: DraftTree, tokens: Sequence[int], i: int) -> tuple[int, ...]:
+    """Node ``i``'s context: the committed tokens and the drafts on its path (node 0 is the last
+    committed token, already in ``ctx``)."""
+    return ctx + tuple(tokens[j] for j in tree.ancestors(i)[1:])
+
+
+def node_laws(
+    target: TinyTransformer,
+    logits: torch.Tensor,
+    tree: DraftTree,
+    tokens: Sequence[int],
+    ctx: tuple[int, ...],
+    temperature: float,
+    sampling: Sampling | None,
+    prompt_len: int,
+    node_law: NodeLaw | None = None,
+) -> list[list[float]]:
+    """The target's law at every node of the tree: ``sampling`` applied to the node's logits with
+    the node's own context, or ``softmax(logits / temperature)`` without one."""
+    if sampling is None:
+        laws = target.next_token_probs(logits, temperature)
+        laws = laws / laws.sum(-1, keepdim=True)
+        return [[float(v) for v in row] for row in laws]
+    if node_law is not None:
+        return [node_law(i, logits[i].tolist(), ctx, tree, tokens) for i in range(len(tokens))]
+    return [
+        sampling.law(logits[i].tolist(), node_context(ctx, tree, tokens, i), prompt_len, margin=None)
+        for i in range(len(tokens))
+    ]
+
+
+#: a node's law from (node, its logits, the committed context, the tree, the tree's tokens)
+NodeLaw = Callable[[int, list[float], tuple[int, ...], DraftTree, Sequence[int]], list[float]]
 
 
 def _first_child_overlaps(step: Step) -> list[float]:

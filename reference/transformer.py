@@ -258,11 +258,24 @@ class TransformerLM:
         self.temperature = temperature
         self.vocab = model.vocab
         self._laws: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self._logits: dict[tuple[int, ...], torch.Tensor] = {}
 
-    def law(self, context: tuple[int, ...]) -> tuple[float, ...]:
+    def logits(self, context: tuple[int, ...]) -> tuple[float, ...]:
+        """The raw logits after ``context`` (before any temperature), for the request parameters
+        that read logits rather than laws (:mod:`.sampling`)."""
+        return tuple(float(v) for v in self._row(context))
+
+    def _row(self, context: tuple[int, ...]) -> torch.Tensor:
         if not context:
             raise ShapeError("context", "needs at least one token (the last committed token)")
-        if context not in self._laws:
+        context = tuple(context)
+        if context not in self._logits:
             logits, _ = self.model.forward(torch.tensor(context), KVCache())
-            self._laws[context] = self.model.law_from_logits(logits[-1], self.temperature)
+            self._logits[context] = logits[-1]
+        return self._logits[context]
+
+    def law(self, context: tuple[int, ...]) -> tuple[float, ...]:
+        context = tuple(context)
+        if context not in self._laws:
+            self._laws[context] = self.model.law_from_logits(self._row(context), self.temperature)
         return self._laws[context]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from specproof.properties.outputs import check_output_path, report_format, write_json
@@ -151,3 +151,40 @@ def parse_ids(text: str, option: str) -> tuple[int, ...]:
     if not ids or any(x < 0 for x in ids):
         raise UsageError(f"{option}: {text!r} must hold at least one non-negative id")
     return ids
+
+
+def parse_param(text: str, token_text: Sequence[str] | None = None) -> tuple[str, Any]:
+    """One ``--param NAME=VALUE`` as a request parameter (reference/sampling.py): a number, a
+    ``logit_bias`` as ``ID:BIAS,ID:BIAS`` (``-inf`` bans), ``bad_words`` as ``IDS;IDS`` (ids
+    separated by spaces or commas), a ``regex`` (the grammar, over the tokens' texts:
+    ``token_text``), or a scope name. An unknown NAME is a usage error naming it."""
+    import math
+
+    from specproof.reference.sampling import Grammar, Sampling
+
+    name, sep, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep:
+        raise UsageError(f"--param: {text!r} is not NAME=VALUE")
+    known = {f for f in Sampling.__dataclass_fields__ if f not in ("extra", "grammar", "temperature")}
+    try:
+        if name == "regex":
+            if token_text is None:
+                raise UsageError("--param regex: needs the tokens' texts (--token-map FILE)")
+            return "grammar", Grammar.from_regex(value, token_text)
+        if name == "logit_bias":
+            pairs = [p.split(":") for p in value.split(",") if p.strip()]
+            return name, tuple((int(i), -math.inf if b.strip() == "-inf" else float(b)) for i, b in pairs)
+        if name == "bad_words":
+            return name, tuple(parse_ids(w, "--param bad_words") for w in value.split(";") if w.strip())
+        if name in ("repetition_scope", "presence_scope"):
+            return name, value
+        if name in ("top_k", "no_repeat_ngram_size", "min_new_tokens", "eos"):
+            return name, int(value)
+        if name in known:
+            return name, float(value)
+    except ValueError as e:
+        raise UsageError(f"--param {name}: cannot read {value!r} ({e})") from e
+    raise UsageError(
+        f"--param {name}: not a sampling parameter (known: {', '.join(sorted(known | {'regex'}))})"
+    )

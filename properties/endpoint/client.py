@@ -141,6 +141,8 @@ class Client:
 
         async def one(i: int) -> None:
             async with gate:
+                if failed and i > min(failed):
+                    return  # its answer would be discarded: a request before it failed for good
                 try:
                     out[i] = await self._send("POST", self.urls[i % len(self.urls)] + path, bodies[i])
                 except (EngineUnavailable, RequestRefused) as e:

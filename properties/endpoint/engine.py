@@ -54,6 +54,7 @@ class EndpointEngine:
         self.twin = twin
         self._laws = law_client or client  # where target_law reads: the twin's server if any
         self.reports_probabilities = profile.reports and profile.reports_checkable(sampling)
+        self.eos_id = sampling.eos  # a request that names an end of sequence lets samples end on it
         self.batch = client.concurrency * 4
         self.last_counters: dict[str, int] = {}
 
@@ -78,12 +79,15 @@ class EndpointEngine:
             raise EngineUnavailable(e.detail, [self._read(a, report) for a in e.done]) from e
         return [self._read(a, report) for a in answers]
 
-    def target_law(self, context: Sequence[int]) -> list[float]:
-        return self.target_laws([context])[0]
+    def target_law(self, context: Sequence[int], prompt_len: int | None = None) -> list[float]:
+        return self.target_laws([context], prompt_len)[0]
 
-    def target_laws(self, contexts: Sequence[Sequence[int]]) -> list[list[float]]:
-        """The laws after each context, read concurrently by the profile's recipe."""
-        requests = [self.profile.law_request(c, self.sampling, self.vocab) for c in contexts]
+    def target_laws(
+        self, contexts: Sequence[Sequence[int]], prompt_len: int | None = None
+    ) -> list[list[float]]:
+        """The laws after each context (its first ``prompt_len`` tokens the prompt), read
+        concurrently by the profile's recipe."""
+        requests = [self.profile.law_request(c, self.sampling, self.vocab, prompt_len) for c in contexts]
         if not requests:
             return []
         answers = self._laws.post_many(requests[0][0], [b for _, b in requests])
@@ -91,7 +95,7 @@ class EndpointEngine:
         for ctx, answer in zip(contexts, answers):
             if self.profile.counters and self.profile.law_drafted(answer):
                 raise AnswerError(f"the law request after {list(ctx)} was answered with drafted tokens")
-            out.append(self.profile.read_law(answer, self.sampling, self.vocab))
+            out.append(self.profile.read_law_after(answer, self.sampling, self.vocab, ctx, prompt_len))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -146,6 +150,13 @@ class Endpoint:
         self.profile = make_profile(profile, token_map) if isinstance(profile, str) else profile
         self.client = Client(urls, concurrency, timeout, retries)
         self.twin_client = None if target is None else Client([target], concurrency, timeout, retries)
+        try:
+            self._check_servers(vocab)
+        except BaseException:
+            self.close()  # no event loop or socket outlives a refused endpoint
+            raise
+
+    def _check_servers(self, vocab: int | None) -> None:
         self.identity = self._identity(self.client, "URL")
         twin_identity = (
             None if self.twin_client is None else self._identity(self.twin_client, "--target-endpoint")

@@ -40,10 +40,12 @@ procedure at alpha 0.01 over 300 seeded audits of exact engines, and its power o
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -136,13 +138,23 @@ class CaseRunner:
     def __init__(self, engine: Engine, case: EngineCase, vocab: int) -> None:
         self.engine, self.case, self.vocab = engine, case, vocab
         self.memo: dict[Seq, list[float]] = {}
+        #: the engine's end-of-sequence id: a sample may end early on it, and after it the law is
+        #: one-hot at it (end of sequence is absorbing; samples are padded with it to M tokens)
+        self.eos: int | None = getattr(engine, "eos_id", None)
+        self._with_prompt = takes_prompt_len(engine.target_law)
 
     def law(self, prefix: Seq) -> list[float]:
         """The target's next-token law after the prompt and ``prefix``, checked and memoized."""
+        if self.eos is not None and self.eos in prefix:
+            return [1.0 if x == self.eos else 0.0 for x in range(self.vocab)]
         if prefix not in self.memo:
             context = list(self.case.prompt + prefix)
             try:
-                row = self.engine.target_law(context)
+                if self._with_prompt:  # optional keyword: parameters whose law needs the prompt
+                    law_of: Any = self.engine.target_law
+                    row = law_of(context, prompt_len=len(self.case.prompt))
+                else:
+                    row = self.engine.target_law(context)
             except (EngineViolation, EngineUnavailable, UsageError):
                 raise
             except Exception as e:
@@ -157,10 +169,16 @@ class CaseRunner:
         engine reads many at once (``target_laws``: a server answers them concurrently)."""
         many = getattr(self.engine, "target_laws", None)
         need = sorted({s[:d] for s in seqs for d in range(len(s))} - set(self.memo))
+        if self.eos is not None:
+            need = [p for p in need if self.eos not in p]  # after end of sequence the law is known
         if many is None or not need:
             return
         try:
-            rows = many([list(self.case.prompt + p) for p in need])
+            contexts = [list(self.case.prompt + p) for p in need]
+            if takes_prompt_len(many):
+                rows = many(contexts, prompt_len=len(self.case.prompt))
+            else:
+                rows = many(contexts)
         except (EngineUnavailable, UsageError):
             raise
         except Exception as e:
@@ -241,6 +259,12 @@ class CaseRunner:
             raise EngineViolation(
                 "type", f"generate returned {out!r}, not a list of token ids", self.case
             ) from e
+        if self.eos is not None and self.eos in seq[:-1]:
+            raise EngineViolation(
+                "after_eos", f"seed {seed}: tokens after end of sequence {self.eos}: {list(seq)}", self.case
+            )
+        if len(seq) < M and seq and seq[-1] == self.eos:
+            seq = seq + (self.eos,) * (M - len(seq))  # ended early: padded, EOS being absorbing
         if len(seq) != M:
             raise EngineViolation(
                 "length", f"seed {seed}: {len(seq)} tokens returned, {M} asked: {list(seq)}", self.case
@@ -280,6 +304,16 @@ class CaseRunner:
                 return False
             node += (nz[0],)
         return True
+
+
+def takes_prompt_len(fn: Callable[..., Any]) -> bool:
+    """Whether a ``target_law`` takes ``prompt_len`` (laws whose penalties or grammar read only the
+    generated tokens need to know where the prompt ends)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "prompt_len" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def check_seed_use(runner: CaseRunner, seed: int, clock: Callable[[], float]) -> list[float]:
@@ -369,6 +403,8 @@ class EngineAudit:
         ]
         if not self.cases:
             raise UsageError("an engine audit needs at least one prompt and one sampling setting")
+        for s in spec.samplings:
+            s.check_vocab(spec.vocab)  # ids a request names (logit bias, bad words, eos) exist
         self.alpha_look = config.alpha / (len(self.cases) * config.looks)
         self.result = EngineAuditResult(
             engine=spec.name,
@@ -400,6 +436,9 @@ class EngineAudit:
                 self.verdict()
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
+        describe = getattr(self.runners[0].engine, "describe", None) if self.runners else None
+        if callable(describe):
+            res.description = dict(describe())  # after every stage, so its counts are the audit's
         res.seconds = self.budget.elapsed()
         return res
 
@@ -418,6 +457,8 @@ class EngineAudit:
                         "exception", f"building the engine raised {type(e).__name__}: {e}", case
                     ) from e
             self.runners.append(CaseRunner(engines[case.sampling], case, self.spec.vocab))
+        for rn in self.runners:
+            self._check_applied(rn, engines)
         masses = [rn.point_mass() for rn in self.runners]
         first_max = [max(rn.law(())) for rn in self.runners]
         chosen = min(range(len(self.runners)), key=lambda i: first_max[i])
@@ -428,6 +469,37 @@ class EngineAudit:
             n = self._planned(pm)
             schedule = [n] if pm else look_schedule(n, self.config.looks)
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
+
+    def _check_applied(self, rn: CaseRunner, engines: dict[Sampling, Engine]) -> None:
+        """A request parameter the engine silently ignores is a finding, not a pass: where the
+        parameter changes the law after the prompt (by the reference's semantics, applied to the
+        engine's own law without it), the engine's law with it must differ from its law without
+        (``ignored_parameter``). Read from the engine, never assumed."""
+        s = rn.case.sampling
+        if s.plain or s.greedy:
+            return
+        bare = Sampling(s.temperature, eos=s.eos)
+        if bare not in engines:
+            try:
+                engines[bare] = self.spec.build(bare)
+            except Exception:
+                return  # an engine built for this setting only: nothing to compare with
+        plain = CaseRunner(
+            engines[bare], EngineCase(rn.case.index, rn.case.prompt, bare, rn.case.tokens), rn.vocab
+        )
+        without = np.asarray(plain.law(()))
+        logits = np.log(np.clip(without, 1e-300, None)) * s.temperature
+        expected = np.asarray(s.law(list(logits), rn.case.prompt, len(rn.case.prompt), margin=None))
+        if np.abs(expected - without).max() < 1e-9:
+            return  # the parameter changes nothing here: no evidence either way
+        if np.abs(np.asarray(rn.law(())) - without).max() < 1e-12:
+            names = ", ".join(name for name, _ in s.asked() if name not in ("temperature", "eos"))
+            raise EngineViolation(
+                "ignored_parameter",
+                f"the engine's law after {list(rn.case.prompt)} is the same with and without {names}, "
+                "which must change it there: the engine ignores a request parameter",
+                rn.case,
+            )
 
     def _planned(self, point_mass: bool) -> int:
         c = self.config
@@ -505,6 +577,8 @@ class EngineAudit:
         try:
             runner.prefetch([g.tokens for g in gens])  # the laws of the chunk, read at once
         except EngineUnavailable as e:
+            # samples whose laws cannot be read cannot be tested: not counted (the verdict is
+            # underpowered, with this fault stated)
             self.result.fault = f"{e.detail} (reading the target law)"
             return False
         for g in gens:
@@ -542,9 +616,6 @@ class EngineAudit:
         probabilities the engine reports, checked against the law within the control's tolerance.
         Seeds of their own (never those of the law test), a fixed number per case."""
         c, res = self.config, self.result
-        describe = getattr(self.runners[0].engine, "describe", None) if self.runners else None
-        if callable(describe):
-            res.description = dict(describe())
         if c.report_samples == 0 or res.fault or res.verdict == Verdict.INTERRUPTED:
             return
         twins = [getattr(rn.engine, "twin", None) for rn in self.runners]
@@ -565,7 +636,7 @@ class EngineAudit:
                 return
             for g in gens:
                 counts.add(g)
-            compare_reports(gens, rn.law, res.reports)
+            compare_reports(gens, rn.law, res.reports, rn.eos)
         res.speculation.reported = {
             "samples": counts.samples,
             "counted": counts.counted,
@@ -589,7 +660,7 @@ class EngineAudit:
                     seeds = [
                         sample_seed(c.seed, rn.case.index, 2 * 10**6 + j) for j in range(c.report_samples)
                     ]
-                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs)
+                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs, rn.eos)
                 seeds = [sample_seed(c.seed, rn.case.index, 3 * 10**6 + j) for j in range(c.report_samples)]
                 ours, theirs = rn.draw(seeds), twin_runner.draw(seeds)
             except EngineUnavailable as e:

@@ -6,17 +6,18 @@ proofs_notes/engine_audit.md quotes it).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from specproof.properties.audit import stats
 from specproof.properties.engine.audit import ENGINE_PACKAGES, EngineAuditConfig, audit_engine
-from specproof.properties.engine.contract import T07, T1
+from specproof.properties.engine.contract import T07, T1, Sampling
 from specproof.properties.engine.registry import resolve_engine, with_options
 from specproof.properties.outputs import versions
 from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
 
 
 def calibration(
@@ -25,11 +26,13 @@ def calibration(
     alpha: float = 0.01,
     power_runs: int = 20,
     say: Callable[[str], None] = print,
+    only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """False alarms of the audit (4 looks, fixed size) on exact engines over ``runs`` seeds at
     ``alpha``, and the rejection rate of each lossy mutant loop on its witness case over
     ``power_runs`` seeds at the default suite's level; ``specproof calibrate
-    --engine`` writes docs/measurements/engine-audit-calibration.*."""
+    --engine`` writes docs/measurements/engine-audit-calibration.*. ``only``: the rows of these
+    engines alone (an unknown name is refused)."""
     out: dict[str, Any] = {
         "versions": versions(ENGINE_PACKAGES),
         "alpha": alpha,
@@ -37,8 +40,33 @@ def calibration(
         "samples": samples,
         "exact": [],
     }
-    for name in ("reference.direct", "reference.draft.token"):
-        spec = with_options(resolve_engine(name), prompts=[(0, 6)], samplings=[T1])
+    from specproof.properties.engine.param_mutants import EOS, GRAMMAR, PENALTIES
+
+    exact = [
+        ("reference.direct", T1),
+        ("reference.draft.token", T1),
+        # the laws of request parameters: penalties, and a grammar with end of sequence
+        ("alternative.sampling_params", PENALTIES),
+        ("alternative.sampling_params", Sampling(1.0, eos=EOS, grammar=GRAMMAR)),
+    ]
+    power = [
+        ("mutant.greedy_draft_soft_law", (0, 6), T1, 300),
+        ("mutant.no_kv_rollback", (5, 2, 5, 2), T07, 700),
+        ("mutant.temperature_target_only", (0, 6), T07, 700),
+        ("mutant.late_features", (5, 2, 5, 2), T07, 700),
+    ]
+    if only:
+        known = {row[0] for row in exact} | {row[0] for row in power}
+        unknown = [n for n in only if n not in known]
+        if unknown:
+            raise UsageError(
+                f"--only: {unknown[0]!r} has no calibration row; rows: {', '.join(sorted(known))}"
+            )
+        exact = [row for row in exact if row[0] in only]
+        power = [row for row in power if row[0] in only]
+    out["only"] = list(only or ())
+    for name, setting in exact:
+        spec = with_options(resolve_engine(name), prompts=[(0, 6)], samplings=[setting])
         t0 = time.perf_counter()
         alarms, pmins = 0, []
         for s in range(runs):
@@ -48,7 +76,7 @@ def calibration(
         lo, hi = stats.clopper_pearson(alarms, runs)
         row = {
             "engine": name,
-            "case": "T=1 after [0 6], M = 4",
+            "case": f"{setting.label} after [0 6], M = 4",
             "runs": runs,
             "samples": samples,
             "false_alarms": alarms,
@@ -59,13 +87,7 @@ def calibration(
         say(f"{name}: {alarms}/{runs} false alarms at alpha {alpha:g} (95% CI [{lo:.3f}, {hi:.3f}])")
         out["exact"].append(row)
     out["power"] = []
-    cases = [
-        ("mutant.greedy_draft_soft_law", (0, 6), T1, 300),
-        ("mutant.no_kv_rollback", (5, 2, 5, 2), T07, 700),
-        ("mutant.temperature_target_only", (0, 6), T07, 700),
-        ("mutant.late_features", (5, 2, 5, 2), T07, 700),
-    ]
-    for name, prompt, s_, n in cases:
+    for name, prompt, s_, n in power:
         spec = with_options(resolve_engine(name), prompts=[prompt], samplings=[s_])
         t0 = time.perf_counter()
         hits, used = 0, []
@@ -96,8 +118,9 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
     lines = [
         "# Engine audit: calibration and power",
         "",
-        f"Measured with `specproof calibrate --engine` (specproof "
-        f"{v.get('specproof', '?')}, torch {v.get('torch', '?')}, Python {v['python']}).",
+        "Measured with `specproof calibrate --engine"
+        + "".join(f" --only {n}" for n in doc.get("only", ()))
+        + f"` (specproof {v.get('specproof', '?')}, torch {v.get('torch', '?')}, Python {v['python']}).",
         "",
         f"False alarms of exact engines: each run is one audit (4 looks, Bonferroni over them; "
         f"{doc['samples']} samples; alpha {doc['alpha']:g}), seeds 1000 on.",
@@ -110,6 +133,8 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
             f"| {r['engine']} | {r['case']} | {r['runs']} | {r['samples']} | {doc['alpha']:g} | "
             f"{r['false_alarms']} | {r['rate']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] |"
         )
+    if not doc["power"]:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "Power on the mutant loops (the cases and sizes of tests/test_engine_audit.py, alpha 1e-3, "

@@ -35,6 +35,9 @@ from specproof.properties.engine.contract import Generation, Seq
 #: :data:`TOLERANCE_FACTOR`, takes over when it is larger
 TOLERANCE_FLOOR = 1e-6
 TOLERANCE_FACTOR = 4.0
+#: a difference larger than this between the twin's reports and the recipe's laws is not
+#: rounding: the twin's reports are not its law there (or the recipe does not read it)
+NUMERIC_LIMIT = 1e-3
 
 
 @dataclass
@@ -151,11 +154,22 @@ class Control:
     identical_tokens: float | None = None  # share of positions with the same token
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def numeric(self) -> bool:
+        """Whether the measured difference is rounding (below :data:`NUMERIC_LIMIT`)."""
+        return self.tolerance is not None and self.tolerance <= NUMERIC_LIMIT
+
     def line(self) -> str:
         if self.tolerance is None and not self.coupled:
             return "control: no speculation-off twin, so the laws' numerical tolerance is not measured"
         parts = []
-        if self.tolerance is not None:
+        if self.tolerance is not None and not self.numeric:
+            parts.append(
+                f"the twin's own decode-time probabilities differ from the recipe's laws by up to "
+                f"{self.tolerance:.2g}, which is not rounding: that server's reported probabilities are "
+                "not its law there (the tolerance is left unmeasured)"
+            )
+        elif self.tolerance is not None:
             parts.append(
                 f"the laws hold to within {self.tolerance:.2g} (largest difference between the twin's "
                 f"decode-time probabilities and the recipe's laws over {self.samples} samples)"
@@ -171,6 +185,7 @@ class Control:
         return {
             "samples": self.samples,
             "tolerance": self.tolerance,
+            "numeric": self.numeric,
             "seed_coupled": {
                 "seeds": self.coupled,
                 "identical": self.identical,
@@ -183,9 +198,11 @@ class Control:
 LawFn = Callable[[Seq], Sequence[float]]
 
 
-def compare_reports(gens: Sequence[Generation], law: LawFn, out: Reports) -> None:
+def compare_reports(gens: Sequence[Generation], law: LawFn, out: Reports, eos: int | None = None) -> None:
     """Fold the reported probabilities of ``gens`` into ``out`` (law: the prefix's next-token
-    law after the prompt)."""
+    law after the prompt). A sample that ended on ``eos`` is padded with it by the audit, and a
+    server that ends a sample need not emit (nor report) its end token: from the first ``eos``
+    that carries no report on, nothing is counted."""
     for g in gens:
         out.samples += 1
         if g.reported is None:
@@ -193,6 +210,8 @@ def compare_reports(gens: Sequence[Generation], law: LawFn, out: Reports) -> Non
             continue
         for d, x in enumerate(g.tokens):
             got = g.reported[d] if d < len(g.reported) else None
+            if got is None and eos is not None and x == eos:
+                break  # where the sample ended
             if got is None:
                 out.missing += 1
                 continue
@@ -221,6 +240,8 @@ def tolerance_from(control: Control | None) -> tuple[float, str]:
     below :data:`TOLERANCE_FLOOR`."""
     if control is None or control.tolerance is None:
         return TOLERANCE_FLOOR, "floor: float32 resolution; no control measured"
+    if not control.numeric:
+        return TOLERANCE_FLOOR, "floor: float32 resolution; the control's difference is not rounding"
     measured = TOLERANCE_FACTOR * control.tolerance
     if measured > TOLERANCE_FLOOR:
         return measured, f"{TOLERANCE_FACTOR:g} x the control's measured difference"

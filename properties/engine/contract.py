@@ -36,9 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
-from specproof.reference.errors import BadParameterError, SpecproofError, SpecproofInputError
+from specproof.reference.errors import SpecproofError
+from specproof.reference.sampling import Sampling as ReferenceSampling
 
 Seq = tuple[int, ...]
 
@@ -70,96 +69,8 @@ class Generation:
 # --------------------------------------------------------------------------- sampling settings
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """What the engine is asked to sample from: ``softmax(logits / temperature)``, then top-k
-    (keep the k largest, ties at the k-th value kept), then top-p (keep the most likely tokens
-    until their mass reaches p: a token is kept when the mass ranked strictly above it is below
-    p), then min-p (keep the tokens whose probability is at least ``min_p`` times the largest),
-    renormalized. ``temperature == 0`` is greedy decoding (one-hot at the argmax, ties to the
-    smallest id). This is HF transformers' order and semantics of its warpers; an engine that
-    reads its law from a server (:mod:`specproof.properties.endpoint`) applies the server's own."""
-
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0):
-            raise BadParameterError("temperature", f"must be a number >= 0, got {self.temperature!r}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise BadParameterError("top_k", f"must be an integer >= 1, got {self.top_k!r}")
-        if self.top_p is not None and not (0 < self.top_p <= 1):
-            raise BadParameterError("top_p", f"must lie in (0, 1], got {self.top_p!r}")
-        if self.min_p is not None and not (isinstance(self.min_p, (int, float)) and 0 <= self.min_p < 1):
-            raise BadParameterError("min_p", f"must lie in [0, 1), got {self.min_p!r}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    @property
-    def label(self) -> str:
-        if self.greedy:
-            return "greedy"
-        parts = [f"T={self.temperature:g}"]
-        if self.top_k is not None:
-            parts.append(f"top_k={self.top_k}")
-        if self.top_p is not None:
-            parts.append(f"top_p={self.top_p:g}")
-        if self.min_p:
-            parts.append(f"min_p={self.min_p:g}")
-        return ",".join(parts)
-
-    @property
-    def truncated(self) -> bool:
-        """Whether any cut-off (top-k, top-p, min-p) is asked beside the temperature."""
-        return self.top_k is not None or (self.top_p or 1.0) < 1 or bool(self.min_p)
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
-        if self.min_p is not None:
-            out["min_p"] = self.min_p
-        return out
-
-    def law(self, logits: Sequence[float], margin: float = 1e-5) -> list[float]:
-        """The sampled law of one row of logits, in float64. A top-p cut that falls within
-        ``margin`` of a cumulative mass is ambiguous in float32 (an engine may keep one token
-        more or fewer): that raises ``BadParameterError`` rather than give a law the engine
-        cannot be held to."""
-        z = np.asarray([float(v) for v in logits], dtype=np.float64)
-        if z.ndim != 1 or not np.isfinite(z).any() or np.isnan(z).any() or np.isposinf(z).any():
-            raise SpecproofInputError("logits", "expected a row of finite numbers (or -inf), not all -inf")
-        if self.greedy:
-            out = [0.0] * len(z)
-            out[int(np.argmax(z))] = 1.0
-            return out
-        z = z / self.temperature
-        if self.top_k is not None and self.top_k < len(z):
-            kth = np.sort(z)[::-1][self.top_k - 1]
-            z = np.where(z < kth, -np.inf, z)
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        if self.top_p is not None and self.top_p < 1:
-            order = np.argsort(-p, kind="stable")
-            above = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])
-            keep = above < self.top_p
-            near = np.abs(above[1:] - self.top_p) < margin
-            if near.any():
-                raise BadParameterError(
-                    "top_p",
-                    f"{self.top_p:g} falls within {margin:g} of a cumulative mass of this law "
-                    f"({', '.join(f'{a:.6f}' for a in above[1:][near])}): ambiguous in float32",
-                )
-            mask = np.zeros(len(p), dtype=bool)
-            mask[order[keep]] = True
-            p = np.where(mask, p, 0.0)
-            p /= p.sum()
-        if self.min_p:
-            p = np.where(p >= self.min_p * p.max(), p, 0.0)
-            p /= p.sum()
-        return [float(v) for v in p]
+#: what an engine is asked to sample from: the reference's request (every parameter and its law)
+Sampling = ReferenceSampling
 
 
 T1, T07 = Sampling(1.0), Sampling(0.7)

@@ -26,7 +26,7 @@ import torch
 
 from specproof.properties.engine.contract import Engine, Sampling, Seq
 from specproof.reference.choices import Sampler
-from specproof.reference.decode import decode
+from specproof.reference.decode import NodeLaw, decode
 from specproof.reference.errors import BadParameterError
 from specproof.reference.models import LM
 from specproof.reference.processes import PROCESSES, Process, Proposal
@@ -35,6 +35,7 @@ from specproof.reference.proposers.draft_model import draft_model
 from specproof.reference.proposers.mtp import MTPModules
 from specproof.reference.proposers.selfdraft import BoundDraft, Drafter, DraftNet, as_drafter, target_features
 from specproof.reference.rules import RULES
+from specproof.reference.sampling import ProcessedLM
 from specproof.reference.step import make_step
 from specproof.reference.transformer import Config, KVCache, TinyTransformer, TransformerLM
 from specproof.reference.tree import DraftTree
@@ -53,10 +54,11 @@ REFERENCE_PROMPTS: tuple[Seq, ...] = ((0, 6), (5, 2, 5, 2))
 class ReferenceEngine:
     """:func:`specproof.reference.decode.decode` as an engine: ``proposer`` drafts by
     ``process`` on ``shape``, ``rule`` verifies, the target's KV cache keeps the accepted path.
-    ``generate`` runs steps until ``max_new_tokens`` tokens are emitted and returns the first
-    ``max_new_tokens`` (the last step may emit more; the first M tokens of a lossless stream are
-    the target's M-token law). ``last_steps`` holds the tokens emitted per target forward of the
-    last call."""
+    ``generate`` runs steps until ``max_new_tokens`` tokens are emitted (or end of sequence) and
+    returns the first ``max_new_tokens`` (the last step may emit more; the first M tokens of a
+    lossless stream are the target's M-token law). Every request parameter of ``sampling``
+    applies at every node with the node's own context (reference/sampling.py). ``last_steps``
+    holds the tokens emitted per target forward of the last call."""
 
     def __init__(
         self,
@@ -67,16 +69,23 @@ class ReferenceEngine:
         shape: Seq,
         sampling: Sampling,
     ) -> None:
-        if sampling.truncated:
-            raise BadParameterError("sampling", "the reference loop samples with a temperature only")
         self.target, self.drafter, self.process = target, drafter, process
         self.rule, self.shape, self.sampling = rule, shape, sampling
         self.vocab = target.vocab
+        self.eos_id = sampling.eos
         self._law = TransformerLM(target, sampling.temperature)
+        self._raw = TransformerLM(target, 1.0)
         self.last_steps: list[int] = []
         self.last_counters: dict[str, int] = {}
 
+    def node_law(self, prompt: Seq) -> NodeLaw | None:
+        """The loop's hook into how a node's target law is computed (``decode``'s ``node_law``):
+        ``None``, the reference's own; a defective loop returns its one-line change."""
+        return None
+
     def run(self, prompt: Seq, max_new_tokens: int, rng: np.random.Generator) -> list[int]:
+        node_law = self.node_law(prompt)
+        plain = self.sampling.plain and self.sampling.eos is None and node_law is None
         out = decode(
             self.target,
             self.drafter,
@@ -88,6 +97,8 @@ class ReferenceEngine:
             rng,
             temperature=self.sampling.temperature,
             until=max_new_tokens,
+            sampling=None if plain else self.sampling,
+            node_law=node_law,
         )
         self.last_steps = list(out.emitted_per_step)
         self.last_counters = {
@@ -99,36 +110,55 @@ class ReferenceEngine:
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
         return self.run(tuple(prompt_ids), max_new_tokens, np.random.default_rng(seed))
 
-    def target_law(self, context: Sequence[int]) -> Sequence[float]:
-        return self._law.law(tuple(int(x) for x in context))
+    def target_law(self, context: Sequence[int], prompt_len: int | None = None) -> Sequence[float]:
+        return target_law(self._law, self._raw, self.sampling, context, prompt_len)
+
+
+def target_law(
+    plain: LM, raw: LM, sampling: Sampling, context: Sequence[int], prompt_len: int | None
+) -> Sequence[float]:
+    """The processed law after ``context`` (its first ``prompt_len`` tokens the prompt): the
+    temperature law itself when nothing else is asked, else every parameter applied to the raw
+    logits (``raw``, at temperature 1)."""
+    ctx = tuple(int(x) for x in context)
+    if sampling.plain and sampling.eos is None:
+        return plain.law(ctx)
+    return ProcessedLM(raw, sampling, len(ctx) if prompt_len is None else prompt_len).law(ctx)
 
 
 class DirectEngine:
-    """No speculation: each new token drawn from the target's own law by inverse CDF on a
-    uniform of ``numpy.random.default_rng(seed)``. Exact by construction: the baseline the engine
-    audit's false-alarm rate is measured on."""
+    """No speculation: each new token drawn from the target's own law (processed by
+    ``sampling`` when given, with the true context) by inverse CDF on a uniform of
+    ``numpy.random.default_rng(seed)``; end of sequence ends it. Exact by construction: the
+    baseline the engine audit's false-alarm rate is measured on."""
 
-    def __init__(self, lm: LM) -> None:
+    def __init__(self, lm: LM, sampling: Sampling | None = None, raw: LM | None = None) -> None:
         self.vocab = lm.vocab
-        self._law = lm
+        self._law, self._raw = lm, raw or lm
+        self.sampling = sampling or Sampling(getattr(lm, "temperature", 1.0))
+        self.eos_id = self.sampling.eos
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
         rng = np.random.default_rng(seed)
         ctx = tuple(prompt_ids)
         out: list[int] = []
         for _ in range(max_new_tokens):
-            cdf = np.cumsum([float(v) for v in self._law.law(ctx + tuple(out))])
+            law = self.target_law(ctx + tuple(out), len(ctx))
+            cdf = np.cumsum([float(v) for v in law])
             out.append(int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab - 1)))
+            if out[-1] == self.eos_id:
+                break
         return out
 
-    def target_law(self, context: Sequence[int]) -> Sequence[float]:
-        return [float(v) for v in self._law.law(tuple(int(x) for x in context))]
+    def target_law(self, context: Sequence[int], prompt_len: int | None = None) -> Sequence[float]:
+        if self._raw is self._law:
+            return [float(v) for v in self._law.law(tuple(int(x) for x in context))]
+        return [float(v) for v in target_law(self._law, self._raw, self.sampling, context, prompt_len)]
 
 
 def direct_engine(sampling: Sampling) -> DirectEngine:
-    if sampling.truncated:
-        raise BadParameterError("sampling", "the direct sampler samples with a temperature only")
-    return DirectEngine(TransformerLM(engine_target(), sampling.temperature))
+    target = engine_target()
+    return DirectEngine(TransformerLM(target, sampling.temperature), sampling, TransformerLM(target, 1.0))
 
 
 def reference_engine(proposer: Proposer, rule: str, sampling: Sampling) -> ReferenceEngine:

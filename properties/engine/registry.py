@@ -107,6 +107,21 @@ def _register_mutants() -> None:
                 expect=expect,
             )
         )
+    from specproof.properties.engine.param_mutants import builders
+
+    for name, (build, settings, expect, doc) in builders().items():
+        register(
+            EngineSpec(
+                name,
+                name.split(".")[0],
+                doc,
+                build,
+                engine_target().vocab,
+                REFERENCE_PROMPTS,
+                settings,
+                expect=expect,
+            )
+        )
 
 
 # --------------------------------------------------------------------------- other engines
@@ -168,7 +183,7 @@ def _register_optimized() -> None:
 
 def _register_thirdparty() -> None:
     """The adapters' engines (:mod:`.adapters`); each says itself whether its package is there."""
-    for module in ("hf", "vllm", "sglang"):
+    for module in ("hf", "vllm", "sglang", "llamacpp"):
         mod = importlib.import_module(f"specproof.properties.engine.adapters.{module}")
         for spec in mod.engines():
             register(spec)
