@@ -2,8 +2,8 @@
 started on loopback by the tests and stopped at the end.
 
 Fixed sample sizes and seeds, so every verdict here is deterministic (llama-server with one slot
-gives the same tokens for the same seed: /work/notes aside, tests/test_llamacpp.py checks it);
-alpha is the engine audit's default 1e-4 over the cases. What they show:
+gives the same tokens for the same seed: tests/test_llamacpp.py checks it); alpha is the engine
+audit's default 1e-4 over the cases. What they show:
 
 * draft-model speculation (``draft-simple``) keeps the law under temperature, top-k, top-p,
   min-p and greedy decoding; it speculated (drafted and accepted); it is token-for-token the
@@ -11,24 +11,40 @@ alpha is the engine audit's default 1e-4 over the cases. What they show:
   emitted token and compares); and the probabilities it reports for drafted tokens are wrong
   (1.0), so the verdict is ``misreported``;
 * an n-gram speculation type likewise;
-* the command line and the JSON carry the recipe, the counters, the tolerance and the control.
+* the command line and the JSON carry the recipe, the counters, the tolerance and the control;
+* llama-cpp-python's server (profile ``llamacpp-python``, skipped unless installed: ``specproof
+  llamacpp install-python``): the profile's law is the tiny target's exact law processed in the
+  server's sampler order; with prompt lookup the law holds at the default plan and the
+  probabilities it reports (the raw law) are the law at T = 1, but its answers say nothing of
+  what it drafted (speculation not observable); ``min_new_tokens`` under prompt lookup is lossy
+  (the server counts the drafts it evaluated as generated tokens, so it lets the end of sequence
+  out early), while the same server without a draft model keeps that law; the settings whose
+  law the recipe cannot give exactly are refused, naming the parameter.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("gguf", reason="the tiny GGUF models need the gguf package")
 
-from specproof.properties.endpoint import llamacpp  # noqa: E402
 from specproof.properties.endpoint import llamacpp_suite as suite  # noqa: E402
+from specproof.properties.endpoint.client import Client  # noqa: E402
+from specproof.properties.endpoint.profiles import NEUTRAL_LCP, LlamaCppPython, make_profile  # noqa: E402
 from specproof.properties.engine.audit import EngineAuditConfig  # noqa: E402
-from specproof.properties.engine.contract import GREEDY, Sampling  # noqa: E402
+from specproof.properties.engine.contract import GREEDY, T1, Sampling  # noqa: E402
+from specproof.properties.servers import gguf_models as gm  # noqa: E402
+from specproof.properties.servers import llamacpp, llamacpp_python  # noqa: E402
 from specproof.properties.verdicts import Verdict  # noqa: E402
+from specproof.reference.errors import UsageError  # noqa: E402
+from specproof.reference.sampling import Grammar  # noqa: E402
 
 pytestmark = pytest.mark.llamacpp
 CONFIG = EngineAuditConfig(samples=300, report_samples=16, seed=0)
@@ -42,7 +58,7 @@ def files(tmp_path_factory):
 
 def test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilities(files):
     settings = [Sampling(0.7, top_k=5), Sampling(1.0, top_p=0.8), Sampling(1.0, min_p=0.1), GREEDY]
-    r = suite.audit_config(suite.BY_NAME["llama-server.draft"], CONFIG, files, settings)
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft"], CONFIG, files, settings)
     assert r.verdict == Verdict.MISREPORTED, r.summary()
     assert not any(c.rejected for c in r.cases)  # the law held in every case
     assert all(c.speculation.status == "ran" for c in r.cases), r.summary()
@@ -53,7 +69,7 @@ def test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilit
 
 
 def test_an_ngram_speculation_type_keeps_the_law(files):
-    r = suite.audit_config(suite.BY_NAME["llama-server.ngram-cache"], CONFIG, files)
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.ngram-cache"], CONFIG, files)
     assert not any(c.rejected for c in r.cases), r.summary()
     assert r.speculation.drafted > 0 and r.speculation.accepted > 0, r.summary()
     assert r.verdict in (Verdict.MISREPORTED, Verdict.NO_SPECULATION), r.summary()
@@ -85,3 +101,187 @@ def test_an_unreachable_endpoint_is_a_usage_error(tmp_path):
         [sys.executable, "-m", "specproof.properties.cli", *argv], capture_output=True, text=True
     )
     assert run.returncode == 4 and "cannot reach" in run.stderr, run.stderr
+
+
+# --------------------------------------------------------------------------- llama-cpp-python
+
+LOOKUP = suite.BY_NAME["llama-cpp-python.lookup-4"]
+PLAIN_LCP = suite.BY_NAME["llama-cpp-python.plain"]
+
+
+@pytest.fixture(scope="module")
+def lcp_files(tmp_path_factory):
+    """The tiny models, where llama-cpp-python's server can run (skipped otherwise, saying why)."""
+    why = LOOKUP.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    return suite.models(tmp_path_factory.mktemp("gguf-lcp"))
+
+
+@pytest.fixture(scope="module")
+def lcp_plain(lcp_files):
+    """llama-cpp-python's server on the tiny target without a draft model."""
+    with llamacpp_python.start_server(lcp_files["target"], draft=None) as url:
+        yield url
+
+
+def _expected(s: Sampling, z: np.ndarray, out: tuple[int, ...]) -> np.ndarray:
+    """llama-cpp-python's sampler written out for one case, from the exact float64 logits: bias
+    and bans, penalties over ``out``, then top-k, top-p and min-p on the temperature-1 law, the
+    temperature last (greedy at 0)."""
+    z = z.astype(np.float64).copy()
+    for t, b in s.logit_bias:
+        z[t] = -np.inf if math.isinf(b) else z[t] + b
+    if s.eos is None or len(out) < s.min_new_tokens:
+        z[gm.EOS_ID] = -np.inf
+    for x in set(out):
+        z[x] -= s.presence_penalty + s.frequency_penalty * out.count(x)
+    if s.greedy:
+        return np.eye(len(z))[int(np.argmax(z))]
+    ids = [int(i) for i in np.argsort(-z, kind="stable") if np.isfinite(z[i])][: s.top_k or None]
+    p1 = np.exp(z[ids] - z[ids].max())
+    p1 /= p1.sum()
+    if s.top_p is not None:
+        n = int(np.searchsorted(np.cumsum(p1), s.top_p) + 1)  # the first prefix reaching top_p
+        ids, p1 = ids[:n], p1[:n]
+    if s.min_p:
+        ids = [i for i, q in zip(ids, p1) if q >= s.min_p * p1.max()]
+    law = np.zeros(len(z))
+    w = np.exp((z[ids] - z[ids].max()) / s.temperature)
+    law[ids] = w / w.sum()
+    return law
+
+
+def test_llamacpp_python_profile_reads_the_exact_law(lcp_plain):
+    """The profile's law after a context with three generated tokens, read from the server
+    without a draft model, against the tiny target's exact logits processed as written out above
+    (the cut-offs at T = 0.7, where cutting before or after the temperature differs)."""
+    prompt, out = suite.REPEATING[0], (3, 3, 7)
+    context = list(prompt + out)
+    z = gm.logits(gm.target_weights(0), context)[-1]
+    settings = [
+        Sampling(1.0, eos=gm.EOS_ID),
+        T1,
+        Sampling(0.7, top_k=5),
+        Sampling(0.7, top_p=0.8),
+        Sampling(0.7, min_p=0.1),
+        GREEDY,
+        Sampling(1.0, presence_penalty=0.7, frequency_penalty=0.4),
+        Sampling(1.0, logit_bias=((3, 2.0), (5, -math.inf))),
+        Sampling(1.0, eos=gm.EOS_ID, min_new_tokens=3),
+        Sampling(1.0, eos=gm.EOS_ID, min_new_tokens=4),
+    ]
+    profile = make_profile("llamacpp-python", list(gm.VOCAB))
+    client = Client([lcp_plain], 4, 60.0, 1)
+    try:
+        assert profile.identity(client)["vocab"] == len(gm.VOCAB)
+        assert isinstance(profile, LlamaCppPython) and profile.eos_id == gm.EOS_ID  # found, not told
+        for s in settings:
+            path, body = profile.law_request(context, s, len(gm.VOCAB), len(prompt))
+            law = profile.read_law_after(client.post(path, body), s, len(gm.VOCAB), context, len(prompt))
+            want = _expected(s, z, out)
+            assert np.abs(np.asarray(law) - want).max() < 1e-6, s.label
+            if s.top_p or s.min_p:  # the other order (HF's: temperature, then the cut): another law
+                other = s.law(list(np.where(np.arange(len(z)) == gm.EOS_ID, -np.inf, z)))
+                assert np.abs(np.asarray(other) - want).max() > 0.01, s.label
+    finally:
+        client.close()
+
+
+def test_llama_cpp_python_drops_logit_bias_and_min_tokens_together(lcp_plain):
+    """Why the profile refuses min_new_tokens with logit_bias: the server then applies neither
+    (a banned token comes out, and the end of sequence before min_tokens)."""
+    body = {**NEUTRAL_LCP, "prompt": gm.to_text(list(suite.REPEATING[0])), "max_tokens": 4, "logprobs": 0}
+    body.update(min_tokens=4, logit_bias={"5": -1e30})
+    outs = [
+        llamacpp.post_json(f"{lcp_plain}/v1/completions", {**body, "seed": seed})["choices"][0]
+        for seed in range(200)
+    ]
+    assert any(5 in gm.detokenize(c["text"]) for c in outs)  # the bias was dropped
+    assert any(c["finish_reason"] == "stop" for c in outs)  # and min_tokens too
+
+
+@pytest.mark.parametrize(
+    "setting, name",
+    [
+        (Sampling(1.0, repetition_penalty=1.3), "repetition_penalty"),
+        (Sampling(1.0, bad_words=((3,),)), "bad_words"),
+        (Sampling(1.0, no_repeat_ngram_size=2), "no_repeat_ngram_size"),
+        (Sampling(1.0, eos=gm.EOS_ID, grammar=Grammar.from_regex("[a-c]+", gm.VOCAB)), "grammar"),
+        (Sampling(1.0, presence_penalty=0.5, presence_scope="all"), "presence_scope"),
+        (Sampling(1.0, eos=gm.EOS_ID, min_new_tokens=2, logit_bias=((3, 1.0),)), "min_new_tokens"),
+        (Sampling(1.0, logit_bias=((3, math.inf),)), "logit_bias"),
+        (Sampling(1.0, eos=5), "eos"),
+    ],
+)
+def test_llamacpp_python_refuses_a_law_it_cannot_read_exactly(setting, name):
+    profile = LlamaCppPython(token_map=list(gm.VOCAB), eos_id=gm.EOS_ID)
+    with pytest.raises(UsageError, match=f"^(profile llamacpp-python: )?{name}|offers no {name} "):
+        profile.generation([1, 2], 4, 0, setting, report=False)
+    with pytest.raises(UsageError, match=name):
+        profile.law_request([1, 2], setting, len(gm.VOCAB))
+
+
+def test_llamacpp_python_needs_the_token_map():
+    with pytest.raises(UsageError, match="--token-map"):
+        make_profile("llamacpp-python").generation([1, 2], 4, 0, T1, report=False)
+
+
+def test_prompt_lookup_drafts_on_the_repeating_prompt(lcp_files, tmp_path):
+    """Evidence outside the audit (which cannot observe it) that the configuration speculates:
+    the server's per-request perf counters (--verbose) count the tokens evaluated in batches of
+    more than one; without a draft model only the prompt is, with prompt lookup the drafts too."""
+    prompt = list(suite.REPEATING[0])
+    body = {**NEUTRAL_LCP, "prompt": gm.to_text(prompt), "max_tokens": 8, "seed": 0, "temperature": 0.0}
+    body["logit_bias"] = {str(gm.EOS_ID): -1e30}
+    batched, texts = {}, {}
+    for draft in (llamacpp_python.DRAFT, None):
+        log = tmp_path / f"server-{draft}.log"
+        with llamacpp_python.start_server(
+            lcp_files["target"], draft, 4, extra_args=["--verbose", "true"], log=log
+        ) as url:
+            texts[draft] = llamacpp.post_json(f"{url}/v1/completions", body)["choices"][0]["text"]
+        (count,) = re.findall(r"prompt eval time =.*/\s*(\d+) tokens", log.read_text())
+        batched[draft] = int(count)
+    assert texts[None] == texts[llamacpp_python.DRAFT]  # greedy: the same 8 tokens
+    assert batched[None] == len(prompt) < batched[llamacpp_python.DRAFT], batched
+
+
+@pytest.mark.slow
+def test_prompt_lookup_keeps_the_law_and_reports_the_raw_law(lcp_files):
+    """The default plan: the law holds at T = 1 (end of sequence banned, and allowed), the
+    probabilities it reports at T = 1 with end of sequence allowed are the law, its output is the
+    output without speculation seed for seed; and the audit says speculation is not observable."""
+    settings = [T1, Sampling(1.0, eos=gm.EOS_ID)]
+    (r,) = suite.audit_config(LOOKUP, EngineAuditConfig(seed=0), lcp_files, settings)
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.speculation.status == "unobservable" and "speculation: not observable" in r.summary()
+    assert r.reports.status == "consistent" and r.reports.checked > 0, r.summary()
+    assert r.control is not None and r.control.identical == r.control.coupled > 0, r.summary()
+    assert r.description["profile"] == "llamacpp-python"
+
+
+def test_min_new_tokens_under_prompt_lookup_is_lossy(lcp_files):
+    """min_tokens bans the end of sequence while ``len(input_ids) - prompt`` is below it, and
+    under prompt lookup ``input_ids`` holds the drafts evaluated ahead: the end of sequence comes
+    out early. The same server without a draft model keeps the law."""
+    s = Sampling(1.0, eos=gm.EOS_ID, min_new_tokens=3)
+    plan = EngineAuditConfig(samples=300, report_samples=8, seed=0)
+    (plain,) = suite.audit_config(PLAIN_LCP, plan, lcp_files, [s])
+    assert plain.verdict == Verdict.PASS, plain.summary()
+    (r,) = suite.audit_config(LOOKUP, plan, lcp_files, [s])
+    assert r.verdict == Verdict.LOSSY, r.summary()
+    assert r.witness is not None and r.witness.hard_failure is not None, r.summary()
+    w = r.witness.hard_failure
+    assert w["sequence"][w["position"] - 1] == gm.EOS_ID and w["position"] <= 3, w
+
+
+def test_the_table_lists_llama_cpp_python_as_skipped_where_it_is_not_installed(monkeypatch):
+    monkeypatch.setattr(llamacpp_python, "is_installed", lambda: False)
+    plan = EngineAuditConfig(samples=10)
+    results = suite.table(plan, [LOOKUP.name])
+    assert list(results) == [] and [n for n, _ in results.skipped] == [LOOKUP.name]
+    text = suite.markdown(results, plan)
+    assert (
+        f"| `{LOOKUP.name}` | | skipped: llama-cpp-python {llamacpp_python.VERSION} is not installed" in text
+    )

@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("gguf", reason="the tiny GGUF models need the gguf package (pip install gguf==0.19.0)")
 
-from specproof.properties.endpoint import gguf_models as gm  # noqa: E402
-from specproof.properties.endpoint import llamacpp  # noqa: E402
+from specproof.properties.servers import gguf_models as gm  # noqa: E402
+from specproof.properties.servers import llamacpp  # noqa: E402
 
 V = len(gm.VOCAB)
 CONTEXTS = [[1], [2, 3], [5, 1, 9, 14], [15, 15, 15], [3, 8, 2, 11, 7, 6, 13, 4, 10, 12, 1, 9]]

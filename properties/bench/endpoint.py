@@ -28,13 +28,13 @@ from typing import Any
 import httpx
 
 from specproof.properties.bench.kernels import Row
-from specproof.properties.endpoint import gguf_models, llamacpp
 from specproof.properties.endpoint.client import Client
 from specproof.properties.endpoint.engine import EndpointEngine
 from specproof.properties.endpoint.profiles import LlamaCpp
 from specproof.properties.engine.audit import CaseRunner, sample_seed
 from specproof.properties.engine.contract import T1
 from specproof.properties.engine.results import EngineCase
+from specproof.properties.servers import gguf_models, llamacpp
 
 PROMPT = (1, 2)
 TOKENS = 4

@@ -2,32 +2,44 @@
 
 Each :class:`ServerConfig` is one way to run ``llama-server`` on the project's tiny models
 (:mod:`.gguf_models`): with the draft model (``draft-simple``, the server's draft-model
-speculation) or with one of its n-gram speculation types, under several sampling settings.
+speculation) or with one of its n-gram speculation types, under several sampling settings; or
+llama-cpp-python's server on the same library with its prompt-lookup draft model (profile
+``llamacpp-python``: its API answers in text, through the tiny vocabulary's token map, and says
+nothing of what it drafted, so speculation is not observable there).
 :func:`audit_config` starts it and a twin with speculation off on loopback, and audits it through
 HTTP (:mod:`.engine`); :func:`table` runs every configuration and :func:`markdown` writes the
-dated table ``specproof llamacpp table`` prints (docs/endpoint-audit.md quotes it).
+dated table ``specproof llamacpp table`` prints (docs/endpoint-audit.md quotes it). A
+llama-cpp-python configuration on a machine without it installed is listed in the table as
+skipped, with the reason and the command that installs it.
 
 The n-gram types draft from the tokens seen so far, so their cases use a prompt that repeats a
 pattern of the target's own greedy continuation, the longest horizon (M = 12) and predictable
 settings (T = 0.3, greedy), where lookups find matches and some drafts are accepted; at T = 1 on
 the untrained tiny model they draft little and accept almost nothing, which the audit would
-rightly call ``no_speculation``.
+rightly call ``no_speculation``. Prompt lookup (llama-cpp-python) likewise drafts from the
+context (the tokens that followed an earlier occurrence of its last one or two), so its cases use
+the repeating prompt too: a sample that follows the prompt's cycle, or repeats any of its tokens,
+has drafts to verify (tests/test_endpoint_llamacpp.py shows from the server's perf counters that
+it drafts there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import math
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specproof.properties.endpoint import gguf_models, llamacpp
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import GREEDY, T07, T1, Sampling, Seq
 from specproof.properties.engine.results import EngineAuditResult
+from specproof.properties.servers import gguf_models, llamacpp, llamacpp_python
+from specproof.reference.sampling import Grammar
 
 PLAIN: tuple[Seq, ...] = ((1, 2),)
 #: prompts that repeat a pattern of the target's own greedy continuation, so that n-gram lookups
@@ -37,6 +49,34 @@ REPEATING: tuple[Seq, ...] = ((5, 1, 9, 8, 7, 10, 8, 7, 10, 8),)
 ELEVENS: tuple[Seq, ...] = ((3, 2, 12, 8, 7, 10, 10, 10, 10, 11, 11, 11),)
 NGRAM_SETTINGS = (Sampling(0.3), GREEDY)
 DRAFT_SETTINGS = (T1, T07, Sampling(0.7, top_k=5), Sampling(1.0, top_p=0.8), Sampling(1.0, min_p=0.1), GREEDY)
+#: llama-server's other samplers: penalties, logit bias, end of sequence, a GBNF grammar
+SAMPLER_SETTINGS = (
+    Sampling(1.0, repetition_penalty=1.5),
+    Sampling(1.0, presence_penalty=0.7, frequency_penalty=0.4),
+    Sampling(1.0, logit_bias=((3, 2.0), (5, -math.inf))),
+    Sampling(1.0, eos=gguf_models.EOS_ID),
+    Sampling(
+        1.0, eos=gguf_models.EOS_ID, grammar=Grammar.from_regex("[a-c]([d-f][a-c])*", gguf_models.VOCAB)
+    ),
+)
+#: what profile llamacpp-python offers (and the law recipe was checked on, on a server without a
+#: draft model): temperature, the cut-offs (at T = 0.7, where their order against the temperature
+#: matters: llama.cpp cuts the temperature-1 law), greedy, the end of sequence allowed (T = 1 with it
+#: is where its reported probabilities, the raw law, are the law sampled), presence and frequency
+#: penalties, logit bias, min_new_tokens
+LCP_SETTINGS = (
+    T1,
+    T07,
+    Sampling(0.7, top_k=5),
+    Sampling(0.7, top_p=0.8),
+    Sampling(0.7, min_p=0.1),
+    GREEDY,
+    Sampling(1.0, eos=gguf_models.EOS_ID),
+    Sampling(1.0, presence_penalty=0.7, frequency_penalty=0.4),
+    Sampling(1.0, logit_bias=((3, 2.0), (5, -math.inf))),
+    Sampling(1.0, eos=gguf_models.EOS_ID, min_new_tokens=3),
+)
+LLAMA_SERVER, LLAMA_CPP_PYTHON = "llama-server", "llama-cpp-python"
 
 
 @dataclass(frozen=True)
@@ -44,10 +84,25 @@ class ServerConfig:
     name: str
     doc: str
     args: tuple[str, ...]
-    draft: bool = False  # serve the draft model beside the target
+    draft: bool = False  # serve the draft model beside the target (llama-cpp-python: prompt lookup)
     prompts: tuple[Seq, ...] = PLAIN
     samplings: tuple[Sampling, ...] = (T1, T07)
     tokens: int = 4
+    server: str = LLAMA_SERVER  # or LLAMA_CPP_PYTHON
+    num_pred_tokens: int = 10  # llama-cpp-python's prompt lookup: tokens drafted per lookup
+
+    @property
+    def profile(self) -> str:
+        return "llamacpp-python" if self.server == LLAMA_CPP_PYTHON else "llamacpp"
+
+    def unavailable(self) -> str | None:
+        """Why this configuration cannot run here (None: it can)."""
+        if self.server == LLAMA_CPP_PYTHON and not llamacpp_python.is_installed():
+            return (
+                f"llama-cpp-python {llamacpp_python.VERSION} is not installed with its library "
+                "(specproof llamacpp install-python)"
+            )
+        return None
 
 
 CONFIGS: tuple[ServerConfig, ...] = (
@@ -57,6 +112,15 @@ CONFIGS: tuple[ServerConfig, ...] = (
         ("--spec-draft-n-max", "4"),
         draft=True,
         samplings=DRAFT_SETTINGS,
+    ),
+    ServerConfig(
+        "llama-server.draft.samplers",
+        "draft model as above, with llama-server's other samplers: penalties, logit bias, end of sequence, "
+        "a GBNF grammar",
+        ("--spec-draft-n-max", "4"),
+        draft=True,
+        prompts=((1, 2, 1),),
+        samplings=SAMPLER_SETTINGS,
     ),
     ServerConfig(
         "llama-server.ngram-simple",
@@ -100,8 +164,44 @@ CONFIGS: tuple[ServerConfig, ...] = (
         samplings=NGRAM_SETTINGS,
         tokens=12,
     ),
+    ServerConfig(
+        "llama-cpp-python.lookup-4",
+        "llama-cpp-python's server, --draft_model prompt-lookup-decoding (2-gram lookup), 4 tokens drafted",
+        (),
+        draft=True,
+        prompts=REPEATING,
+        samplings=LCP_SETTINGS,
+        server=LLAMA_CPP_PYTHON,
+        num_pred_tokens=4,
+    ),
+    ServerConfig(
+        "llama-cpp-python.lookup-10",
+        "llama-cpp-python's server, --draft_model prompt-lookup-decoding (2-gram lookup), 10 tokens drafted",
+        (),
+        draft=True,
+        prompts=REPEATING,
+        samplings=LCP_SETTINGS,
+        server=LLAMA_CPP_PYTHON,
+        num_pred_tokens=10,
+    ),
+    ServerConfig(
+        "llama-cpp-python.plain",
+        "llama-cpp-python's server without a draft model: the law recipe checked against a twin",
+        (),
+        prompts=REPEATING,
+        samplings=LCP_SETTINGS,
+        server=LLAMA_CPP_PYTHON,
+    ),
 )  # fmt: skip
 BY_NAME = {c.name: c for c in CONFIGS}
+
+
+class Table(list[EngineAuditResult]):
+    """The audits :func:`table` ran, and the configurations it skipped (name, reason)."""
+
+    def __init__(self, results: Sequence[EngineAuditResult] = (), skipped: Sequence[tuple[str, str]] = ()):
+        super().__init__(results)
+        self.skipped = list(skipped)
 
 
 def models(folder: Path | str) -> dict[str, Any]:
@@ -116,25 +216,48 @@ def audit_config(
     samplings: Sequence[Sampling] | None = None,
     progress: Callable[[str, float], None] | None = None,
     announce: Callable[[str], None] | None = None,
-) -> EngineAuditResult:
+    each: bool = False,
+) -> list[EngineAuditResult]:
     """Start the configuration's server and a speculation-off twin of the same target on
-    loopback, audit the server through HTTP, stop both."""
-    binary = llamacpp.ensure_built(progress=lambda m: None)
+    loopback, audit the server through HTTP (all its settings in one audit, or with ``each``
+    one audit per setting, named ``server [setting]``), stop both."""
+    settings = list(samplings or config.samplings)
+    groups = [[s] for s in settings] if each else [settings]
+    out = []
     with tempfile.TemporaryDirectory(prefix="specproof-gguf-") as tmp:
         files = files or models(tmp)
-        draft = files["draft"] if config.draft else None
-        with (
-            llamacpp.start_server(binary, files["target"], draft=draft, extra_args=config.args) as url,
-            llamacpp.start_server(binary, files["target"]) as twin,
-        ):
-            endpoint = Endpoint([url], "llamacpp", target=twin, concurrency=4)
-            try:
-                spec = endpoint_spec(
-                    endpoint, config.prompts, samplings or config.samplings, config.tokens, config.name
+        with _servers(config, files) as (url, twin):
+            for group in groups:
+                name = f"{config.name} [{group[0].label}]" if each else config.name
+                endpoint = Endpoint(
+                    [url], config.profile, target=twin, concurrency=4, token_map=list(gguf_models.VOCAB)
                 )
-                return audit_engine(spec, audit, progress=progress, announce=announce)
-            finally:
-                endpoint.close()
+                try:
+                    spec = endpoint_spec(endpoint, config.prompts, group, config.tokens, name)
+                    out.append(audit_engine(spec, audit, progress=progress, announce=announce))
+                finally:
+                    endpoint.close()
+    return out
+
+
+@contextlib.contextmanager
+def _servers(config: ServerConfig, files: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The configuration's server and its twin (the same target, no speculation), on loopback."""
+    if config.server == LLAMA_CPP_PYTHON:
+        draft = llamacpp_python.DRAFT if config.draft else None
+        with (
+            llamacpp_python.start_server(files["target"], draft, config.num_pred_tokens) as url,
+            llamacpp_python.start_server(files["target"], None) as twin,
+        ):
+            yield url, twin
+        return
+    binary = llamacpp.ensure_built(progress=lambda m: None)
+    draft_file = files["draft"] if config.draft else None
+    with (
+        llamacpp.start_server(binary, files["target"], draft=draft_file, extra_args=config.args) as url,
+        llamacpp.start_server(binary, files["target"]) as twin,
+    ):
+        yield url, twin
 
 
 def table(
@@ -142,15 +265,22 @@ def table(
     names: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[EngineAuditResult]:
-    """Every configuration (or those named), audited under ``audit``."""
+    """Every configuration (or those named), one audit per setting, under ``audit``; one that
+    cannot run here (:meth:`ServerConfig.unavailable`) is listed in ``skipped`` with the reason."""
     chosen = [BY_NAME[n] for n in names] if names else list(CONFIGS)
-    out = []
+    out = Table()
     with tempfile.TemporaryDirectory(prefix="specproof-gguf-") as tmp:
         files = models(tmp)
         for config in chosen:
+            why = config.unavailable()
+            if why is not None:
+                out.skipped.append((config.name, why))
+                if progress:
+                    progress(f"{config.name}: skipped: {why}")
+                continue
             if progress:
                 progress(f"{config.name}: {config.doc}")
-            out.append(audit_config(config, audit, files))
+            out += audit_config(config, audit, files, each=True)
     return out
 
 
@@ -164,18 +294,37 @@ def markdown(results: Sequence[EngineAuditResult], audit: EngineAuditConfig) -> 
         f"plan: alpha {audit.alpha:g} per server, TV {audit.tv:g} at power {audit.power:g}, "
         f"{audit.report_samples} report and control samples per case.",
         "",
-        "| server | settings | verdict | samples | drafted / accepted | reported probabilities | "
+    ]
+    lcp = [c.name for c in CONFIGS if c.server == LLAMA_CPP_PYTHON]
+    if any(r.engine.split(" [")[0] in lcp for r in results) or getattr(results, "skipped", None):
+        lines += [
+            f"`{LLAMA_CPP_PYTHON}.*`: llama-cpp-python {llamacpp_python.VERSION}'s server on a libllama "
+            "built from the same sdist (profile `llamacpp-python`): its answers carry no draft or acceptance "
+            "counters (speculation not observable), and the probabilities it reports are the raw law, "
+            "checked only at T = 1 with end of sequence allowed (`not_offered` elsewhere).",
+            "",
+        ]
+    lines += [
+        "| server [setting] | prompt | verdict | samples | drafted / accepted | reported probabilities | "
         "tolerance (control) | same seed, spec on vs off | witness |",
         "|---|---|---|---:|---|---|---|---|---|",
     ]
     for r in results:
         sp, rep, ctl = r.speculation, r.reports, r.control
-        settings = ", ".join(sorted({c.case.sampling.label for c in r.cases}))
+        settings = ", ".join(sorted({" ".join(map(str, c.case.prompt)) for c in r.cases}))
         tol = "" if ctl is None or ctl.tolerance is None else f"{ctl.tolerance:.2g}"
+        tol += (
+            ""
+            if ctl is None or ctl.tolerance is None or ctl.numeric
+            else " (not rounding: the twin misreports)"
+        )
         same = "" if ctl is None or not ctl.coupled else f"{ctl.identical}/{ctl.coupled}"
         report = rep.status if rep.status != "wrong" else f"wrong (up to {rep.max_error:.2g})"
+        counted = "not observable" if sp.status == "unobservable" else f"{sp.drafted:,} / {sp.accepted:,}"
         lines.append(
-            f"| {r.engine} | {settings} | **{r.verdict.value}** | {r.samples:,} | "
-            f"{sp.drafted:,} / {sp.accepted:,} | {report} | {tol} | {same} | {r.short_witness()} |"
+            f"| `{r.engine}` | {settings} | **{r.verdict.value}** | {r.samples:,} | "
+            f"{counted} | {report} | {tol} | {same} | {r.short_witness()} |"
         )
+    for name, why in getattr(results, "skipped", ()):
+        lines.append(f"| `{name}` | | skipped: {why} | | | | | | |")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,401 @@
+"""The endpoint audit end to end through HTTP, on the project's own stand-in servers
+(properties/endpoint/standin.py): the reference loop behind the llama.cpp, vLLM, SGLang and
+OpenAI APIs, correct or with one planted bug, on loopback.
+
+Every audit has a fixed seed, a stated alpha (1e-3) and a fixed number of samples, so each
+verdict is a fixed outcome (a sample is a function of its seed alone, whichever thread serves it),
+not a draw that could flake; the correct stand-in's p-values here are far above the level. The
+stand-ins use ``loop="laws"`` (the reference loop's draws on memoized laws: the same tokens as
+the KV-cache loop, checked below) except where ``loop="kv"`` is named.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+import pytest
+
+from specproof.properties.endpoint.calibration import calibrate_http
+from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+from specproof.properties.endpoint.profiles import SEED_RANGE
+from specproof.properties.endpoint.standin import BUGS, StandIn, token_texts
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, sample_seed
+from specproof.properties.engine.contract import T1, Sampling
+from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
+
+PROFILES = ("llamacpp", "vllm", "sglang", "openai")
+PROMPT = (0, 6)
+ALPHA = 1e-3
+SAMPLES = 200
+
+
+def endpoint(url: str, profile: str = "llamacpp", twin: str | None = None, **kw: object) -> Endpoint:
+    """An Endpoint on a stand-in: vLLM and SGLang do not say their vocabulary, OpenAI-style
+    answers carry texts (the token map)."""
+    return Endpoint(
+        [url],
+        profile,
+        target=twin,
+        vocab=8 if profile in ("vllm", "sglang") else None,
+        token_map=token_texts(8) if profile == "openai" else None,
+        **{"concurrency": 4, **kw},  # type: ignore[arg-type]
+    )
+
+
+def audit(
+    url: str,
+    profile: str = "llamacpp",
+    twin: str | None = None,
+    samplings: tuple[Sampling, ...] = (T1,),
+    samples: int = SAMPLES,
+    seed: int = 1,
+    endpoint_options: dict[str, object] | None = None,
+    **kw: object,
+):
+    ep = endpoint(url, profile, twin, **(endpoint_options or {}))
+    try:
+        spec = endpoint_spec(ep, prompts=[PROMPT], samplings=list(samplings), tokens=4)
+        return audit_engine(spec, EngineAuditConfig(alpha=ALPHA, samples=samples, seed=seed), **kw)  # type: ignore[arg-type]
+    finally:
+        ep.close()
+
+
+@pytest.fixture(scope="module")
+def correct():
+    with StandIn(loop="laws") as si:
+        yield si
+
+
+@pytest.fixture(scope="module")
+def twin():
+    with StandIn(speculative=False, loop="laws") as si:
+        yield si
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- the stand-in itself
+
+
+def test_standin_answers_each_api_deterministically(correct):
+    """Equal seeds give equal tokens on every API; a one-token request drafts nothing; a longer
+    one drafts; bad input is refused with HTTP 4xx."""
+    u = correct.url
+    llama = {"prompt": [0, 6], "n_predict": 4, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+    with httpx.Client(timeout=30) as c:
+        a, b = (c.post(u + "/completion", json={**llama, "seed": 7}).json() for _ in range(2))
+        assert a["tokens"] == b["tokens"] and len(a["tokens"]) == 4
+        drafted = [
+            c.post(u + "/completion", json={**llama, "seed": s}).json()["timings"]["draft_n"]
+            for s in range(8)
+        ]
+        assert sum(drafted) > 0
+        law = c.post(
+            u + "/completion",
+            json={**llama, "n_predict": 1, "seed": 0, "n_probs": 8, "post_sampling_probs": True},
+        ).json()
+        assert law["timings"]["draft_n"] == 0
+        assert abs(sum(e["prob"] for e in law["completion_probabilities"][0]["top_probs"]) - 1) < 1e-12
+        vllm = {
+            "prompt": [0, 6],
+            "max_tokens": 4,
+            "seed": 7,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        v1, v2 = (c.post(u + "/v1/completions", json=vllm).json() for _ in range(2))
+        assert v1["choices"][0]["token_ids"] == v2["choices"][0]["token_ids"]
+        assert "speculative_decoding" in v1["metrics"]
+        sg = {"input_ids": [0, 6], "sampling_params": {"max_new_tokens": 4, "sampling_seed": 7}}
+        s1, s2 = (c.post(u + "/generate", json=sg).json() for _ in range(2))
+        assert s1["output_ids"] == s2["output_ids"] and "spec_num_proposed_drafts" in s1["meta_info"]
+        assert c.get(u + "/v1/models").json()["data"][0]["meta"]["n_vocab"] == 8
+        assert c.get(u + "/health").json() == {"status": "ok"}
+        assert c.post(u + "/completion", json={**llama, "prompt": [0, 8]}).status_code == 400
+        assert c.post(u + "/v1/completions", json={**vllm, "model": "other"}).status_code == 404
+        assert c.post(u + "/nowhere", json={}).status_code == 404
+
+
+def test_kv_loop_and_laws_loop_draw_the_same_tokens():
+    """The stand-in's two loops (reference/decode.py with its KV cache, and the same process and
+    rule on memoized laws) consume the generator alike: the same tokens and counters per seed."""
+    body = {
+        "prompt": [5, 2, 5, 2],
+        "n_predict": 6,
+        "temperature": 0.7,
+        "top_k": 0,
+        "top_p": 1.0,
+        "min_p": 0.0,
+    }
+    with StandIn(loop="kv") as kv, StandIn(loop="laws") as laws, httpx.Client(timeout=30) as c:
+        for seed in range(12):
+            a = c.post(kv.url + "/completion", json={**body, "seed": seed}).json()
+            b = c.post(laws.url + "/completion", json={**body, "seed": seed}).json()
+            assert (a["tokens"], a["timings"]) == (b["tokens"], b["timings"])
+
+
+# --------------------------------------------------------------------------- the correct stand-in
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("with_twin", [False, True], ids=["alone", "twin"])
+def test_correct_standin_passes(correct, twin, profile, with_twin):
+    r = audit(correct.url, profile, twin.url if with_twin else None)
+    assert r.verdict == Verdict.PASS, r.summary()
+    js = json.loads(json.dumps(r.to_json()))
+    assert {"speculation", "reports", "control", "description"} <= set(js)
+    assert js["samples"] == SAMPLES
+    assert js["speculation"]["status"] == ("unobservable" if profile == "openai" else "ran")
+    assert js["reports"]["status"] == "consistent" and js["reports"]["max_error"] < 1e-9
+    assert js["description"]["profile"] == profile
+    if with_twin:
+        assert js["description"]["target_endpoint"] == [twin.url]
+        assert js["control"]["seed_coupled"]["seeds"] > 0
+        assert js["control"]["tolerance"] is not None and js["control"]["tolerance"] < 1e-9
+    else:
+        assert js["control"] is None
+
+
+def test_correct_standin_passes_with_the_kv_loop(twin):
+    """The reference loop itself (ReferenceEngine: KV cache, tree forward) behind the API."""
+    with StandIn(loop="kv") as si:
+        r = audit(si.url, "llamacpp", twin.url, samples=100, seed=3)
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.speculation.drafted > 0 and r.speculation.accepted > 0
+
+
+def test_openai_profile_reads_llamacpp_style_logprobs_without_a_token_map():
+    """llama-server's OpenAI-compatible answers carry ids (``logprobs.content``): no token map."""
+    with StandIn(loop="laws", openai_style="llamacpp") as si:
+        ep = Endpoint([si.url], "openai", concurrency=4)
+        try:
+            spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=4)
+            r = audit_engine(spec, EngineAuditConfig(alpha=ALPHA, samples=100, seed=5))
+        finally:
+            ep.close()
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.reports.status == "consistent"
+
+
+@pytest.mark.parametrize("profile", ["llamacpp", "sglang"])
+def test_cutoffs_are_speculated_on_their_law(correct, profile):
+    """A setting with top-k and top-p is speculated on memoized laws against its law (SGLang's
+    joint order of the cut-offs on /generate): the law holds and drafts are proposed and accepted."""
+    cut = Sampling(0.7, top_k=4, top_p=0.9)
+    r = audit(correct.url, profile, samplings=(T1, cut), samples=150, seed=2)
+    assert r.verdict == Verdict.PASS, r.summary()
+    for case in r.cases:
+        assert case.speculation.drafted > 0 and case.speculation.accepted > 0
+
+
+# --------------------------------------------------------------------------- planted bugs
+
+
+def test_every_bug_is_documented():
+    assert set(BUGS) == {
+        "greedy_verify",
+        "no_speculation",
+        "off_with_logprobs",
+        "zero_logprobs",
+        "first_token_only",
+        "ignores_seed",
+        "ignores_top_k",
+        "flaky",
+        "dies",
+    }
+    with pytest.raises(UsageError, match="unknown"):
+        StandIn("segfaults")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_greedy_verify_is_lossy(profile):
+    with StandIn("greedy_verify", loop="laws") as si:
+        r = audit(si.url, profile)
+    assert r.verdict == Verdict.LOSSY, r.summary()
+    assert r.witness is not None and r.samples < SAMPLES  # stopped at a look
+
+
+def test_greedy_verify_is_lossy_with_the_kv_loop():
+    with StandIn("greedy_verify", loop="kv") as si:
+        r = audit(si.url, "llamacpp", samples=100)
+    assert r.verdict == Verdict.LOSSY, r.summary()
+
+
+def test_no_speculation():
+    with StandIn("no_speculation", loop="laws") as si:
+        r = audit(si.url)
+    assert r.verdict == Verdict.NO_SPECULATION, r.summary()
+    assert r.to_json()["speculation"]["status"] == "none"
+
+
+def test_off_with_logprobs_passes_but_says_so():
+    with StandIn("off_with_logprobs", loop="laws") as si:
+        r = audit(si.url)
+    assert r.verdict == Verdict.PASS, r.summary()
+    spec = r.to_json()["speculation"]
+    assert spec["off_when_probabilities_requested"] is True
+    assert spec["with_probabilities_requested"]["drafted"] == 0 and spec["drafted"] > 0
+    assert "switched OFF when probabilities are requested" in r.summary()
+
+
+@pytest.mark.parametrize("bug", ["zero_logprobs", "first_token_only"])
+def test_misreported_probabilities(bug):
+    with StandIn(bug, loop="laws") as si:
+        r = audit(si.url)
+    assert r.verdict == Verdict.MISREPORTED, r.summary()
+    rep = r.to_json()["reports"]
+    assert rep["status"] == "wrong" and rep["worst"] is not None
+    if bug == "zero_logprobs":
+        assert rep["worst"]["reported"] == 1.0
+    else:
+        assert rep["worst"]["prefix"] != []  # the first token's report is right
+
+
+def test_ignores_seed_is_a_contract_violation():
+    with StandIn("ignores_seed", loop="laws") as si:
+        r = audit(si.url)
+    assert r.verdict == Verdict.CONTRACT_VIOLATION
+    assert r.violation is not None and r.violation["kind"] == "ignores_seed"
+    assert r.samples == 0
+
+
+def test_ignores_top_k_is_refused_before_sampling(correct):
+    cut = (Sampling(1.0, top_k=3),)
+    ep = endpoint(correct.url)
+    try:
+        assert endpoint_spec(ep, prompts=[PROMPT], samplings=cut).vocab == 8  # the correct one is fine
+    finally:
+        ep.close()
+    with StandIn("ignores_top_k", loop="laws") as si:
+        with pytest.raises(UsageError, match="ignores a sampling parameter"):
+            audit(si.url, samplings=cut)
+        assert all(tokens == 1 for _, _, tokens, _ in si.answered)  # law reads only
+
+
+def test_ignores_top_k_under_sglang_is_lossy():
+    """SGLang's recipe reads the law before the cut-offs and applies them itself, so a server
+    that ignores top_k cannot be refused up front: its samples leave the law (a hard failure)."""
+    with StandIn("ignores_top_k", loop="laws") as si:
+        r = audit(si.url, "sglang", samplings=(Sampling(1.0, top_k=3),), samples=100)
+    assert r.verdict == Verdict.LOSSY and r.witness is not None and r.witness.hard_failure
+
+
+def test_flaky_is_absorbed_by_retries():
+    with StandIn("flaky", loop="laws") as si:
+        r = audit(si.url, samples=100)
+        assert si.failed > 0
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.to_json()["description"]["retried"] > 0
+
+
+def law_test_seeds(answered: list[tuple[str, int, int, bool]]) -> set[int]:
+    return {seed for _, seed, tokens, report in answered if tokens == 4 and not report}
+
+
+def test_dies_refusing_keeps_every_sample_drawn(twin):
+    """The server refuses connections 6 requests into sampling (one request at a time, the laws
+    read from the twin, which stays up): underpowered with a fault, never pass; exactly the 6
+    samples it answered are kept, each once."""
+    seed = 4
+    with StandIn("dies", loop="laws", die="refuse", dies_after=10**9) as si:
+        before: set[int] = set()
+
+        def die_soon(plan: str) -> None:  # called after the contract stage, before any sample
+            before.update(law_test_seeds(si.answered))
+            si.dies_after = si.requests + 6
+
+        r = audit(
+            si.url,
+            twin=twin.url,
+            seed=seed,
+            endpoint_options={"concurrency": 1, "retries": 1},
+            announce=die_soon,
+        )
+        answered = law_test_seeds(si.answered) - before
+    assert r.verdict == Verdict.UNDERPOWERED, r.summary()
+    assert r.fault and "ConnectError" in r.fault and r.to_json()["fault"] == r.fault
+    assert r.samples == r.cases[0].n == 6
+    kept = {sample_seed(seed, 0, k) % SEED_RANGE for k in range(6)}
+    assert kept == answered  # every sample answered is kept, none twice, none invented
+
+
+def test_dies_hanging_is_underpowered_and_keeps_what_was_checked():
+    """The server hangs past the client's timeout some way into sampling (its own laws then
+    unreadable too): underpowered with a fault; the samples counted before are kept, each once,
+    each really drawn."""
+    seed = 4
+    with StandIn("dies", loop="laws", die="hang", dies_after=10**9) as si:
+
+        def die_soon(plan: str) -> None:
+            si.dies_after = si.requests + 60  # after the first chunk (16 samples) and its laws
+
+        r = audit(si.url, seed=seed, endpoint_options={"timeout": 1.0, "retries": 1}, announce=die_soon)
+        answered = law_test_seeds(si.answered)
+    assert r.verdict == Verdict.UNDERPOWERED, r.summary()
+    assert r.fault and "Timeout" in r.fault
+    n = r.cases[0].n
+    assert 16 <= n < SAMPLES and r.samples == n
+    kept = {sample_seed(seed, 0, k) % SEED_RANGE for k in range(n)}
+    assert len(kept) == n and kept <= answered
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_unreachable_url_is_a_usage_error_naming_it():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(UsageError, match=url.replace(".", r"\.")):
+        Endpoint([url], "llamacpp", retries=0)
+
+
+def test_unknown_profile(correct):
+    with pytest.raises(UsageError, match="unknown.*llamacpp"):
+        Endpoint([correct.url], "tgi")
+
+
+def test_prompt_outside_the_vocabulary(correct):
+    ep = endpoint(correct.url)
+    try:
+        with pytest.raises(UsageError, match="outside the served vocabulary"):
+            endpoint_spec(ep, prompts=[(0, 8)])
+    finally:
+        ep.close()
+
+
+def test_twin_with_another_vocabulary():
+    with StandIn(loop="laws") as si, StandIn(speculative=False, vocab=9, loop="laws") as other:
+        with pytest.raises(UsageError, match="vocabulary of 8.*9"):
+            endpoint(si.url, twin=other.url)
+
+
+@pytest.mark.parametrize("profile", ["llamacpp", "vllm"])
+def test_twin_serving_another_model(profile):
+    """Another model of the same shape: llama-server's metadata cannot tell them apart, so the
+    laws do (before sampling); vLLM's model root does at once."""
+    with StandIn(loop="laws") as si, StandIn(speculative=False, model_seed=1, loop="laws") as other:
+        with pytest.raises(UsageError, match="--target-endpoint"):
+            audit(si.url, profile, other.url)
+        assert all(tokens == 1 for _, _, tokens, _ in si.answered + other.answered)  # nothing sampled
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@pytest.mark.slow
+def test_http_false_alarms_are_calibrated():
+    """40 seeded audits (seeds 1000 on, 200 samples, alpha 0.01) of the correct stand-in through
+    HTTP: at most 4 false alarms. Under a calibrated test the count is at most Binomial(40, 0.01),
+    which exceeds 4 with probability 4.9e-5 (< 1e-4); the seeds are fixed, so this is one fixed
+    outcome, not a draw. And greedy_verify is rejected in each of 5 audits at alpha 1e-3."""
+    doc = calibrate_http(runs=40, samples=200, alpha=0.01, progress=None, power_runs=5)
+    assert doc["exact"]["false_alarms"] <= 4, doc["markdown"]
+    assert doc["exact"]["other_than_pass_or_lossy"] == 0, doc["exact"]["verdicts"]
+    assert doc["power"]["rejected"] == 5, doc["power"]["verdicts"]
+    assert "| correct (false alarms) | 40 |" in doc["markdown"]
