@@ -133,6 +133,8 @@ def audit_chain(
     law: str = "target",
     name: str | None = None,
     progress: _Progress = "auto",
+    workers: int | None = None,
+    ray: str | None = None,
     **options: Any,
 ) -> AuditResult:
     """Audit a chain verifier ``fn(draft_token_ids [B,K], draft_probs [B,K,V] or None,
@@ -142,9 +144,11 @@ def audit_chain(
     (``alpha``, ``tv``, ``power``, ``seed``, ``samples``, ``budget_seconds``, ``shrink``,
     ``large_vocab_tv``, ``cases``, ...), with its defaults for those not given.
     ``progress``: ``"auto"`` (a bar on stderr at a terminal, not under CI), ``"on"``, ``"off"``,
-    or a callable ``progress(what, fraction)``. Returns the :class:`AuditResult` (``verdict``,
-    ``summary()``, ``to_json()``)."""
-    return _audit(fn, "chain", processes, law, name, progress, options)
+    or a callable ``progress(what, fraction)``. ``workers`` (a local Ray instance with that many
+    actors) or ``ray`` (a cluster's address) shard the sampling: the same result for any number
+    of workers (docs/sharding.md). Returns the :class:`AuditResult` (``verdict``, ``summary()``,
+    ``to_json()``)."""
+    return _audit(fn, "chain", processes, law, name, progress, options, workers, ray)
 
 
 def audit_tree(
@@ -154,6 +158,8 @@ def audit_tree(
     law: str = "target",
     name: str | None = None,
     progress: _Progress = "auto",
+    workers: int | None = None,
+    ray: str | None = None,
     **options: Any,
 ) -> AuditResult:
     """Audit a tree verifier ``fn(parents [B,N], tokens [B,N], draft_probs [B,N,V] or None,
@@ -161,7 +167,7 @@ def audit_tree(
     proposal ``processes`` it claims (e.g. ``("wor_siblings",)``); as :func:`audit_chain`."""
     if not processes:
         raise UsageError("processes: a tree audit needs the proposal processes the verifier claims")
-    return _audit(fn, "tree", processes, law, name, progress, options)
+    return _audit(fn, "tree", processes, law, name, progress, options, workers, ray)
 
 
 def _audit(
@@ -172,14 +178,18 @@ def _audit(
     name: str | None,
     progress: _Progress,
     options: dict[str, Any],
+    workers: int | None = None,
+    ray: str | None = None,
 ) -> AuditResult:
     from specproof.properties.audit.stages import AuditConfig, audit
     from specproof.properties.conformance.backends import target_name
     from specproof.properties.plan import build_config
+    from specproof.properties.shard.options import caller_for
 
     backend = _backend(fn, kind, processes, law, name)
-    with _bar(progress, backend.name) as bar:
-        result = audit(backend, build_config(AuditConfig, options), bar)
+    config = build_config(AuditConfig, options)
+    with _bar(progress, backend.name) as bar, caller_for(backend, workers, ray) as caller:
+        result = audit(backend, config, bar, caller=caller)
     result.target = fn if isinstance(fn, str) else target_name(fn)
     return result
 
@@ -193,6 +203,8 @@ def audit_engine(
     name: str | None = None,
     expect: str | None = None,
     progress: _Progress = "auto",
+    workers: int | None = None,
+    ray: str | None = None,
     **options: Any,
 ) -> EngineAuditResult:
     """Audit a whole speculative engine end to end. ``engine`` is an object with
@@ -202,7 +214,9 @@ def audit_engine(
     backends``). ``prompts``, ``tokens`` (the horizon M) and ``sampling`` replace the spec's own
     (for an engine instance, ``sampling`` says what it was asked to sample: its ``target_law``
     must apply the same). ``options`` are :class:`EngineAuditConfig` fields (``alpha``, ``tv``,
-    ``power``, ``seed``, ``samples``, ``budget_seconds``, ``looks``, ...)."""
+    ``power``, ``seed``, ``samples``, ``budget_seconds``, ``looks``, ...). ``workers``/``ray``
+    draw the samples on Ray actors, each with its own copy of the engine (a name, a factory or a
+    spec: an instance cannot be copied), as :func:`audit_chain`."""
     from dataclasses import replace
 
     from specproof.properties.engine.audit import EngineAuditConfig
@@ -219,8 +233,11 @@ def audit_engine(
     spec = with_options(spec, given, [sampling] if sampling else None, tokens)
     if name is not None or expect is not None:
         spec = replace(spec, name=name or spec.name, expect=expect or spec.expect)
-    with _bar(progress, spec.name) as bar:
-        return _audit_engine(spec, build_config(EngineAuditConfig, options), bar)
+    from specproof.properties.shard.options import drawer_for
+
+    config = build_config(EngineAuditConfig, options)
+    with _bar(progress, spec.name) as bar, drawer_for(spec, workers, ray, engine) as drawer:
+        return _audit_engine(spec, config, bar, drawer=drawer)
 
 
 def audit_endpoint(
@@ -238,6 +255,8 @@ def audit_endpoint(
     retries: int = 3,
     name: str | None = None,
     progress: _Progress = "auto",
+    workers: int | None = None,
+    ray: str | None = None,
     **options: Any,
 ) -> EngineAuditResult:
     """Audit a served engine through its HTTP API (one URL, or several replicas of one
@@ -248,7 +267,7 @@ def audit_endpoint(
     by default); ``options`` are :class:`EngineAuditConfig` fields. The result is the engine
     audit's, with the server's counters (``speculation``), its reported probabilities checked
     (``reports``) and the control (``control``); docs/endpoint-audit.md says how to launch each
-    family."""
+    family. ``workers``/``ray``: each Ray actor opens its own client to the same servers."""
     from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.engine.audit import audit_engine as _audit_engine
@@ -269,8 +288,10 @@ def audit_endpoint(
     try:
         given = tuple(tuple(int(x) for x in p) for p in prompts) if prompts else None
         spec = endpoint_spec(endpoint, given, samplings, tokens, name)
-        with _bar(progress, spec.name) as bar:
-            return _audit_engine(spec, config, bar)
+        from specproof.properties.shard.options import drawer_for
+
+        with _bar(progress, spec.name) as bar, drawer_for(spec, workers, ray) as drawer:
+            return _audit_engine(spec, config, bar, drawer=drawer)
     finally:
         endpoint.close()
 

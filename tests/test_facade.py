@@ -55,7 +55,9 @@ def test_unknown_names_raise_attribute_error():
 
 
 def test_import_specproof_loads_no_audit_module():
-    code = "import sys, specproof; print(sorted(m for m in sys.modules if m.startswith('specproof.properties')))"
+    code = (
+        "import sys, specproof; print(sorted(m for m in sys.modules if m.startswith('specproof.properties')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

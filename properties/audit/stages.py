@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from specproof.properties.audit import stats
 from specproof.properties.audit.battery import (
     LARGE_VOCAB,
     Case,
+    Completion,
     Models,
     build_models,
     chain_battery,
@@ -74,7 +75,7 @@ from specproof.properties.conformance.contracts import (
     narrowing_hint,
 )
 from specproof.properties.plan import Budget, PlanConfig, check_probability
-from specproof.reference.errors import UsageError
+from specproof.reference.errors import SpecproofError, UsageError
 
 #: tests combined per case (Bonferroni): chi-square and exact cells on the joint law, per position
 TESTS_PER_CASE = 3
@@ -337,6 +338,47 @@ def evaluate_case(
     ]
 
 
+# --------------------------------------------------------------------------- where calls run
+# (a hook: specproof.properties.shard spreads the sampling stage's calls over Ray workers)
+
+#: one call's outputs: inputs, emitted tokens, emitted lengths, and the completion
+CallOutput = tuple[Any, Any, torch.Tensor, Completion]
+
+
+class CallsUnavailable(SpecproofError):
+    """The workers that draw a case's calls stopped (one cannot build its verifier, the cluster
+    went away): the case ends short with what it drew, the cases after it are not run, and the
+    verdict is ``underpowered`` (or ``lossy`` on what was drawn), never ``pass``."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Caller:
+    """Where the sampling stage's calls run: here, one at a time, lazily. Another caller (a pool
+    of workers, each with its own replica of the backend) must yield, for calls k = 1, 2, ... of
+    ``rows`` rows each, what call k gives here, in call order (a call is a function of the seed,
+    the case and k alone), raise a call's ``ContractViolation`` when that call is reached, and
+    ``CallsUnavailable`` when it cannot go on. ``parallel``: calls it runs at once (only the
+    plan's time estimates use it)."""
+
+    parallel = 1
+
+    @staticmethod
+    def call(runner: Runner, seed: int, k: int, rows: int) -> CallOutput:
+        """Call ``k`` of the case, ``rows`` rows (what a worker runs too)."""
+        s_in, s_ver, s_comp = call_seeds(seed, runner.case, k)
+        inputs, emitted, lens = runner.run(rows, _gen(s_in), _gen(s_ver))
+        return inputs, emitted, lens, complete(runner.models, inputs, emitted, lens, _gen(s_comp))
+
+    def calls(
+        self, runner: Runner, config: AuditConfig, rows: list[int]
+    ) -> Generator[CallOutput, None, None]:
+        for k, b in enumerate(rows, 1):
+            yield self.call(runner, config.seed, k, b)
+
+
 ProgressFn = Callable[[str, float], None]
 PlanFn = Callable[["AuditResult", float], None]
 
@@ -351,9 +393,12 @@ class Audit:
         progress: ProgressFn | None = None,
         on_plan: PlanFn | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        caller: Caller | None = None,
     ) -> None:
         config.validate()
         self.backend = backend
+        self.caller = caller or Caller()
+        self.stopped: str | None = None  # why the caller stopped (CallsUnavailable), if it did
         self.config = config
         self.say = progress or (lambda what, frac: None)
         self.on_plan = on_plan
@@ -476,7 +521,7 @@ class Audit:
                 r.tv_planned, self.alpha_case / TESTS_PER_CASE, c.power, c.max_cells - 1
             )
             r.planned = base * (2 if r.case.paired else 1)
-            r.estimate = self._estimate(i, r.planned)
+            r.estimate = self._estimate(i, r.planned) / self.caller.parallel
         if self.on_plan is not None:
             self.on_plan(self.result, self.budget.left())
 
@@ -489,6 +534,9 @@ class Audit:
         for i in order:
             r, runner = res.cases[i], self.runners[i]
             if r.status == "smoke_only":
+                continue
+            if self.stopped is not None:
+                r.status, r.reason = "not_run", f"not run: {self.stopped}"
                 continue
             if self.budget.exhausted() or r.estimate > self.budget.left():
                 r.status = "not_run"
@@ -504,6 +552,7 @@ class Audit:
             seqs, subs = [], []
             lengths = np.zeros(len(r.case.parents) + 1, dtype=np.int64)
             got, k = 0, 0
+            calls = self.caller.calls(runner, c, [min(bs, r.planned - j) for j in range(0, r.planned, bs)])
             try:
                 while got < r.planned:
                     if got and self.budget.exhausted():
@@ -511,9 +560,12 @@ class Audit:
                         break
                     k += 1
                     b = min(bs, r.planned - got)
-                    s_in, s_ver, s_comp = call_seeds(c.seed, r.case, k)
-                    inputs, emitted, lens = runner.run(b, _gen(s_in), _gen(s_ver))
-                    comp = complete(runner.models, inputs, emitted, lens, _gen(s_comp))
+                    try:
+                        inputs, emitted, lens, comp = next(calls)
+                    except CallsUnavailable as e:
+                        self.stopped = e.detail
+                        r.reason = f"sampling stopped after {got} of {r.planned} steps: {e.detail}"
+                        break
                     lengths += np.bincount(lens.numpy(), minlength=len(lengths))[: len(lengths)]
                     got += b
                     if comp.zero_row is not None:
@@ -526,6 +578,11 @@ class Audit:
                 r.n = got
                 self._violation(e, r.case.name, "sampling", i, k)
                 return
+            finally:
+                calls.close()
+            if got == 0:  # the caller stopped before the case's first call
+                r.status = "not_run"
+                continue
             done_rows += r.planned
             r.n = got
             r.status = "ran" if got >= r.planned else "short"
@@ -700,9 +757,11 @@ def audit(
     progress: ProgressFn | None = None,
     on_plan: PlanFn | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    caller: Caller | None = None,
 ) -> AuditResult:
-    """Audit one backend (see the module docstring)."""
-    return Audit(backend, config or AuditConfig(), progress, on_plan, clock).run()
+    """Audit one backend (see the module docstring). ``caller`` runs the sampling stage's calls
+    (here by default; :mod:`specproof.properties.shard` spreads them over workers)."""
+    return Audit(backend, config or AuditConfig(), progress, on_plan, clock, caller).run()
 
 
 def plan_table(result: AuditResult, budget_left: float) -> str:

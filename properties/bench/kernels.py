@@ -342,6 +342,10 @@ def markdown(rows: list[Row]) -> str:
         from specproof.properties.bench import endpoint as bench_endpoint
 
         out += ["", bench_endpoint.markdown([r for r in rows if r.section == "endpoint"])]
+    if any(r.section == "shard" for r in rows):
+        from specproof.properties.bench import shard as bench_shard
+
+        out += ["", bench_shard.markdown([r for r in rows if r.section == "shard"])]
     return "\n".join(out)
 
 
@@ -369,6 +373,10 @@ def run(quick: bool = False, sections: tuple[str, ...] = ("cpu", "audit", "gpu")
         from specproof.properties.bench import endpoint as bench_endpoint
 
         rows += bench_endpoint.run(quick, report)
+    if "shard" in sections:
+        from specproof.properties.bench import shard as bench_shard
+
+        rows += bench_shard.run(quick, report)
     return rows
 
 

@@ -22,6 +22,7 @@ from specproof.properties.cli.common import (
     config_from,
     end_bar,
     parse_ids,
+    parse_param,
     plan_options,
     progress_bar,
     show_progress,
@@ -69,6 +70,7 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
     _add_verifier_options(a)
     _add_engine_options(a)
     _add_endpoint_options(a)
+    _add_shard_options(a)
     a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
     a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
     add_progress(a)
@@ -164,6 +166,15 @@ def _add_engine_options(a: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, metavar="P", help="top-p for every setting")
     g.add_argument("--min-p", type=float, metavar="P", help="min-p for every setting")
     g.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="another request parameter for every setting (repeatable): repetition_penalty, "
+        "presence_penalty, frequency_penalty, logit_bias=ID:BIAS,..., bad_words=IDS;IDS, "
+        "no_repeat_ngram_size, min_new_tokens, eos, regex (with --token-map), repetition_scope, "
+        "presence_scope (docs/sampling-params.md)",
+    )
+    g.add_argument(
         "--looks",
         type=int,
         help=f"interim looks per case, for early stopping (default {defaults(EngineAuditConfig)['looks']})",
@@ -200,7 +211,10 @@ def _add_endpoint_options(a: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--vocab", type=int, metavar="V", help="vocabulary size, where the server does not say it")
     g.add_argument(
-        "--token-map", metavar="FILE", help="JSON list of token texts by id (profile openai: answers in text)"
+        "--token-map",
+        metavar="FILE",
+        help="JSON list of token texts by id (profiles openai and llamacpp-python, whose prompts and "
+        "answers are text; a grammar's regex: its tokens' texts)",
     )
     g.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default 8)")
     g.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
@@ -209,6 +223,23 @@ def _add_endpoint_options(a: argparse.ArgumentParser) -> None:
         "--report-samples",
         type=int,
         help="samples per case drawn with probabilities requested, and from the twin (default 32; 0: off)",
+    )
+
+
+def _add_shard_options(a: argparse.ArgumentParser) -> None:
+    g = a.add_argument_group(
+        "sharding (audit chain|tree|engine|endpoint; docs/sharding.md)",
+        "Samples drawn by Ray actors, each with its own replica of the engine or verifier; the same "
+        "verdict and JSON (timings aside) for any number of workers. pip install 'specproof[ray]'.",
+    )
+    g.add_argument(
+        "--workers", type=int, metavar="N", help="Ray actors that draw the samples (one replica each)"
+    )
+    g.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="join the Ray cluster at ADDRESS (auto, host:port, ray://host:port) instead of starting one "
+        "here; without --workers, one actor per GPU of the cluster (else per CPU)",
     )
 
 
@@ -221,6 +252,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.kind is None:
         if args.target or args.process:
             raise UsageError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
+        if args.workers is not None or args.ray:
+            raise UsageError("--workers/--ray: for specproof audit chain|tree|engine|endpoint TARGET")
         return cmd_main_job(args)
     if not args.target:
         raise UsageError(f"TARGET: missing; usage: specproof audit {args.kind} TARGET")
@@ -267,18 +300,24 @@ def _resolve_verifier(target: str, kind: str, processes: list[str] | None) -> An
 def cmd_audit_verifier(args: argparse.Namespace) -> int:
     from specproof.properties.audit.report import write_report
     from specproof.properties.audit.stages import audit, plan_table
+    from specproof.properties.shard.options import verifier_caller
 
     config = verifier_config(args)
     backend = _resolve_verifier(args.target, args.kind, args.process)
     show = show_progress(args.progress)
-    result = audit(
-        backend,
-        config,
-        progress_bar(show, backend.name),
-        on_plan=lambda res, left: print(plan_table(res, left), flush=True),
-    )
+    with verifier_caller(args, backend) as caller:
+        result = audit(
+            backend,
+            config,
+            progress_bar(show, backend.name),
+            on_plan=lambda res, left: print(plan_table(res, left), flush=True),
+            caller=caller,
+        )
+        sharding = caller.summary() if caller is not None else None
     result.target, result.saved_to = args.target, args.json
     end_bar(show)
+    if sharding:
+        print(sharding)
     robust = None
     if args.robustness:
         from specproof.properties.audit.robustness import robustness
@@ -355,10 +394,15 @@ def _samplings(args: argparse.Namespace, default: Any) -> list[Any] | None:
     """The settings the options ask for (each temperature with the cut-offs), or None."""
     from specproof.properties.engine.contract import Sampling
 
-    if not (args.temperature or args.top_k is not None or args.top_p is not None or args.min_p is not None):
+    params = dict(parse_param(p, _token_map(getattr(args, "token_map", None))) for p in args.param or ())
+    asked = args.temperature or args.top_k is not None or args.top_p is not None or args.min_p is not None
+    if not asked and not params:
         return None
     temps = args.temperature or [s.temperature for s in default]
-    return [Sampling(t, args.top_k, args.top_p, args.min_p) for t in temps]
+    try:
+        return [Sampling(t, args.top_k, args.top_p, args.min_p, **params) for t in temps]
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--param: {e}") from e
 
 
 def engine_specs(args: argparse.Namespace) -> list[Any]:
@@ -400,6 +444,7 @@ def cmd_audit_engine(args: argparse.Namespace) -> int:
     from specproof.properties.engine.audit import ENGINE_PACKAGES, audit_engine
     from specproof.properties.engine.report import write_report
     from specproof.properties.outputs import versions
+    from specproof.properties.shard.options import engine_drawer
 
     config = engine_config(args)
     specs = engine_specs(args)
@@ -411,9 +456,11 @@ def cmd_audit_engine(args: argparse.Namespace) -> int:
             skipped.append({"engine": spec.name, "reason": why})
             print(f"{spec.name}: not run ({why})")
             continue
-        res = audit_engine(spec, config, progress=progress_bar(show, spec.name), announce=print)
+        with engine_drawer(args, spec, args.target) as drawer:
+            res = audit_engine(spec, config, progress_bar(show, spec.name), print, drawer=drawer)
+            sharding = drawer.summary() if drawer is not None else None
         end_bar(show)
-        print(res.summary())
+        print(*filter(None, [sharding, res.summary()]), sep="\n")
         results.append(res)
         if res.verdict == Verdict.INTERRUPTED:
             break
@@ -442,6 +489,7 @@ def cmd_audit_endpoint(args: argparse.Namespace) -> int:
     from specproof.properties.engine.audit import audit_engine
     from specproof.properties.engine.contract import T07, T1
     from specproof.properties.engine.report import write_report
+    from specproof.properties.shard.options import engine_drawer
 
     if not args.target:
         raise UsageError("URL: missing; usage: specproof audit endpoint URL [--target-endpoint URL]")
@@ -462,11 +510,13 @@ def cmd_audit_endpoint(args: argparse.Namespace) -> int:
     try:
         spec = endpoint_spec(endpoint, prompts, _samplings(args, (T1, T07)), args.tokens or 4)
         show = show_progress(args.progress)
-        res = audit_engine(spec, config, progress=progress_bar(show, "endpoint"), announce=print)
+        with engine_drawer(args, spec) as drawer:
+            res = audit_engine(spec, config, progress_bar(show, "endpoint"), print, drawer=drawer)
+            sharding = drawer.summary() if drawer is not None else None
         end_bar(show)
     finally:
         endpoint.close()
-    print(res.summary())
+    print(*filter(None, [sharding, res.summary()]), sep="\n")
     write_json_to(args.json, res.to_json())
     if args.report:
         write_report(args.report, [res], f"specproof endpoint audit: {args.target}")

@@ -37,6 +37,14 @@ def add_matrix_parser(sub: Any) -> None:
         "--process", action="append", choices=list(PROCESSES), help="only this process (repeatable)"
     )
     m.add_argument("--witnesses", action="store_true", help="print the witness of every lossy cell")
+    m.add_argument(
+        "--params",
+        action="store_true",
+        help="the matrix of request parameters instead: every parameter x proposer x exact rule, two "
+        "decoding steps enumerated on the 4-token target (about an hour on 2 cores; --proposer to narrow)",
+    )
+    m.add_argument("--proposer", action="append", help="with --params: only this proposer (repeatable)")
+    m.add_argument("--param", action="append", help="with --params: only this parameter (repeatable)")
     add_progress(m)
     m.set_defaults(func=cmd_matrix)
 
@@ -46,6 +54,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from specproof.properties.oracle.matrix import LOSSY, exactness_matrix, markdown
 
     check_outputs(args, "json", "markdown")
+    if args.params:
+        return cmd_params_matrix(args)
     cells = exactness_matrix(
         instances=args.instances,
         seed=args.seed,
@@ -73,6 +83,25 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             if c.verdict == LOSSY:
                 print(f"\n{c.witness}")
     return 1 if bad else 0
+
+
+def cmd_params_matrix(args: argparse.Namespace) -> int:
+    """Exit 0 when every cell is exact (every rule there is declared exact for its process)."""
+    from specproof.properties.oracle import params
+    from specproof.reference.proposers import PROPOSERS
+
+    bad = [n for n in args.param or () if n not in params.PARAMETERS]
+    bad += [n for n in args.proposer or () if n not in PROPOSERS]
+    if bad:
+        raise UsageError(f"--param/--proposer: unknown {bad[0]!r}")
+    cells = params.params_matrix(args.param, args.proposer, progress_lines(args.progress))
+    table = params.markdown(cells)
+    print(table)
+    lossy = [c for c in cells if c.verdict != "exact"]
+    print(f"\n{len(cells)} cells, two steps enumerated on the 4-token target; {len(lossy)} not exact")
+    write_json_to(args.json, [c.to_json() for c in cells])
+    write_text(args.markdown, table)
+    return 1 if lossy else 0
 
 
 # --------------------------------------------------------------------------- rule
@@ -163,7 +192,7 @@ def add_calibrate_parser(sub: Any) -> None:
         "--runs",
         type=int,
         default=None,
-        help="seeds per (backend, case) (default 100; --deep and --engine 300)",
+        help="seeds per (backend, case) (default 100; --deep, --engine and --endpoint 300)",
     )
     c.add_argument(
         "--deep",
@@ -176,12 +205,24 @@ def add_calibrate_parser(sub: Any) -> None:
         help="the engine audit: false alarms on exact engines, power on the mutant loops",
     )
     c.add_argument(
-        "--samples", type=int, default=None, help="steps per run (default 20000; --engine: 300 samples)"
+        "--endpoint",
+        action="store_true",
+        help="the endpoint audit through HTTP: false alarms on the correct stand-in server, power on "
+        "one that verifies greedily",
+    )
+    c.add_argument(
+        "--samples", type=int, default=None, help="steps per run (default 20000; --engine, --endpoint: 300)"
     )
     c.add_argument("--alpha", type=float, default=0.01, help="level of each run (default 0.01)")
     c.add_argument("--power-runs", type=int, default=20, help="seeds per lossy (backend, case) (default 20)")
+    c.add_argument(
+        "--only",
+        action="append",
+        metavar="ENGINE",
+        help="--engine: only the rows of this engine (repeatable), e.g. alternative.sampling_params",
+    )
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    c.add_argument("--json", metavar="PATH", help="write the measurements as JSON (--engine)")
+    c.add_argument("--json", metavar="PATH", help="write the measurements as JSON (--engine, --endpoint)")
     add_progress(c)
     c.set_defaults(func=cmd_calibrate)
 
@@ -191,11 +232,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     check_outputs(args, "markdown", "json")
     report = progress_lines(args.progress)
-    if args.engine:
+    if args.endpoint:
+        from specproof.properties.endpoint.calibration import calibrate_http
+
+        runs = 300 if args.runs is None else args.runs
+        doc = calibrate_http(
+            runs, args.samples or 300, args.alpha, report or (lambda s: None), args.power_runs
+        )
+        table = doc.pop("markdown")
+        write_json_to(args.json, doc)
+    elif args.engine:
         from specproof.properties.engine.calibration import calibration, calibration_markdown
 
         runs = 300 if args.runs is None else args.runs
-        doc = calibration(runs, args.samples or 300, args.alpha, args.power_runs, report or (lambda s: None))
+        doc = calibration(
+            runs, args.samples or 300, args.alpha, args.power_runs, report or (lambda s: None), args.only
+        )
         table = calibration_markdown(doc)
         write_json_to(args.json, doc)
     elif args.deep:
@@ -219,9 +271,10 @@ def add_bench_parser(sub: Any) -> None:
     be.add_argument(
         "--section",
         action="append",
-        choices=("cpu", "audit", "gpu", "decode", "endpoint"),
+        choices=("cpu", "audit", "gpu", "decode", "endpoint", "shard"),
         help="only this section (repeatable; decode: the optimized decoding loop against the reference loop; "
-        "endpoint: the endpoint audit's sampling against a plain load generator on llama-server)",
+        "endpoint: the endpoint audit's sampling against a plain load generator on llama-server; "
+        "shard: the engine audit's sampling on 1 and 2 local Ray workers, needs specproof[ray])",
     )
     be.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
     be.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
@@ -413,9 +466,10 @@ def add_llamacpp_parser(sub: Any) -> None:
         "llamacpp",
         help="the pinned llama.cpp the served-engine tests run: build it, say where it is, audit it",
         description="build: the pinned llama.cpp, once, cached outside the clone (about 12 to 15 min cold "
-        "on 2 cores); info: version, commit, cache; table: every served configuration audited on loopback.",
+        "on 2 cores); info: version, commit, cache; table: every served configuration audited on loopback; "
+        "install-python: llama-cpp-python's server on the same pinned library (12 min cold).",
     )
-    g.add_argument("action", choices=("build", "info", "table"))
+    g.add_argument("action", choices=("build", "info", "table", "install-python"))
     g.add_argument("--only", action="append", metavar="NAME", help="table: only this configuration")
     g.add_argument("--tv", type=float, help="table: the TV the plan detects (default the engine audit's)")
     g.add_argument("--samples", type=int, help="table: fixed samples per case instead of the plan")
@@ -427,7 +481,7 @@ def add_llamacpp_parser(sub: Any) -> None:
 
 def cmd_llamacpp(args: argparse.Namespace) -> int:
     """build: exit 0 with the folder; table: 0 when every verdict is the expected one."""
-    from specproof.properties.endpoint import llamacpp
+    from specproof.properties.servers import llamacpp
 
     check_outputs(args, "markdown", "json")
     if args.action == "build":
@@ -435,6 +489,12 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
         return 0
     if args.action == "info":
         print(json.dumps(llamacpp.info(), indent=2))
+        return 0
+    if args.action == "install-python":
+        from specproof.properties.servers import llamacpp_python
+
+        llamacpp_python.ensure_installed(progress=lambda m: print(m, file=sys.stderr, flush=True))
+        print(json.dumps(llamacpp_python.info(), indent=2))
         return 0
     from specproof.properties.endpoint import llamacpp_suite as suite
     from specproof.properties.engine.audit import EngineAuditConfig
@@ -450,7 +510,8 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     for r in results:
         print(r.summary())
     write_text(args.markdown, text)
-    write_json_to(args.json, [r.to_json() for r in results])
+    skipped = [{"configuration": name, "reason": why} for name, why in getattr(results, "skipped", ())]
+    write_json_to(args.json, {"audits": [r.to_json() for r in results], "skipped": skipped})
     return 0
 
 
