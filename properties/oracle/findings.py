@@ -24,6 +24,11 @@ assistant drafts argmax tokens but tells the verifier their soft law (:data:`ARG
 universal speculative decoding tells the verifier a permutation of the law its drafts were drawn
 from (:func:`permuted_draft_law`). tests/test_engines_hf.py checks the packages' own code paths
 against these mechanisms.
+
+Generation options under speculation (``specproof audit engine --engine-group hf-options``, and
+llama-cpp-python's ``min_tokens`` behind the endpoint audit): a request parameter applied at the
+wrong positions of a step is a change of the node law, :func:`hf_option_node_law`; one step of
+the reference loop under it is enumerated exactly by :func:`node_law_tv`.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from specproof.reference.models import LM
 from specproof.reference.processes import PROCESSES, Process, Proposal
 from specproof.reference.rules import Rule
 from specproof.reference.rules.typical import typical
+from specproof.reference.sampling import Sampling as _Sampling
 from specproof.reference.step import Outcome, Step
 
 
@@ -164,3 +170,194 @@ PERMUTED_WITNESS = Instance(vocab=3, shape=(-1, 0))
 def permuted_draft_law_witness(perm: tuple[int, ...] = (1, 2, 0)) -> OracleResult:
     """The exact oracle: token-level verification told a permuted draft law (TV 3/26 here)."""
     return check("token", permuted_draft_law(perm), PERMUTED_WITNESS)
+
+
+# --------------------------------------------------------------------------- llama.cpp
+# Found by the engine audit on llama.cpp's ``llama-speculative`` example (commit 0c1e57098, the
+# tree vendored by llama-cpp-python 0.3.36; ``specproof audit engine llamacpp.speculative.np1``),
+# reproduced here and explained in proofs_notes/thirdparty.md ("llama.cpp's llama-speculative").
+
+#: ``-np 1``: each draft is the draft model's top candidate (``cur_p->data[0]``, the draft
+#: sampler's own sample discarded) and the verifier accepts it with ``min(1, p/q)``, q the draft's
+#: processed law, resampling from ``norm((p - q)+)``: the mechanism of Gemma 4's assistant,
+#: so the same one-line change of ``onehot_chain`` (:data:`ARGMAX_TOLD_Q`) under the ``token`` rule.
+LLAMA_SPECULATIVE = ARGMAX_TOLD_Q
+#: Two drafts on 3 tokens (the example drafts up to ``--spec-draft-n-max`` of them).
+LLAMA_SPECULATIVE_WITNESS = Instance(vocab=3, shape=(-1, 0, 1))
+
+
+def llama_speculative_witness() -> OracleResult:
+    """The exact oracle: ``token`` under :data:`LLAMA_SPECULATIVE` on a two-draft chain."""
+    return check("token", LLAMA_SPECULATIVE, LLAMA_SPECULATIVE_WITNESS)
+
+
+def _topk_random_order(ch: Choices, q: Any, sites: tuple[int, ...]) -> list[int]:
+    """The k most likely tokens of q (ties to the smaller id), in a uniformly random order."""
+    import itertools
+
+    top = sorted(range(len(q)), key=lambda x: (-q[x], x))[: len(sites)]
+    orders = list(itertools.permutations(top))
+    return list(orders[ch.categorical([Fraction(1)] * len(orders), ("draft", sites[0]))])
+
+
+#: ``-np N`` (N > 1), one level of branches: a node's branches hold q's top candidates (a branch
+#: splits off while the next candidate's probability exceeds ``--spec-draft-p-split``), and the
+#: verifier tries them in a random order, each with ``min(1, p/q)`` against the *same* q, p
+#: replaced by ``norm((p - q)+)`` after each rejection: ``mss``, the rule for siblings drawn
+#: i.i.d. from q. The one-line change of the exact pair (``mss``, ``iid_siblings``): the children
+#: are q's top candidates in a random order instead of i.i.d. draws.
+LLAMA_SPECULATIVE_BRANCHES = Process(
+    "top-k siblings in random order, verifier given q",
+    _topk_random_order,
+    True,
+    False,
+    "q's most likely tokens as siblings, tried in a uniformly random order, verifier given q",
+)
+#: Two branches from the root on 3 tokens.
+LLAMA_BRANCHES_WITNESS = Instance(vocab=3, shape=(-1, 0, 0))
+
+
+def llama_speculative_branches_witness() -> OracleResult:
+    """The exact oracle: ``mss`` under :data:`LLAMA_SPECULATIVE_BRANCHES`, two siblings."""
+    return check("mss", LLAMA_SPECULATIVE_BRANCHES, LLAMA_BRANCHES_WITNESS)
+
+
+def mss_residual_per_branch(ch: Choices, step: Step) -> Outcome:
+    """``mss`` whose rejection of a child subtracts q from p once per branch (leaf) through that
+    child: llama-speculative's branches sharing a rejected token are each tried again (its
+    bookkeeping erases the rejected branch from the active set twice instead of its twins), each
+    fails (p is 0 there after the first subtraction) and subtracts q again."""
+    kids = step.tree.children
+
+    def leaves(n: int) -> int:
+        return sum(leaves(c) for c in kids[n]) if kids[n] else 1
+
+    path, node = [0], 0
+    while True:
+        p = step.target_probs[node]
+        for c in kids[node]:
+            x = step.tokens[c]
+            q = step.draft_probs[node] or onehot(x, step.vocab, p[0])
+            if ch.bernoulli(acceptance(p[x], q[x]), ("accept", c)):
+                path.append(c)
+                node = c
+                break
+            for _ in range(leaves(c)):  # the deviation: mss subtracts once
+                p = residual(p, q)
+        else:
+            return Outcome(tuple(path), ch.categorical(p, ("final", 0)))
+
+
+LLAMA_SHARED_RESIDUAL = Rule("mss[residual once per branch]", mss_residual_per_branch, frozenset())
+#: One draft at the root shared by two branches that split below it.
+LLAMA_SHARED_WITNESS = Instance(vocab=3, shape=(-1, 0, 1, 1))
+
+
+def llama_shared_residual_witness() -> OracleResult:
+    """The exact oracle: the per-branch residual under i.i.d. drafts (sampled, as mss needs)."""
+    return check(LLAMA_SHARED_RESIDUAL, "iid_siblings", LLAMA_SHARED_WITNESS)
+
+
+# --------------------------------------------------------------------------- HF generation options
+# Found by the engine audit on HF transformers 5.24 (``specproof audit engine --engine-group
+# hf-options``, docs/measurements/engine-audit-hf-options.md): processors whose state advances
+# once per call (SynthID's watermark, classifier-free guidance) are called on the assisted path at
+# positions that are not the sequence's next one. The assistant, the prompt lookup's probe and
+# DFlash call the *target's* processor objects at the contexts they draft from, before the target
+# verifies (proofs_notes/thirdparty.md, "HF transformers' generation options"). Each mechanism is
+# one line away from the correct node law below, and one step of the reference loop (drafts from
+# the draft model's processed law, ``token`` verification) is enumerated exactly under it.
+# llama-cpp-python's ``min_tokens`` under prompt lookup (found by the endpoint audit,
+# docs/measurements/endpoint-llamacpp.md) is one more such change: ``length_counts_drafts_ahead``.
+
+#: the correct node law, and the defects: SynthID's history makes every drafted-from context a
+#: repeated one, so the parameter is dropped at the draft positions and kept at the bonus token;
+#: guidance's unconditional branch already holds the drafts (appended by the assistant's calls)
+#: when the target reads it: the penalty counts the step's drafts at every node; and, across
+#: steps, the state every call advances is never rolled back: the penalty counts the last token of
+#: every context the verifier was called on, rejected drafts included (a stateful node law: within
+#: one step it is the correct one, so only the engine audit of the loop can see it)
+#: ``length_counts_drafts_ahead`` is llama-cpp-python's ``min_tokens`` under prompt lookup (0.3.36,
+#: proofs_notes/thirdparty.md): its processors are handed every token evaluated so far, the step's
+#: drafts included, so at each node the output looks as long as the whole evaluated chain and EOS
+#: is allowed before ``min_new_tokens`` tokens were really generated
+NODE_LAW_DEFECTS = (
+    "none",
+    "dropped_at_drafted_positions",
+    "drafts_counted_ahead",
+    "state_not_rolled_back",
+    "length_counts_drafts_ahead",
+)
+#: the requests each defect is shown under (a bias for the watermark, a frequency penalty for the
+#: unconditional branch's context, ``min_new_tokens`` with an end-of-sequence id for llama-cpp-python's
+#: ``min_tokens``)
+NODE_LAW_SAMPLINGS = {
+    "dropped_at_drafted_positions": _Sampling(1.0, logit_bias=((1, 2.0),)),
+    "drafts_counted_ahead": _Sampling(1.0, frequency_penalty=1.5),
+    "length_counts_drafts_ahead": _Sampling(1.0, eos=0, min_new_tokens=2),
+}
+#: two drafts on 4 tokens
+NODE_LAW_WITNESS = Instance(vocab=4, shape=(-1, 0, 1), prefix=(2, 0), exact=False)
+
+
+def hf_option_node_law(defect: str, s: _Sampling, prompt_len: int) -> Any:
+    """A node's law under ``defect`` (:data:`NODE_LAW_DEFECTS`; ``"none"``: the correct law)."""
+
+    from specproof.reference.decode import node_context
+    from specproof.reference.sampling import View, processed_law
+
+    state: list[int] = []  # the stateful defect's tokens: one per call after the first
+
+    def law(i: int, row: list[float], ctx: tuple[int, ...], tree: Any, tokens: list[int]) -> list[float]:
+        node_ctx = node_context(ctx, tree, tokens, i)
+        if defect == "state_not_rolled_back":
+            if state:
+                state.append(node_ctx[-1])  # what the call appends, kept whatever is accepted
+            else:
+                state.extend(node_ctx)
+            return processed_law(row, s, node_ctx, prompt_len, view=View(counted=tuple(state)))
+        if defect == "dropped_at_drafted_positions" and tree.children[i]:
+            return processed_law(row, _Sampling(s.temperature), node_ctx, prompt_len)
+        if defect == "drafts_counted_ahead":
+            return processed_law(
+                row, s, node_ctx, prompt_len, view=View(counted=node_ctx + tuple(tokens[1:-1]))
+            )
+        if defect == "length_counts_drafts_ahead":  # the whole evaluated chain read as the output
+            evaluated = ctx + tuple(tokens[1:])
+            return processed_law(row, s, node_ctx, prompt_len, view=View(generated=evaluated[prompt_len:]))
+        return processed_law(row, s, node_ctx, prompt_len)
+
+    return law
+
+
+def node_law_tv(defect: str, s: _Sampling | None = None, instance: Instance = NODE_LAW_WITNESS) -> float:
+    """One step of the reference loop enumerated exactly, the verifier told the node laws of
+    ``defect``, completed with the processed target law to the horizon: its TV distance to the
+    processed target's own law (0 up to float64 rounding for ``"none"``)."""
+    from specproof.properties.oracle.exact import complete, reference_law, step_emitted_law
+    from specproof.reference.choices import enumerate_law
+    from specproof.reference.laws import tv_distance
+    from specproof.reference.processes import node_contexts
+    from specproof.reference.sampling import ProcessedLM
+    from specproof.reference.step import make_step
+    from specproof.reference.tree import DraftTree
+
+    s = s or NODE_LAW_SAMPLINGS.get(defect, NODE_LAW_SAMPLINGS["drafts_counted_ahead"])
+    n, prefix = len(instance.prefix), instance.prefix
+    target, draft = ProcessedLM(instance.target, s, n), ProcessedLM(instance.draft, s, n)
+    process = PROCESSES["iid_chain"]
+    emitted: dict[tuple[int, ...], Any] = {}
+    for proposal, w in enumerate_law(process.propose, instance.tree, prefix, draft).items():
+        tree, tokens = DraftTree(proposal.parents), list(proposal.tokens)
+        node_law = hf_option_node_law(defect, s, n)  # a fresh state per step
+        laws = [
+            node_law(i, target.logits(c), prefix, tree, tokens)
+            for i, c in enumerate(node_contexts(prefix, proposal))
+        ]
+        step = make_step(
+            proposal.parents, proposal.tokens, process.draft_probs(prefix, proposal, draft), laws
+        )
+        for e, pr in step_emitted_law("token", step).items():
+            emitted[e] = emitted.get(e, 0) + w * pr
+    m = instance.horizon
+    return float(tv_distance(complete(emitted, target, prefix, m), reference_law(target, prefix, m)))

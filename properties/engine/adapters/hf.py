@@ -10,9 +10,16 @@ are accepted and rejected). Options that transformers reads from the *assistant'
 ``generation_config`` (``num_assistant_tokens``, its schedule, ``assistant_confidence_threshold``)
 are set there, as a user does.
 
-``target_law`` is the target's own forward on the context (no speculation), its last logits
-turned into the requested law in float64 (:meth:`..engines.Sampling.law`: temperature, then
-top-k, then top-p, transformers' order).
+``target_law(context, prompt_len)`` is transformers' own law without speculation: the target's
+logits at the context processed by the ``LogitsProcessorList`` that plain ``generate`` (no
+assistant, no lookup) builds for the same prompt and options, called once per position from the
+end of the prompt on, as its sampling loop calls it (so processors whose state depends on where
+the prompt ends or on earlier calls, such as ``min_new_tokens`` or the watermarks, get what plain
+``generate`` gives them); then softmax (one-hot at the argmax when greedy). The request's
+parameters become ``generate``'s (:func:`hf_kwargs`); other generation options (penalties,
+n-gram bans, sequence bias, the cut-offs, watermarking, ...) are passed as ``law_options``
+(:mod:`.hf_options` audits each of them on every path). With an end-of-sequence id (``eos``),
+a sample may end early on it (``eos_id``).
 
 The candidate generators of ``transformers/generation/candidate_generator.py`` (5.24) and where
 they are audited (docs/engine-audit.md, "HF transformers"; proofs_notes/engine_audit.md):
@@ -124,9 +131,78 @@ TARGET_WORDS = ("a", "b", "c", "d", "e", "f", "g", "<unk>")
 ASSISTANT_WORDS = ("<unk>", "g", "f", "e", "x", "d", "c", "b", "a", "y")
 
 
+def hf_kwargs(s: Sampling) -> dict[str, Any]:
+    """The request as ``generate``'s keyword arguments: the parameters transformers has under the
+    same semantics (its repetition penalty counts prompt and output; logit bias is a one-token
+    ``sequence_bias``). A parameter it has no counterpart for is a :class:`UsageError`."""
+    if s.presence_penalty or s.frequency_penalty:
+        raise UsageError("HF transformers' generate has no presence or frequency penalty")
+    if s.grammar is not None:
+        raise UsageError("HF transformers' generate has no grammar (prefix_allowed_tokens_fn is an option)")
+    if s.repetition_penalty not in (None, 1.0) and s.repetition_scope != "all":
+        raise UsageError(
+            "HF transformers' repetition penalty counts prompt and output (repetition_scope 'all')"
+        )
+    kw: dict[str, Any]
+    if s.greedy:
+        kw = {"do_sample": False}
+    else:
+        kw = {
+            "do_sample": True,
+            "temperature": s.temperature,
+            "top_k": s.top_k or 0,
+            "top_p": 1.0 if s.top_p is None else s.top_p,
+        }
+        if s.min_p:
+            kw["min_p"] = float(s.min_p)
+    if s.repetition_penalty not in (None, 1.0):
+        kw["repetition_penalty"] = float(s.repetition_penalty)
+    if s.no_repeat_ngram_size:
+        kw["no_repeat_ngram_size"] = s.no_repeat_ngram_size
+    if s.bad_words:
+        kw["bad_words_ids"] = [list(w) for w in s.bad_words]
+    if s.logit_bias:
+        kw["sequence_bias"] = [[[x], float(b)] for x, b in s.logit_bias]
+    if s.min_new_tokens:
+        kw["min_new_tokens"] = s.min_new_tokens
+    if s.eos is not None:
+        kw["eos_token_id"] = s.eos
+    return kw
+
+
+def hf_law(model: Any, context: Sequence[int], prompt_len: int, kwargs: dict[str, Any]) -> list[float]:
+    """Transformers' own next-token law after ``context`` (its first ``prompt_len`` tokens the
+    prompt) without speculation: ``model.generate(prompt, **kwargs)`` builds its processors (a
+    ``custom_generate`` hands them over and stops there); they are called on ``input_ids =
+    context[:j]`` for every j from the end of the prompt to the end of the context, as the
+    sampling loop calls them one position at a time, the last call's scores giving the law."""
+    captured: dict[str, Any] = {}
+
+    def capture(model: Any, input_ids: Any, logits_processor: Any, **_: Any) -> Any:
+        captured["processors"] = logits_processor
+        return input_ids
+
+    ids = torch.tensor([list(context)], dtype=torch.long)
+    prompt = ids[:, :prompt_len]
+    with torch.no_grad():
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), custom_generate=capture, **kwargs)
+        logits = model(ids).logits[0].to(torch.float32)
+        processors = captured["processors"]
+        scores = logits[None, -1]
+        for j in range(prompt_len, len(context) + 1):
+            scores = processors(ids[:, :j], logits[None, j - 1].clone())
+    row = scores[0].double()
+    if not kwargs.get("do_sample", False):
+        p = torch.zeros_like(row)
+        p[int(torch.argmax(scores[0]))] = 1.0
+        return p.tolist()
+    return torch.softmax(row, -1).tolist()
+
+
 class HFEngine:
     """``target.generate(...)`` under the engine contract (module docstring). ``last_forwards``
-    counts the target's full forwards in the last call (its verification steps)."""
+    counts the target's full forwards in the last call (its verification steps); ``generator``
+    is the candidate generator class the last call used."""
 
     def __init__(
         self,
@@ -135,11 +211,22 @@ class HFEngine:
         options: dict[str, Any],
         warmup: bool = False,
         full_layers: int | None = None,
+        law_options: dict[str, Any] | None = None,
+        horizon: int = 4,
     ) -> None:
         _quiet()
         self.target, self.sampling, self.options = target, sampling, options
+        #: the options that shape the law, passed to every call and to the law alike
+        self.law_options: dict[str, Any] = hf_kwargs(sampling)
+        self._memo: dict[tuple[tuple[int, ...], int], list[float]] = {}
+        self.set_law_options(law_options or {})
+        self.horizon = horizon  # max_new_tokens of the law (forced_eos_token_id reads max_length)
+        #: law options to measure the engine's own options against (``describe``: their effect)
+        self.baseline: dict[str, Any] | None = None
+        self.last_prompt: tuple[int, ...] | None = None
         self.vocab = int(target.config.get_text_config().vocab_size)
         self.last_forwards = 0
+        self.generator: str | None = None
         base = getattr(target, target.base_model_prefix)
         full = full_layers or base.config.num_hidden_layers
 
@@ -148,39 +235,100 @@ class HFEngine:
                 self.last_forwards += 1
 
         target.register_forward_pre_hook(count, with_kwargs=True)
+        real = target._get_candidate_generator
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            cg = real(*args, **kwargs)
+            self.generator = type(cg).__name__
+            return cg
+
+        target._get_candidate_generator = spy
         if warmup:
             self.generate([0, 1], 2, 0)
 
-    def _sampling_kwargs(self) -> dict[str, Any]:
-        s = self.sampling
-        if s.greedy:
-            return {"do_sample": False}
-        return {
-            "do_sample": True,
-            "temperature": s.temperature,
-            "top_k": s.top_k or 0,
-            "top_p": 1.0 if s.top_p is None else s.top_p,
-        }
+    def set_law_options(self, options: dict[str, Any]) -> None:
+        """Add generation options that shape the law (to every call and to the law alike); an
+        ``eos_token_id`` among them makes it the engine's end of sequence (``eos_id``: a sample
+        may end early on it, the audit pads it) and its pad token."""
+        self.law_options.update(options)
+        eos = self.law_options.get("eos_token_id")
+        if eos is not None:
+            self.eos_id = int(eos)
+            self.law_options.setdefault("pad_token_id", int(eos))
+        self._memo.clear()
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
         self.last_forwards = 0
+        self.last_prompt = tuple(prompt_ids)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out = self.target.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),
                 max_new_tokens=max_new_tokens,
-                **self._sampling_kwargs(),
+                **self.law_options,
                 **self.options,
             )
         return [int(x) for x in out[0, len(prompt_ids) :]]
 
-    @torch.no_grad()
-    def target_law(self, context: Sequence[int]) -> list[float]:
-        ids = torch.tensor([list(context)], dtype=torch.long)
-        logits = self.target(ids).logits[0, -1]
-        return self.sampling.law(logits.double().tolist())
+    def target_law(self, context: Sequence[int], prompt_len: int | None = None) -> list[float]:
+        """Transformers' own law without speculation (:func:`hf_law`) with this engine's options."""
+        return self._law(tuple(context), len(context) if prompt_len is None else prompt_len, self.law_options)
+
+    def _law(self, context: tuple[int, ...], prompt_len: int, options: dict[str, Any]) -> list[float]:
+        key = (context, prompt_len)
+        if options is not self.law_options:
+            return hf_law(self.target, context, prompt_len, {**options, "max_new_tokens": self.horizon})
+        if key not in self._memo:
+            self._memo[key] = hf_law(
+                self.target, context, prompt_len, {**options, "max_new_tokens": self.horizon}
+            )
+        return self._memo[key]
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "candidate_generator": self.generator,
+            "law_options": {k: _shown(v) for k, v in self.law_options.items()},
+        }
+        if self.baseline is not None and self.last_prompt is not None:
+            threads = torch.get_num_threads()  # describe() runs after the audit restored them
+            torch.set_num_threads(1)
+            try:
+                out["option_effect_tv"] = self.option_effect(self.last_prompt, self.horizon, self.baseline)
+            finally:
+                torch.set_num_threads(threads)
+        return out
+
+    def option_effect(
+        self, prompt: tuple[int, ...], tokens: int, base: dict[str, Any], floor: float = 1e-2
+    ) -> float:
+        """A lower bound on the TV distance between the engine's M-token law after ``prompt`` and
+        the same law under the law options ``base`` (:attr:`baseline`: without the one audited): an option
+        that changes nothing there cannot be caught ignored. Branches whose probability is below
+        ``floor`` under both laws are not expanded (they count with what they differ by)."""
+        n, eos = len(prompt), getattr(self, "eos_id", None)
+        total = 0.0
+        stack: list[tuple[tuple[int, ...], float, float]] = [((), 1.0, 1.0)]
+        while stack:
+            prefix, pa, pb = stack.pop()
+            if len(prefix) == tokens or (eos is not None and eos in prefix) or max(pa, pb) < floor:
+                total += abs(pa - pb)
+                continue
+            la = self._law(prompt + prefix, n, self.law_options)
+            lb = self._law(prompt + prefix, n, base)
+            stack.extend(
+                (prefix + (x,), pa * la[x], pb * lb[x]) for x in range(self.vocab) if la[x] + lb[x] > 0
+            )
+        return round(total / 2, 4)
+
+
+def _shown(value: Any) -> Any:
+    if callable(value):
+        return getattr(value, "__name__", repr(value))
+    if isinstance(value, (int, float, str, bool, type(None), list, dict)):
+        return value
+    return repr(value)
 
 
 # --------------------------------------------------------------------------- the paths
@@ -194,6 +342,7 @@ def assisted(
     threshold: float = 0.0,
     ensemble: float | None = None,
     defaults: bool = False,
+    law_options: dict[str, Any] | None = None,
 ) -> HFEngine:
     """An assistant model (``AssistedCandidateGenerator``); ``defaults``: the assistant's
     generation config as transformers fills it (up to 20 drafts, confidence threshold 0.4)."""
@@ -206,24 +355,36 @@ def assisted(
     options: dict[str, Any] = {"assistant_model": assistant}
     if ensemble is not None:
         options["assistant_ensemble_weight"] = ensemble
-    return HFEngine(target, sampling, options)
+    return HFEngine(target, sampling, options, law_options=law_options)
 
 
-def prompt_lookup(sampling: Sampling, *, tokens: int = 3, ngram: int = 2) -> HFEngine:
+def prompt_lookup(
+    sampling: Sampling, *, tokens: int = 3, ngram: int = 2, law_options: dict[str, Any] | None = None
+) -> HFEngine:
     """``prompt_lookup_num_tokens`` (``PromptLookupCandidateGenerator``): n-gram lookup drafts."""
     options = {"prompt_lookup_num_tokens": tokens, "max_matching_ngram_size": ngram}
-    return HFEngine(llama(0), sampling, options)
+    return HFEngine(llama(0), sampling, options, law_options=law_options)
 
 
-def early_exit(sampling: Sampling, *, layers: int = 3, exit_at: int = 1) -> HFEngine:
+def early_exit(
+    sampling: Sampling, *, layers: int = 3, exit_at: int = 1, law_options: dict[str, Any] | None = None
+) -> HFEngine:
     """``assistant_early_exit`` (``EarlyExitCandidateGenerator``): the target's first layers draft."""
     target = llama(0, layers=layers)
     target.generation_config.num_assistant_tokens = 3
     target.generation_config.assistant_confidence_threshold = 0.0
-    return HFEngine(target, sampling, {"assistant_early_exit": exit_at}, full_layers=layers)
+    return HFEngine(
+        target, sampling, {"assistant_early_exit": exit_at}, full_layers=layers, law_options=law_options
+    )
 
 
-def universal(sampling: Sampling, *, warmup: bool = False, order: str = "alphabetical") -> HFEngine:
+def universal(
+    sampling: Sampling,
+    *,
+    warmup: bool = False,
+    order: str = "alphabetical",
+    law_options: dict[str, Any] | None = None,
+) -> HFEngine:
     """An assistant with its own tokenizer (a different vocabulary of 10 words, 8 shared):
     ``UniversalSpeculativeDecodingGenerator`` when sampling, ``AssistedCandidateGeneratorDifferent
     Tokenizers`` when greedy. ``warmup``: one call at build time (the first call differs, see
@@ -236,7 +397,7 @@ def universal(sampling: Sampling, *, warmup: bool = False, order: str = "alphabe
         "tokenizer": word_tokenizer(TARGET_WORDS),
         "assistant_tokenizer": word_tokenizer(ASSISTANT_WORDS, order),
     }
-    return HFEngine(target, sampling, options, warmup=warmup)
+    return HFEngine(target, sampling, options, warmup=warmup, law_options=law_options)
 
 
 def gemma4_target(seed: int = 0) -> Any:
@@ -266,7 +427,12 @@ def _gemma4_text(layers: int) -> dict[str, Any]:
 
 
 def gemma4_assistant(
-    sampling: Sampling, *, tokens: int = 3, unified: bool = False, ordered_embeddings: bool = False
+    sampling: Sampling,
+    *,
+    tokens: int = 3,
+    unified: bool = False,
+    ordered_embeddings: bool = False,
+    law_options: dict[str, Any] | None = None,
 ) -> HFEngine:
     """Gemma 4 with a Gemma 4 assistant (``SinglePositionMultiTokenCandidateGenerator``): the
     assistant reads the target's last hidden state and shared KV, one position, several drafts.
@@ -294,10 +460,10 @@ def gemma4_assistant(
     if ordered_embeddings:  # a checkpoint stores the ordering; a fresh model holds uninitialized memory
         assistant.masked_embedding.token_ordering.copy_(torch.arange(VOCAB))
     assistant.generation_config.num_assistant_tokens = tokens
-    return HFEngine(target, sampling, {"assistant_model": assistant})
+    return HFEngine(target, sampling, {"assistant_model": assistant}, law_options=law_options)
 
 
-def dflash(sampling: Sampling, *, block: int = 3) -> HFEngine:
+def dflash(sampling: Sampling, *, block: int = 3, law_options: dict[str, Any] | None = None) -> HFEngine:
     """A DFlash drafter (``MuseGlimmerAssistantModel``, ``speculation_type="dflash"``) on a Llama
     target of 9 tokens (id 8 is the drafter's mask token, a target token like the others)."""
     from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
@@ -321,7 +487,8 @@ def dflash(sampling: Sampling, *, block: int = 3) -> HFEngine:
         initializer_range=0.3,
     )
     assistant = _seeded(5, lambda: MuseGlimmerAssistantModel(config).eval())
-    return HFEngine(target, sampling, {"assistant_model": assistant, "speculation_type": "dflash"})
+    options = {"assistant_model": assistant, "speculation_type": "dflash"}
+    return HFEngine(target, sampling, options, law_options=law_options)
 
 
 def _spec(
@@ -339,6 +506,14 @@ def _spec(
 
 
 def engines() -> list[EngineSpec]:
+    """The ``hf`` group (each path with its own options) and the ``hf-options`` group (every
+    candidate generator x every law-shaping generation option, :mod:`.hf_options`)."""
+    from specproof.properties.engine.adapters import hf_options
+
+    return _paths() + hf_options.engines()
+
+
+def _paths() -> list[EngineSpec]:
     p = functools.partial
     return [
         _spec(
