@@ -57,13 +57,24 @@ def report_format(path: str, option: str = "--report") -> str:
     return REPORT_FORMATS[ext]
 
 
+def _plain_mode() -> int:
+    """The mode ``open(path, "w")`` would give a new file: 0o666 less the process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    The file gets the mode a plain ``open`` would give it (a temporary file is private by
+    default, which would leave reports unreadable to the rest of a team)."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".specproof-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, _plain_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

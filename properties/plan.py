@@ -79,11 +79,7 @@ C = TypeVar("C", bound=PlanConfig)
 
 def defaults(cls: type[C]) -> dict[str, Any]:
     """The default of every field of a config class (what the command line shows in its help)."""
-    return {
-        f.name: f.default
-        for f in dataclasses.fields(cls)
-        if f.default is not dataclasses.MISSING
-    }
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
 def build_config(cls: type[C], options: dict[str, Any]) -> C:

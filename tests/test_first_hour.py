@@ -140,6 +140,21 @@ def test_an_unwritable_output_path_is_refused_before_the_audit(capsys):
     assert "--report" in capsys.readouterr().err
 
 
+def test_written_results_are_readable_like_any_new_file(tmp_path):
+    import os
+    import stat
+
+    from specproof.properties.outputs import write_json
+
+    mask = os.umask(0o022)
+    try:
+        write_json(str(tmp_path / "r.json"), {"verdict": "pass"})
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+    assert not list(tmp_path.glob(".specproof-*"))
+
+
 @pytest.mark.slow
 def test_ctrl_c_exits_4_with_the_json_written(tmp_path):
     for delay in (1.0, 10.0):  # while importing, then during the audit

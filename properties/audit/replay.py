@@ -188,7 +188,9 @@ def _statistical_test(kind: str, law: str, w: dict[str, Any], seed: int, level: 
         "draft (per pool entry)": laws.get("draft"),
     }
     planned = int(w.get("planned_samples") or w["samples"])
-    tv = float(w.get("planned_tv") or 0.01)
+    # A plan the user cut short (--samples) may not reach power at the planned TV: the replay holds
+    # a fix to the TV its sample size does detect, so a fixed verifier can pass.
+    tv = max(float(w.get("planned_tv") or 0.01), float(w.get("detectable_tv") or 0.0))
     return f"""
 CASE = {_case_literal(w["regenerate"]["case"])}
 SEED, SAMPLES, TV, LEVEL = {seed}, {planned}, {tv!r}, {level!r}

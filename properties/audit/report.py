@@ -317,6 +317,12 @@ def _bar_text(b: Bars) -> str:
     return "\n".join(lines)
 
 
+def _inert(text: str) -> str:
+    """``text`` with ``](`` escaped: a grammar such as ``[a-c]([d-f][a-c])*`` in a case's name
+    would otherwise render as a link."""
+    return text.replace("](", "]\\(")
+
+
 def to_markdown(blocks: list[Block]) -> str:
     parts = []
     for kind, x in blocks:
@@ -325,13 +331,15 @@ def to_markdown(blocks: list[Block]) -> str:
         elif kind == "h2":
             parts.append(f"## {x}")
         elif kind == "p":
-            parts.append(str(x))
+            parts.append(_inert(str(x)))
         elif kind == "pre":
             parts.append("```\n" + str(x).rstrip() + "\n```")
         elif kind == "table":
             head, rows = x
             lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+            lines += [
+                "| " + " | ".join(_inert(str(c)).replace("|", "\\|") for c in row) + " |" for row in rows
+            ]
             parts.append("\n".join(lines))
         elif kind == "bars":
             parts.append(_bar_text(x))
