@@ -130,7 +130,7 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
     ]
     for r in doc["exact"]:
         lines.append(
-            f"| {r['engine']} | {r['case']} | {r['runs']} | {r['samples']} | {doc['alpha']:g} | "
+            f"| `{r['engine']}` | `{r['case']}` | {r['runs']} | {r['samples']} | {doc['alpha']:g} | "
             f"{r['false_alarms']} | {r['rate']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] |"
         )
     if not doc["power"]:
@@ -145,7 +145,7 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
     ]
     for r in doc["power"]:
         lines.append(
-            f"| {r['engine']} | {r['case']} | {r['samples']} | {r['runs']} | {r['rejected']} "
+            f"| `{r['engine']}` | `{r['case']}` | {r['samples']} | {r['runs']} | {r['rejected']} "
             f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {r['mean_samples_used']:.0f} |"
         )
     return "\n".join(lines) + "\n"
