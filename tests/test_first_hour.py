@@ -182,36 +182,6 @@ def test_ctrl_c_exits_4_with_the_json_written(tmp_path):
             assert json.loads(out.read_text())["verdict"] == "interrupted"
 
 
-SWALLOWING_DESTRUCTOR = """
-import time{hook}
-class Swallows:
-    def __del__(self):
-        raise KeyboardInterrupt  # as if Ctrl-C landed while a destructor ran
-try:
-    Swallows()
-    end = time.monotonic() + {wait}
-    while time.monotonic() < end:  # the handed-back interrupt may take a busy machine a moment
-        time.sleep(0.005)
-    print("not interrupted")
-except KeyboardInterrupt:
-    print("interrupted")
-"""
-
-
-@pytest.mark.parametrize(("hook", "seen"), [(False, "not interrupted"), (True, "interrupted")])
-def test_a_ctrl_c_swallowed_by_a_destructor_still_interrupts(hook, seen):
-    """Python drops a KeyboardInterrupt raised in a destructor (the first case shows it); the
-    console command hands it back to the main thread, so Ctrl-C still ends it with status 4."""
-    code = SWALLOWING_DESTRUCTOR.format(
-        hook="\nfrom specproof._entry import redeliver_swallowed_interrupts\nredeliver_swallowed_interrupts()"
-        if hook
-        else "",
-        wait=30 if hook else 1,
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == seen, out.stderr
-
-
 def test_a_verifier_split_over_two_files_loads(tmp_path, monkeypatch):
     path = _verifier_files(tmp_path)
     monkeypatch.chdir(tmp_path.parent)
