@@ -245,7 +245,7 @@ def test_speculation_counters_and_identity(
     spec_args = ["--spec-draft-n-max", "4"]
     with llamacpp.start_server(llamacpp_bin, models["target"], models["draft"], extra_args=spec_args) as url:
         spec = _complete(url, [4, 5], **body)
-        # facts the endpoint audit relies on (docs: /work/notes/llamacpp-api.md)
+        # facts the endpoint audit relies on (docs/endpoint-audit.md, "Server families")
         off = _complete(url, [4, 5], **body, speculative={"n_max": 0}, **{"speculative.n_max": 0})
         probs = _complete(url, [4, 5], **body, n_probs=V, post_sampling_probs=True)
     assert off["timings"]["draft_n"] > 0  # speculation cannot be turned off per request
