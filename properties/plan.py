@@ -20,9 +20,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from specproof.properties import options as _options
+from specproof.properties.options import Flag
 from specproof.reference.errors import UsageError
+
+#: the guard pytest runs under unless asked for one (plan fields' ``door_defaults``)
+NO_GUARD = (
+    math.inf,
+    "in CI a verdict must not depend on the runner's speed: no time guard runs unless one is asked for",
+)
 
 
 def check_probability(value: float, argument: str, *, open_low: bool = True) -> float:
@@ -53,6 +61,30 @@ class PlanConfig:
     #: None leaves torch's setting alone
     threads: int | None = 1
 
+    #: how each field is reached from the command line and pytest (:mod:`.options`)
+    FLAGS: ClassVar[dict[str, Flag]] = {
+        "alpha": Flag("--alpha", "family-wise false-alarm rate", parse=float, example=0.001),
+        "tv": Flag("--tv", "smallest deviation to detect (TV)", parse=float, example=0.3),
+        "power": Flag("--power", "power wanted at that TV", parse=float, example=0.9),
+        "seed": Flag("--seed", "seed of every draw", parse=int, example=5),
+        "budget_seconds": Flag(
+            "--budget-seconds",
+            "time guard: a plan that cannot finish in it ends underpowered, never pass",
+            parse=float,
+            example=30.0,
+            door_defaults={"pytest": NO_GUARD},
+        ),
+        "samples": Flag(
+            "--samples", "fixed samples per case instead of the planner's", parse=int, example=50
+        ),
+        "max_cells": Flag("--cells", "most cells per case's test", parse=int, example=32),
+        "min_count": Flag("--min-count", "least expected count of a cell", parse=float, example=5.0),
+        "stop_early": Flag(
+            "--stop-early", "end at the first case rejected at its own level", switch=True, example=True
+        ),
+        "threads": Flag("--threads", "torch threads during the audit (restored after)", parse=int, example=2),
+    }
+
     def validate(self) -> None:
         """Every field in its range; raises :class:`UsageError` naming the field."""
         check_probability(self.alpha, "alpha")
@@ -79,21 +111,14 @@ C = TypeVar("C", bound=PlanConfig)
 
 def defaults(cls: type[C]) -> dict[str, Any]:
     """The default of every field of a config class (what the command line shows in its help)."""
-    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    return _options.defaults(cls)
 
 
-def build_config(cls: type[C], options: dict[str, Any]) -> C:
+def build_config(cls: type[C], options: dict[str, Any], door: str = "python") -> C:
     """``cls`` built from its defaults and the options that were given (``None``: not given),
-    validated. An option the class does not have is a :class:`UsageError`."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(k for k in options if k not in names)
-    if unknown:
-        raise UsageError(
-            f"{unknown[0]}: not an option of {cls.__name__} (options: {', '.join(sorted(names))})"
-        )
-    config = cls(**{k: v for k, v in options.items() if v is not None})
-    config.validate()
-    return config
+    validated. An option the class does not have is a :class:`UsageError`. ``door``: where the
+    options came from, for the fields whose default differs there on purpose (:mod:`.options`)."""
+    return _options.build(cls, options, door)
 
 
 @dataclass

@@ -15,11 +15,15 @@ to its planned sample size, and fails with the case's witness, or as ``underpowe
 time guard the user set stopped it short (``skip`` instead with ``--specproof-underpowered
 skip``).
 
-The plan's options (``--specproof-alpha``, ``-tv``, ``-power``, ``-seed``, ``-samples``,
-``-large-vocab-tv``, ``-budget-seconds``; ``--specproof-engine-*`` for engines) default to the
-audits' own defaults (:class:`~specproof.properties.audit.stages.AuditConfig`,
-:class:`~specproof.properties.engine.audit.EngineAuditConfig`): the same audit as from Python
-and the command line.
+Every option of the engine and endpoint audits is here, spelled from the same tables as the
+command line's (:mod:`specproof.properties.run`): ``--specproof-engine-*`` for the request and
+the plan (``-prompt``, ``-tokens``, ``-temperature``, ``-top-k``, ``-param``, ``-alpha``, ``-tv``,
+``-looks``, ...), ``--specproof-endpoint-*`` for a served engine (``-profile``, ``-twin``,
+``-vocab``, ``-concurrency``, ...), ``--specproof-workers``/``--specproof-ray`` for sharding; the
+verifier audit's plan is ``--specproof-alpha``, ``-tv``, ... Each defaults to the one default of
+its field, so the audit is the one Python and the command line run, except that no time guard
+runs unless one is asked for (a verdict in CI must not depend on the runner's speed). Nothing is
+opened or sent at collection: an endpoint is reached by the items that audit it.
 
 As fixtures, in a test of your own::
 
@@ -34,7 +38,7 @@ As fixtures, in a test of your own::
 
 from __future__ import annotations
 
-import math
+import argparse
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -55,17 +59,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--specproof-tree", metavar="TARGET", help="audit this tree verifier (needs --specproof-process)"
     )
     g.addoption("--specproof-process", action="append", default=None, help="proposal process (repeatable)")
-    for prefix, what in (("specproof", "verifier"), ("specproof-engine", "engine")):
-        g.addoption(f"--{prefix}-alpha", type=float, help=f"family-wise alpha over all {what} cases")
-        g.addoption(f"--{prefix}-tv", type=float, help="smallest TV to detect")
-        g.addoption(f"--{prefix}-power", type=float, help="power wanted at that TV")
-        g.addoption(f"--{prefix}-seed", type=int, help="seed (default 0)")
-        g.addoption(f"--{prefix}-samples", type=int, help="fixed samples per case instead of the planner's")
-        g.addoption(
-            f"--{prefix}-budget-seconds",
-            type=float,
-            help="time guard per case: a case that cannot run its plan in it is underpowered",
-        )
     g.addoption(
         "--specproof-large-vocab-tv", type=float, help="TV planned for the memory-bound cases, V > 4096"
     )
@@ -75,50 +68,92 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="fail",
         help="an underpowered case (its plan did not fit the budget) fails (default) or is skipped",
     )
-    g.addoption("--specproof-engine", metavar="TARGET", help="audit this engine (name or module:attr)")
-    g.addoption("--specproof-engine-prompt", action="append", default=None, help="prompt ids, e.g. '0 6'")
-    g.addoption(
-        "--specproof-engine-temperature", action="append", type=float, default=None, help="temperature"
-    )
-    g.addoption("--specproof-engine-tokens", type=int, default=None, help="new tokens M per sample")
-    g.addoption(
-        "--specproof-endpoint",
-        metavar="URL",
-        help="audit this served engine through its HTTP API (the --specproof-engine-* options apply)",
-    )
-    g.addoption("--specproof-endpoint-profile", default="llamacpp", help="server family (default llamacpp)")
-    g.addoption(
-        "--specproof-endpoint-target", metavar="URL", help="the same model served without speculation"
-    )
-    g.addoption("--specproof-endpoint-vocab", type=int, help="vocabulary size, where the server does not say")
+    from specproof.properties.audit.config import AuditConfig
+    from specproof.properties.run import DOOR_CLASSES
+
+    done: set[str] = set()
+    _add_options(g, AuditConfig, "specproof", done)  # the verifier audit's plan
+    for cls, prefix in DOOR_CLASSES.items():
+        _add_options(g, cls, prefix, done)
 
 
-def _options(config: pytest.Config, prefix: str) -> dict[str, Any]:
-    """The plan options given on the command line (None: the config class's default). In CI the
-    verdict must be an instrument reading, so no time guard runs unless the user asks for one:
-    the plan comes from the statistics alone, and a busy runner only takes longer."""
-    opt = config.getoption
-    budget = opt(f"{prefix}_budget_seconds")
-    return {
-        "alpha": opt(f"{prefix}_alpha"),
-        "tv": opt(f"{prefix}_tv"),
-        "power": opt(f"{prefix}_power"),
-        "seed": opt(f"{prefix}_seed"),
-        "samples": opt(f"{prefix}_samples"),
-        "budget_seconds": math.inf if budget is None else budget,
-    }
+def _add_options(g: Any, cls: type, prefix: str, done: set[str]) -> None:
+    """The pytest options of ``cls``'s fields (its flag table), each stored as text, default None."""
+    from specproof.properties.options import door_default, flags
+
+    for name, flag in flags(cls).items():
+        opt = flag.pytest_flag(prefix)
+        if opt is None or opt in done or not flag.reaches("pytest"):
+            continue
+        done.add(opt)
+        default = door_default(cls, name, "pytest")
+        kw: dict[str, Any] = {"dest": _dest(cls, name), "default": None}
+        kw["help"] = f"{flag.help} (default {default})"
+        if flag.switch:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif flag.repeat:
+            kw["action"] = "append"
+        if flag.choices and not flag.switch:
+            kw["choices"] = list(flag.choices)
+        g.addoption(opt, *flag.pytest_aliases, **kw)
+
+
+def _dest(cls: type, name: str) -> str:
+    return f"specproof_{cls.__name__.lower()}_{name}"
+
+
+def _values(config: pytest.Config, cls: type) -> dict[str, Any]:
+    """The values of ``cls``'s fields the pytest options gave (None where not given)."""
+    from specproof.properties.cli.common import read_flag
+    from specproof.properties.options import flags
+
+    out = {}
+    for name, flag in flags(cls).items():
+        if flag.pytest_flag("x") is None or not flag.reaches("pytest"):
+            continue
+        out[name] = read_flag(flag, config.getoption(_dest(cls, name)), name)
+    return out
+
+
+def verifier_plan(config: pytest.Config) -> Any:
+    """The verifier audit's plan the pytest options make (:class:`AuditConfig`, pytest's defaults)."""
+    from specproof.properties.audit.config import AuditConfig
+    from specproof.properties.plan import build_config
+
+    options = _values(config, AuditConfig)
+    options["large_vocab_tv"] = config.getoption("specproof_large_vocab_tv")
+    return build_config(AuditConfig, options, door="pytest")
+
+
+def door_values(config: pytest.Config) -> dict[type, Any]:
+    """Every run-layer value the pytest options make (:mod:`specproof.properties.run`), built
+    once per process with the pytest door's defaults."""
+    from specproof.properties.options import build
+    from specproof.properties.run import DOOR_CLASSES
+
+    cached = config.stash.get(_VALUES, None)
+    if cached is None:
+        cached = {cls: build(cls, _values(config, cls), door="pytest") for cls in DOOR_CLASSES}
+        config.stash[_VALUES] = cached
+    return cached
+
+
+_VALUES = pytest.StashKey[dict]()
+_SPEC = pytest.StashKey[Any]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Resolve what the options name once, in the main process: a target that cannot be imported
-    is a usage error (exit 4) there, also under pytest-xdist, whose workers collect silently."""
+    """Read the options and resolve what they name once, in the main process: a bad value or a
+    target that cannot be imported is a usage error (exit 4) there, also under pytest-xdist,
+    whose workers collect silently. Nothing is sent to an endpoint here."""
     if hasattr(config, "workerinput"):
         return
     try:
         _verifier_backend(config)
-        target = config.getoption("specproof_engine")
-        if target:
-            engine_spec(target)
+        if config.getoption("specproof_enginerequest_target") or config.getoption(
+            "specproof_endpointoptions_urls"
+        ):
+            _engine_case_spec(config)
     except (SpecproofError, ValueError) as e:
         raise pytest.UsageError(f"specproof: {e}") from e
 
@@ -170,13 +205,10 @@ class VerifierCaseItem(_AuditItem):
         self.backend, self.case, self.n_cases = backend, case, n_cases
 
     def runtest(self) -> None:
-        from specproof.properties.audit.stages import AuditConfig, audit, default_cases
-        from specproof.properties.plan import build_config
+        from specproof.properties.audit.stages import audit, default_cases
         from specproof.properties.verdicts import Verdict
 
-        options = _options(self.config, "specproof")
-        options["large_vocab_tv"] = self.config.getoption("specproof_large_vocab_tv")
-        config = build_config(AuditConfig, options)
+        config = verifier_plan(self.config)
         config.alpha /= self.n_cases
         if self.case is None:  # the id-range probes alone: the smoke stage of one small case
             config = replace(config, cases=default_cases(self.backend, config.seed)[:1], samples=2)
@@ -205,12 +237,29 @@ class EngineCaseItem(_AuditItem):
         self.spec, self.n_cases = spec, n_cases
 
     def runtest(self) -> None:
-        from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
-        from specproof.properties.plan import build_config
+        from dataclasses import replace as with_
 
-        config = build_config(EngineAuditConfig, _options(self.config, "specproof_engine"))
-        config.alpha /= self.n_cases
-        self.result = audit_engine(self.spec, config)
+        from specproof.properties.run import (
+            EndpointOptions,
+            EngineAuditConfig,
+            EngineRequest,
+            ShardOptions,
+            run_endpoint,
+            run_engine,
+        )
+
+        values = door_values(self.config)
+        config = with_(values[EngineAuditConfig], alpha=values[EngineAuditConfig].alpha / self.n_cases)
+        request: EngineRequest = values[EngineRequest]
+        endpoint: EndpointOptions = values[EndpointOptions]
+        if endpoint.urls:  # the endpoint's servers are reached now, by the item that audits them
+            case = with_(
+                request, prompts=self.spec.prompts, samplings=self.spec.samplings, temperatures=None,
+                top_k=None, top_p=None, min_p=None, params=(),
+            )  # fmt: skip
+            self.result = run_endpoint(endpoint, case, config, values[ShardOptions])
+        else:
+            self.result = run_engine(request, config, values[ShardOptions], spec=self.spec)
         self._judge()
 
     def reportinfo(self) -> tuple[str, int, str]:
@@ -242,13 +291,15 @@ def _verifier_backend(config: pytest.Config) -> Any:
 
 
 def _verifier_items(config: pytest.Config) -> tuple[str, list[Any]] | None:
+    from specproof.properties.audit.config import AuditConfig
     from specproof.properties.audit.stages import default_cases
 
     try:
         backend = _verifier_backend(config)
         if backend is None:
             return None
-        cases = default_cases(backend, config.getoption("specproof_seed") or 0)
+        seed = _values(config, AuditConfig)["seed"]
+        cases = default_cases(backend, 0 if seed is None else seed)
     except (SpecproofError, ValueError) as e:
         raise pytest.UsageError(f"specproof: {e}") from e
     kind = backend.kind
@@ -262,62 +313,67 @@ def _verifier_items(config: pytest.Config) -> tuple[str, list[Any]] | None:
 
 def engine_spec(target: Any, prompts: Any = None, temperatures: Any = None, tokens: int | None = None) -> Any:
     """The :class:`~specproof.properties.engine.contract.EngineSpec` of a target (a registered
-    name, ``module:attr``, an engine, a factory or a spec) with the options in place."""
-    from specproof.properties.engine.contract import Sampling
-    from specproof.properties.engine.registry import resolve_engine, spec_from_object, with_options
+    name, ``module:attr``, an engine, a factory or a spec) with the options in place: the run
+    layer's, with its defaults (the engine's own prompts, else (0, 1))."""
+    from specproof.properties.engine.request import parse_ids
+    from specproof.properties.run import EngineRequest
+    from specproof.properties.run import engine_spec as spec_of
 
     if prompts:
-        from specproof.properties.cli.common import parse_ids
-
-        prompts = [parse_ids(p, "prompt") if isinstance(p, str) else tuple(p) for p in prompts]
-    if isinstance(target, str):
-        spec = resolve_engine(target)
-    else:
-        name = getattr(target, "__name__", type(target).__name__)
-        spec = spec_from_object(name, target, tuple(prompts) if prompts else ((1, 2),))
-    samplings = [Sampling(t) for t in temperatures] if temperatures else None
-    return with_options(spec, prompts, samplings, tokens)
-
-
-def _endpoint_spec(config: pytest.Config, url: str) -> Any:
-    """The served engine at ``url`` as an engine spec; its servers are checked now, before any
-    item runs, and released when the session ends."""
-    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
-    from specproof.properties.engine.contract import Sampling
-
-    endpoint = Endpoint(
-        [url],
-        config.getoption("specproof_endpoint_profile"),
-        target=config.getoption("specproof_endpoint_target"),
-        vocab=config.getoption("specproof_endpoint_vocab"),
+        prompts = tuple(parse_ids(p, "prompt") if isinstance(p, str) else tuple(p) for p in prompts)
+    request = EngineRequest(
+        target=target,
+        prompts=prompts or None,
+        temperatures=tuple(temperatures) if temperatures else None,
+        tokens=tokens,
     )
-    config.add_cleanup(endpoint.close)
-    prompts = config.getoption("specproof_engine_prompt")
-    if prompts:
-        from specproof.properties.cli.common import parse_ids
+    return spec_of(request)
 
-        prompts = [parse_ids(p, "--specproof-engine-prompt") for p in prompts]
-    temps = config.getoption("specproof_engine_temperature")
-    samplings = [Sampling(t) for t in temps] if temps else None
-    return endpoint_spec(endpoint, prompts, samplings, config.getoption("specproof_engine_tokens") or 4)
+
+def _engine_case_spec(config: pytest.Config) -> Any:
+    """The spec whose cases become items: the engine's, resolved once per process; for an
+    endpoint, the cases alone (prompts and settings as asked, no server reached)."""
+    cached = config.stash.get(_SPEC, None)
+    if cached is not None:
+        return cached
+    from specproof.properties.engine.contract import DEFAULT_PROMPTS, DEFAULT_TOKENS, T07, T1, EngineSpec
+    from specproof.properties.run import EndpointOptions, EngineRequest, engine_spec
+
+    values = door_values(config)
+    request: EngineRequest = values[EngineRequest]
+    endpoint: EndpointOptions = values[EndpointOptions]
+    if request.target and endpoint.urls:
+        raise UsageError("--specproof-engine and --specproof-endpoint: give one of them")
+    if endpoint.urls:
+        settings = request.settings((T1, T07)) if request.asks_settings else (T1, T07)
+
+        def unreachable(s: Any) -> Any:
+            raise UsageError("an endpoint's cases are audited through run_endpoint")
+
+        spec = EngineSpec(
+            "endpoint " + ",".join(endpoint.urls),
+            "endpoint",
+            "a served engine",
+            unreachable,
+            endpoint.vocab or 0,
+            request.prompts or DEFAULT_PROMPTS,
+            settings,
+            expect=request.expect,
+            tokens=request.tokens or DEFAULT_TOKENS,
+        )
+    else:
+        spec = engine_spec(request)
+    config.stash[_SPEC] = spec
+    return spec
 
 
 def _engine_items(config: pytest.Config) -> tuple[str, list[Any]] | None:
-    target, url = config.getoption("specproof_engine"), config.getoption("specproof_endpoint")
-    if not target and not url:
+    if not config.getoption("specproof_enginerequest_target") and not config.getoption(
+        "specproof_endpointoptions_urls"
+    ):
         return None
-    if target and url:
-        raise pytest.UsageError("--specproof-engine and --specproof-endpoint: give one of them")
     try:
-        if url:
-            spec = _endpoint_spec(config, url)
-        else:
-            spec = engine_spec(
-                target,
-                config.getoption("specproof_engine_prompt"),
-                config.getoption("specproof_engine_temperature"),
-                config.getoption("specproof_engine_tokens"),
-            )
+        spec = _engine_case_spec(config)
     except (SpecproofError, ValueError) as e:
         raise pytest.UsageError(f"specproof-engine: {e}") from e
     cases = [(s, p) for s in spec.samplings for p in spec.prompts]
@@ -371,6 +427,10 @@ def specproof_engine_audit() -> Callable[..., Any]:
     def run(
         target: Any, prompts: Any = None, temperatures: Any = None, tokens: int | None = None, **options: Any
     ) -> Any:
-        return audit_engine(engine_spec(target, prompts, temperatures, tokens), EngineAuditConfig(**options))
+        from specproof.properties.options import build
+
+        return audit_engine(
+            engine_spec(target, prompts, temperatures, tokens), build(EngineAuditConfig, options)
+        )
 
     return run

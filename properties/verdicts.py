@@ -27,7 +27,12 @@ misreported         6     the law holds, but the probabilities the engine report
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
+from typing import Any
+
+from specproof.reference.errors import InternalError
 
 
 class Verdict(str, Enum):
@@ -75,3 +80,35 @@ exit status:
   4  usage or internal error, or interrupted
   5  no_speculation: the engine's counters show nothing drafted or accepted (engines only)
   6  misreported: the law holds, but the reported probabilities are not the law's (engines only)"""
+
+
+@dataclass(frozen=True)
+class Planted:
+    """A fault planted on purpose, and the verdict an audit must give it: one shape for every
+    table of them (the mutant verifiers, the mutant and alternative engines, the request-parameter
+    defects, the stand-in server's bugs), so the tests parametrize over the tables and the docs
+    are checked against them (tests/test_planted.py). ``expect`` is typed: a
+    :class:`Verdict` (:attr:`Verdict.ERROR` for a fault the audit refuses before sampling, a usage
+    error); ``doc`` says what it models (the public bug class); ``build`` makes it where the table
+    builds its entries (an engine factory), ``settings`` are the sampling settings it is audited
+    under (none: the table's own)."""
+
+    name: str
+    expect: Verdict
+    doc: str
+    build: Callable[..., Any] | None = None
+    settings: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expect, Verdict):
+            object.__setattr__(self, "expect", Verdict(self.expect))
+
+
+def planted(*entries: Planted) -> dict[str, Planted]:
+    """A table of planted faults by name (a name given twice is a mistake of the table)."""
+    out: dict[str, Planted] = {}
+    for e in entries:
+        if e.name in out:
+            raise InternalError(f"planted fault {e.name!r} listed twice")
+        out[e.name] = e
+    return out

@@ -176,6 +176,17 @@ class Sampling:
         )
 
     @property
+    def output_scoped(self) -> bool:
+        """Whether the law needs to know where the prompt ends (a parameter that counts or reads
+        only the generated tokens)."""
+        return bool(
+            ((self.presence_penalty or self.frequency_penalty) and self.presence_scope == "output")
+            or (self.repetition_penalty not in (None, 1.0) and self.repetition_scope == "output")
+            or self.min_new_tokens
+            or self.grammar is not None
+        )
+
+    @property
     def plain(self) -> bool:
         """Temperature alone (the reference loop's own setting)."""
         return not (self.truncated or self.contextual or self.logit_bias)
@@ -347,38 +358,122 @@ def grammar_bans(g: Grammar, out: Seq, vocab: int, eos: int | None) -> set[int]:
     return set(range(vocab)) - allowed
 
 
-def warp(z: np.ndarray, s: Sampling, margin: float | None = None) -> np.ndarray:
-    """Step 5: temperature, then top-k, top-p and min-p, as a law."""
+#: the order in which each engine family applies step 5, the temperature and the cut-offs (named
+#: data: an engine's order is read from here, never written again). ``hf`` is HF transformers'
+#: warpers and this reference's own; ``llamacpp`` cuts the temperature-1 law and applies the
+#: temperature last (llama.cpp and llama-cpp-python, top-k keeping exactly k, ties to the smaller
+#: id); ``sglang`` decides top-k and top-p jointly on the tempered law (top-p's cumulative mass is
+#: that of the law before top-k, so here top-p comes first), then min-p.
+WARP_ORDERS: dict[str, tuple[str, ...]] = {
+    "hf": ("temperature", "top_k", "top_p", "min_p"),
+    "llamacpp": ("top_k_exact", "top_p", "min_p", "temperature"),
+    "sglang": ("temperature", "top_p", "top_k_exact", "min_p"),
+}
+
+
+class _Warped:
+    """The law being warped: logits ``z`` (``-inf`` where removed) and, once a cut-off needed it,
+    the law ``p`` they give (renormalized after every cut)."""
+
+    def __init__(self, z: np.ndarray) -> None:
+        self.z: np.ndarray = z
+        self.p: np.ndarray | None = None
+
+    def probs(self) -> np.ndarray:
+        if self.p is None:
+            p = np.exp(self.z - self.z.max())
+            self.p = p / p.sum()
+        return self.p
+
+    def keep(self, keep: np.ndarray) -> None:
+        p = np.where(keep, self.probs(), 0.0)
+        self.p = p / p.sum()
+        self.z = np.where(keep, self.z, -np.inf)
+
+
+def _temperature(w: _Warped, s: Sampling, margin: float | None) -> None:
+    if w.p is None:
+        w.z = w.z / s.temperature
+    else:  # after the cut-offs: the kept logits, tempered
+        w.z, w.p = (w.z - w.z.max()) / s.temperature, None
+
+
+def _top_k(w: _Warped, s: Sampling, margin: float | None) -> None:
+    """HF's top-k: every logit below the k-th largest removed (ties at the k-th kept)."""
+    if s.top_k is not None and s.top_k < len(w.z):
+        kth = np.sort(w.z)[::-1][s.top_k - 1]
+        w.z, w.p = np.where(w.z < kth, -np.inf, w.z), None
+
+
+def _top_k_exact(w: _Warped, s: Sampling, margin: float | None) -> None:
+    """Exactly the k likeliest kept (ties to the smaller id)."""
+    if s.top_k is None:
+        return
+    order = np.argsort(-(w.z if w.p is None else w.p), kind="stable")
+    keep = np.zeros(len(w.z), dtype=bool)
+    keep[order[: s.top_k]] = True
+    keep &= np.isfinite(w.z)
+    if not keep.all():
+        if w.p is None:
+            w.z = np.where(keep, w.z, -np.inf)
+        else:
+            w.keep(keep)
+
+
+def _top_p(w: _Warped, s: Sampling, margin: float | None) -> None:
+    if s.top_p is None or s.top_p >= 1:
+        return
+    p = w.probs()
+    order = np.argsort(-p, kind="stable")
+    above = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])
+    near = np.abs(above[1:] - s.top_p) < margin if margin else np.zeros(0, dtype=bool)
+    if near.any():
+        raise BadParameterError(
+            "top_p",
+            f"{s.top_p:g} falls within {margin:g} of a cumulative mass of this law "
+            f"({', '.join(f'{a:.6f}' for a in above[1:][near])}): ambiguous in float32",
+        )
+    keep = np.zeros(len(p), dtype=bool)
+    keep[order[above < s.top_p]] = True
+    w.keep(keep)
+
+
+def _min_p(w: _Warped, s: Sampling, margin: float | None) -> None:
+    if not s.min_p:
+        return
+    p = w.probs()
+    if margin:
+        live = p > 0
+        gap = np.abs(np.log(p[live]) - np.log(s.min_p * p.max()))
+        if (gap < margin).any():
+            raise BadParameterError(
+                "min_p", f"{s.min_p:g} puts the cut within {margin:g} of a probability of this law: ambiguous"
+            )
+    w.keep(p >= s.min_p * p.max())
+
+
+_STEPS = {
+    "temperature": _temperature,
+    "top_k": _top_k,
+    "top_k_exact": _top_k_exact,
+    "top_p": _top_p,
+    "min_p": _min_p,
+}
+
+
+def warp(z: np.ndarray, s: Sampling, margin: float | None = None, order: str = "hf") -> np.ndarray:
+    """Step 5: the temperature and the cut-offs in the family's order (:data:`WARP_ORDERS`), as a
+    law; greedy (temperature 0) is one-hot at the argmax, ties to the smallest id."""
     if not np.isfinite(z).any():
         raise SpecproofInputError("logits", "every token is banned: no law to sample from")
     if s.greedy:
         p = np.zeros(len(z))
         p[int(np.argmax(z))] = 1.0
         return p
-    z = z / s.temperature
-    if s.top_k is not None and s.top_k < len(z):
-        kth = np.sort(z)[::-1][s.top_k - 1]
-        z = np.where(z < kth, -np.inf, z)
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    if s.top_p is not None and s.top_p < 1:
-        order = np.argsort(-p, kind="stable")
-        above = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])
-        near = np.abs(above[1:] - s.top_p) < margin if margin else np.zeros(0, dtype=bool)
-        if near.any():
-            raise BadParameterError(
-                "top_p",
-                f"{s.top_p:g} falls within {margin:g} of a cumulative mass of this law "
-                f"({', '.join(f'{a:.6f}' for a in above[1:][near])}): ambiguous in float32",
-            )
-        keep = np.zeros(len(p), dtype=bool)
-        keep[order[above < s.top_p]] = True
-        p = np.where(keep, p, 0.0)
-        p /= p.sum()
-    if s.min_p:
-        p = np.where(p >= s.min_p * p.max(), p, 0.0)
-        p /= p.sum()
-    return p
+    w = _Warped(np.asarray(z, dtype=np.float64))
+    for step in WARP_ORDERS[order]:
+        _STEPS[step](w, s, margin)
+    return w.probs()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ The one way in from Python (docs/python-api.md; every name is imported on first 
     result = specproof.audit_chain(my_verify_chain, tv=0.05)      # a chain verifier
     result = specproof.audit_tree(my_verify_tree, processes=("wor_siblings",))
     result = specproof.audit_engine(my_engine, prompts=[(0, 6)], tokens=4)
-    result = specproof.audit_endpoint("http://127.0.0.1:8080", target="http://127.0.0.1:8081")
+    result = specproof.audit_endpoint("http://127.0.0.1:8080", twin="http://127.0.0.1:8081")
     result.verdict, result.summary(), result.to_json()           # every result reads alike
 
     proof = specproof.check("mss", "wor_siblings", specproof.Instance(vocab=3, shape=(-1, 0, 0)))
@@ -36,14 +36,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and readers; imported 
     from specproof.properties.audit.results import AuditResult, CaseResult
     from specproof.properties.audit.stages import AuditConfig
     from specproof.properties.conformance.contracts import ContractViolation
+    from specproof.properties.endpoint.options import EndpointOptions
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.engine.contract import Engine, EngineSpec, Sampling
+    from specproof.properties.engine.request import EngineRequest
     from specproof.properties.engine.results import EngineAuditResult
     from specproof.properties.oracle import strategies
     from specproof.properties.oracle.exact import Instance, ModelInstance, OracleResult, check
+    from specproof.properties.shard.options import ShardOptions
     from specproof.properties.verdicts import Verdict
     from specproof.reference.errors import SpecproofError, SpecproofInputError, UsageError
     from specproof.reference.rules import RULES, Rule
+    from specproof.reference.sampling import Grammar
 
 #: name -> (module, attribute) of the lazily imported public API
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -60,6 +64,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Engine": ("specproof.properties.engine.contract", "Engine"),
     "EngineSpec": ("specproof.properties.engine.contract", "EngineSpec"),
     "Sampling": ("specproof.properties.engine.contract", "Sampling"),
+    "Grammar": ("specproof.reference.sampling", "Grammar"),
+    "EngineRequest": ("specproof.properties.engine.request", "EngineRequest"),
+    "EndpointOptions": ("specproof.properties.endpoint.options", "EndpointOptions"),
+    "ShardOptions": ("specproof.properties.shard.options", "ShardOptions"),
     "Instance": ("specproof.properties.oracle.exact", "Instance"),
     "ModelInstance": ("specproof.properties.oracle.exact", "ModelInstance"),
     "OracleResult": ("specproof.properties.oracle.exact", "OracleResult"),
@@ -184,11 +192,12 @@ def _audit(
     from specproof.properties.audit.stages import AuditConfig, audit
     from specproof.properties.conformance.backends import target_name
     from specproof.properties.plan import build_config
-    from specproof.properties.shard.options import caller_for
+    from specproof.properties.shard.options import ShardOptions, caller_for
 
     backend = _backend(fn, kind, processes, law, name)
     config = build_config(AuditConfig, options)
-    with _bar(progress, backend.name) as bar, caller_for(backend, workers, ray) as caller:
+    shard = ShardOptions(workers, ray)
+    with _bar(progress, backend.name) as bar, caller_for(backend, shard) as caller:
         result = audit(backend, config, bar, caller=caller)
     result.target = fn if isinstance(fn, str) else target_name(fn)
     return result
@@ -200,6 +209,13 @@ def audit_engine(
     prompts: Sequence[Sequence[int]] | None = None,
     tokens: int | None = None,
     sampling: Sampling | None = None,
+    samplings: Sequence[Sampling] | None = None,
+    temperatures: Sequence[float] | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    params: dict[str, Any] | Sequence[tuple[str, Any]] | None = None,
+    token_map: Sequence[str] | None = None,
     name: str | None = None,
     expect: str | None = None,
     progress: _Progress = "auto",
@@ -211,89 +227,151 @@ def audit_engine(
     ``generate(prompt_ids, max_new_tokens, seed) -> list[int]``, ``target_law(context) ->
     probabilities`` and ``vocab`` (:class:`Engine`), a factory ``factory(temperature=, top_k=,
     top_p=) -> engine``, an :class:`EngineSpec`, or a registered engine's name (``specproof
-    backends``). ``prompts``, ``tokens`` (the horizon M) and ``sampling`` replace the spec's own
-    (for an engine instance, ``sampling`` says what it was asked to sample: its ``target_law``
-    must apply the same). ``options`` are :class:`EngineAuditConfig` fields (``alpha``, ``tv``,
-    ``power``, ``seed``, ``samples``, ``budget_seconds``, ``looks``, ...). ``workers``/``ray``
-    draw the samples on Ray actors, each with its own copy of the engine (a name, a factory or a
-    spec: an instance cannot be copied), as :func:`audit_chain`."""
-    from dataclasses import replace
+    backends``). The cases: ``prompts``, ``tokens`` (the horizon M) and the settings
+    (``samplings``, or one ``sampling``: for an engine instance, what it was asked to sample,
+    which its ``target_law`` must apply too) in place of the engine's own; ``temperatures``
+    replace each setting's temperature; ``top_k``, ``top_p``, ``min_p`` and ``params`` (request
+    parameters by name) are added to every setting. Every keyword is a field of
+    :class:`EngineRequest` (or :class:`ShardOptions`: ``workers``, ``ray``); ``options`` are the
+    plan's (:class:`EngineAuditConfig`: ``alpha``, ``tv``, ``power``, ``seed``, ``samples``,
+    ``budget_seconds``, ``looks``, ...), each with the same default as from the command line and
+    pytest. ``workers``/``ray`` draw the samples on Ray actors, each with its own copy of the
+    engine (a name, a factory or a spec: an instance cannot be copied), as :func:`audit_chain`."""
+    from specproof.properties.engine.config import EngineAuditConfig
+    from specproof.properties.options import build
+    from specproof.properties.run import ShardOptions, run_engine
 
-    from specproof.properties.engine.audit import EngineAuditConfig
-    from specproof.properties.engine.audit import audit_engine as _audit_engine
-    from specproof.properties.engine.registry import resolve_engine, spec_from_object, with_options
-    from specproof.properties.plan import build_config
+    request = _engine_request(
+        engine, prompts, tokens, sampling, samplings, temperatures, top_k, top_p, min_p, params, token_map,
+        name, expect,
+    )  # fmt: skip
+    config = build(EngineAuditConfig, options)
+    shard = build(ShardOptions, {"workers": workers, "ray": ray})
+    with _bar(progress, str(name or _label(engine))) as bar:
+        return run_engine(request, config, shard, bar)
 
-    given = tuple(tuple(int(x) for x in p) for p in prompts) if prompts else None
-    if isinstance(engine, str):
-        spec = resolve_engine(engine)
-    else:
-        label = str(name or getattr(engine, "__name__", type(engine).__name__))
-        spec = spec_from_object(label, engine, given, sampling=sampling)
-    spec = with_options(spec, given, [sampling] if sampling else None, tokens)
-    if name is not None or expect is not None:
-        spec = replace(spec, name=name or spec.name, expect=expect or spec.expect)
-    from specproof.properties.shard.options import drawer_for
 
-    config = build_config(EngineAuditConfig, options)
-    with _bar(progress, spec.name) as bar, drawer_for(spec, workers, ray, engine) as drawer:
-        return _audit_engine(spec, config, bar, drawer=drawer)
+def _label(engine: Any) -> str:
+    return engine if isinstance(engine, str) else getattr(engine, "__name__", type(engine).__name__)
+
+
+def _engine_request(
+    target: Any,
+    prompts: Any,
+    tokens: Any,
+    sampling: Any,
+    samplings: Any,
+    temperatures: Any,
+    top_k: Any,
+    top_p: Any,
+    min_p: Any,
+    params: Any,
+    token_map: Any,
+    name: Any,
+    expect: Any,
+) -> EngineRequest:
+    """The facade's keywords as an :class:`EngineRequest` (``sampling`` is one of ``samplings``)."""
+    from specproof.properties.options import build
+    from specproof.properties.run import EngineRequest
+
+    if sampling is not None and samplings is not None:
+        raise UsageError("sampling, samplings: give one of them")
+    pairs = tuple(params.items()) if isinstance(params, dict) else tuple(params or ())
+    return build(
+        EngineRequest,
+        {
+            "target": target,
+            "prompts": None if prompts is None else tuple(tuple(int(x) for x in p) for p in prompts),
+            "tokens": tokens,
+            "samplings": (sampling,) if sampling is not None else samplings,
+            "temperatures": None if temperatures is None else tuple(temperatures),
+            "top_k": top_k,
+            "top_p": top_p,
+            "min_p": min_p,
+            "params": pairs or None,
+            "token_map": token_map,
+            "name": name,
+            "expect": expect,
+        },
+    )
 
 
 def audit_endpoint(
     url: str | Sequence[str],
     *,
-    profile: str = "llamacpp",
-    target: str | None = None,
+    profile: str | None = None,
+    twin: str | None = None,
     prompts: Sequence[Sequence[int]] | None = None,
-    tokens: int = 4,
+    tokens: int | None = None,
     samplings: Sequence[Sampling] | None = None,
+    temperatures: Sequence[float] | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    params: dict[str, Any] | Sequence[tuple[str, Any]] | None = None,
     vocab: int | None = None,
     token_map: Sequence[str] | None = None,
-    concurrency: int = 8,
-    timeout: float = 60.0,
-    retries: int = 3,
+    concurrency: int | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
     name: str | None = None,
+    expect: str | None = None,
     progress: _Progress = "auto",
     workers: int | None = None,
     ray: str | None = None,
+    target: str | None = None,
     **options: Any,
 ) -> EngineAuditResult:
     """Audit a served engine through its HTTP API (one URL, or several replicas of one
     deployment). ``profile`` names the server family (``llamacpp``, ``vllm``, ``sglang``,
-    ``openai``: how it is asked for tokens, counters and laws); ``target`` is the same model served
-    with speculation off, where the law is read and the control runs (else the law is read from
-    the server itself, one token at a time). ``samplings`` are the settings audited (T = 1 and 0.7
-    by default); ``options`` are :class:`EngineAuditConfig` fields. The result is the engine
-    audit's, with the server's counters (``speculation``), its reported probabilities checked
-    (``reports``) and the control (``control``); docs/endpoint-audit.md says how to launch each
-    family. ``workers``/``ray``: each Ray actor opens its own client to the same servers."""
-    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
-    from specproof.properties.engine.audit import EngineAuditConfig
-    from specproof.properties.engine.audit import audit_engine as _audit_engine
-    from specproof.properties.plan import build_config
+    ``openai``, ``llamacpp-python``: how it is asked for tokens, counters and laws); ``twin`` is the
+    same model served with speculation off, where the law is read and the control runs (else the
+    law is read from the server itself, one token at a time). The cases as for
+    :func:`audit_engine` (T = 1 and 0.7 by default); ``vocab``, ``concurrency``, ``timeout``,
+    ``retries`` as :class:`EndpointOptions` says; ``options`` are :class:`EngineAuditConfig`
+    fields. The result is the engine audit's, with the server's counters (``speculation``), its
+    reported probabilities checked (``reports``) and the control (``control``);
+    docs/endpoint-audit.md says how to launch each family. ``workers``/``ray``: each Ray actor
+    opens its own client to the same servers. ``target``: the twin's former name, still taken.
+    Safe to call inside a running event loop; :func:`audit_endpoint_async` awaits it."""
+    from specproof.properties.engine.config import EngineAuditConfig
+    from specproof.properties.options import build
+    from specproof.properties.run import EndpointOptions, ShardOptions, run_endpoint
 
-    urls = [url] if isinstance(url, str) else list(url)
-    config = build_config(EngineAuditConfig, options)
-    endpoint = Endpoint(
-        urls,
-        profile,
-        target=target,
-        vocab=vocab,
-        concurrency=concurrency,
-        timeout=timeout,
-        retries=retries,
-        token_map=list(token_map) if token_map is not None else None,
+    if target is not None:
+        if twin is not None and twin != target:
+            raise UsageError("twin, target: target is the twin's former name; give twin only")
+        twin = target
+    urls = (url,) if isinstance(url, str) else tuple(url)
+    endpoint = build(
+        EndpointOptions,
+        {
+            "urls": urls,
+            "profile": profile,
+            "twin": twin,
+            "vocab": vocab,
+            "concurrency": concurrency,
+            "timeout": timeout,
+            "retries": retries,
+        },
     )
-    try:
-        given = tuple(tuple(int(x) for x in p) for p in prompts) if prompts else None
-        spec = endpoint_spec(endpoint, given, samplings, tokens, name)
-        from specproof.properties.shard.options import drawer_for
+    request = _engine_request(
+        None, prompts, tokens, None, samplings, temperatures, top_k, top_p, min_p, params, token_map, name,
+        expect,
+    )  # fmt: skip
+    config = build(EngineAuditConfig, options)
+    shard = build(ShardOptions, {"workers": workers, "ray": ray})
+    with _bar(progress, name or "endpoint") as bar:
+        return run_endpoint(endpoint, request, config, shard, bar)
 
-        with _bar(progress, spec.name) as bar, drawer_for(spec, workers, ray) as drawer:
-            return _audit_engine(spec, config, bar, drawer=drawer)
-    finally:
-        endpoint.close()
+
+async def audit_endpoint_async(url: str | Sequence[str], **kwargs: Any) -> EngineAuditResult:
+    """:func:`audit_endpoint` awaited from a running event loop (an async service, a notebook):
+    the audit runs in a worker thread, the loop stays free. The same keywords."""
+    import asyncio
+    import functools
+
+    return await asyncio.to_thread(functools.partial(audit_endpoint, url, **kwargs))
 
 
 __all__ = [
@@ -303,21 +381,26 @@ __all__ = [
     "AuditResult",
     "CaseResult",
     "ContractViolation",
+    "EndpointOptions",
     "Engine",
     "EngineAuditConfig",
+    "EngineRequest",
     "EngineAuditResult",
     "EngineSpec",
+    "Grammar",
     "Instance",
     "ModelInstance",
     "OracleResult",
     "Rule",
     "Sampling",
     "SpecproofError",
+    "ShardOptions",
     "SpecproofInputError",
     "UsageError",
     "Verdict",
     "audit_chain",
     "audit_endpoint",
+    "audit_endpoint_async",
     "audit_engine",
     "audit_tree",
     "check",

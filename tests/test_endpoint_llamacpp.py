@@ -37,7 +37,8 @@ pytest.importorskip("gguf", reason="the tiny GGUF models need the gguf package")
 
 from specproof.properties.endpoint import llamacpp_suite as suite  # noqa: E402
 from specproof.properties.endpoint.client import Client  # noqa: E402
-from specproof.properties.endpoint.profiles import NEUTRAL_LCP, LlamaCppPython, make_profile  # noqa: E402
+from specproof.properties.endpoint.families import make_profile  # noqa: E402
+from specproof.properties.endpoint.families.llamacpp_python import NEUTRAL_LCP, LlamaCppPython  # noqa: E402
 from specproof.properties.engine.audit import EngineAuditConfig  # noqa: E402
 from specproof.properties.engine.contract import GREEDY, T1, Sampling  # noqa: E402
 from specproof.properties.servers import gguf_models as gm  # noqa: E402
@@ -82,7 +83,7 @@ def test_command_line_audit_of_a_served_engine(files, tmp_path):
         llamacpp.start_server(binary, files["target"], draft=files["draft"]) as url,
         llamacpp.start_server(binary, files["target"]) as twin,
     ):
-        argv = ["audit", "endpoint", url, "--target-endpoint", twin, "--prompt", "1 2", "--temperature", "1"]
+        argv = ["audit", "endpoint", url, "--twin", twin, "--prompt", "1 2", "--temperature", "1"]
         argv += ["--samples", "200", "--report-samples", "8", "--json", str(out), "--progress", "off"]
         run = subprocess.run(
             [sys.executable, "-m", "specproof.properties.cli", *argv], capture_output=True, text=True
@@ -174,7 +175,9 @@ def test_llamacpp_python_profile_reads_the_exact_law(lcp_plain):
     profile = make_profile("llamacpp-python", list(gm.VOCAB))
     client = Client([lcp_plain], 4, 60.0, 1)
     try:
-        assert profile.identity(client)["vocab"] == len(gm.VOCAB)
+        identity = profile.identity(client)
+        assert identity["vocab"] == len(gm.VOCAB) and profile.eos_id is None  # read, not changed
+        profile = profile.learned(identity)
         assert isinstance(profile, LlamaCppPython) and profile.eos_id == gm.EOS_ID  # found, not told
         for s in settings:
             path, body = profile.law_request(context, s, len(gm.VOCAB), len(prompt))

@@ -19,8 +19,10 @@ import pytest
 
 from specproof.properties.endpoint.calibration import calibrate_http
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
-from specproof.properties.endpoint.profiles import SEED_RANGE
-from specproof.properties.endpoint.standin import BUGS, StandIn, token_texts
+from specproof.properties.endpoint.families.base import SEED_RANGE
+from specproof.properties.endpoint.families.wire import token_texts
+from specproof.properties.endpoint.options import EndpointOptions
+from specproof.properties.endpoint.standin import BUGS, StandIn
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, sample_seed
 from specproof.properties.engine.contract import T1, Sampling
 from specproof.properties.verdicts import Verdict
@@ -35,14 +37,14 @@ SAMPLES = 200
 def endpoint(url: str, profile: str = "llamacpp", twin: str | None = None, **kw: object) -> Endpoint:
     """An Endpoint on a stand-in: vLLM and SGLang do not say their vocabulary, OpenAI-style
     answers carry texts (the token map)."""
-    return Endpoint(
-        [url],
+    options = EndpointOptions(
+        (url,),
         profile,
-        target=twin,
+        twin=twin,
         vocab=8 if profile in ("vllm", "sglang") else None,
-        token_map=token_texts(8) if profile == "openai" else None,
         **{"concurrency": 4, **kw},  # type: ignore[arg-type]
     )
+    return Endpoint(options, token_map=token_texts(8) if profile == "openai" else None).open()
 
 
 def audit(
@@ -156,7 +158,7 @@ def test_correct_standin_passes(correct, twin, profile, with_twin):
     assert js["reports"]["status"] == "consistent" and js["reports"]["max_error"] < 1e-9
     assert js["description"]["profile"] == profile
     if with_twin:
-        assert js["description"]["target_endpoint"] == [twin.url]
+        assert js["description"]["twin"] == [twin.url]
         assert js["control"]["seed_coupled"]["seeds"] > 0
         assert js["control"]["tolerance"] is not None and js["control"]["tolerance"] < 1e-9
     else:
@@ -174,7 +176,7 @@ def test_correct_standin_passes_with_the_kv_loop(twin):
 def test_openai_profile_reads_llamacpp_style_logprobs_without_a_token_map():
     """llama-server's OpenAI-compatible answers carry ids (``logprobs.content``): no token map."""
     with StandIn(loop="laws", openai_style="llamacpp") as si:
-        ep = Endpoint([si.url], "openai", concurrency=4)
+        ep = Endpoint(EndpointOptions((si.url,), "openai", concurrency=4))
         try:
             spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=4)
             r = audit_engine(spec, EngineAuditConfig(alpha=ALPHA, samples=100, seed=5))
@@ -352,12 +354,12 @@ def test_dies_hanging_is_underpowered_and_keeps_what_was_checked():
 def test_unreachable_url_is_a_usage_error_naming_it():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(UsageError, match=url.replace(".", r"\.")):
-        Endpoint([url], "llamacpp", retries=0)
+        Endpoint(EndpointOptions((url,), "llamacpp", retries=0)).open()
 
 
 def test_unknown_profile(correct):
     with pytest.raises(UsageError, match="unknown.*llamacpp"):
-        Endpoint([correct.url], "tgi")
+        Endpoint(EndpointOptions((correct.url,), "tgi"))
 
 
 def test_prompt_outside_the_vocabulary(correct):
@@ -380,7 +382,7 @@ def test_twin_serving_another_model(profile):
     """Another model of the same shape: llama-server's metadata cannot tell them apart, so the
     laws do (before sampling); vLLM's model root does at once."""
     with StandIn(loop="laws") as si, StandIn(speculative=False, model_seed=1, loop="laws") as other:
-        with pytest.raises(UsageError, match="--target-endpoint"):
+        with pytest.raises(UsageError, match="--twin"):
             audit(si.url, profile, other.url)
         assert all(tokens == 1 for _, _, tokens, _ in si.answered + other.answered)  # nothing sampled
 

@@ -17,7 +17,7 @@ def _defined_at_top() -> set[str]:
     """Public functions, classes and constants the module defines itself (not imports)."""
     names = set()
     for node in ast.parse(INIT.read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}

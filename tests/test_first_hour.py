@@ -45,8 +45,8 @@ def test_the_plugin_sets_no_time_guard_unless_asked(pytester):
     makes it slower (the old default, 60 s per case, failed the V = 152,064 cases under load)."""
     pytester.makeconftest(
         "def pytest_collection_finish(session):\n"
-        "    from specproof.properties.pytest_plugin import _options\n"
-        "    print('BUDGET', _options(session.config, 'specproof')['budget_seconds'])\n"
+        "    from specproof.properties.pytest_plugin import verifier_plan\n"
+        "    print('BUDGET', verifier_plan(session.config).budget_seconds)\n"
     )
     out = pytester.runpytest("--specproof-chain", "torch.token", "--collect-only", "-q", "-s")
     out.stdout.fnmatch_lines(["BUDGET inf"])

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("specproof._triton", "specproof.optimized"),
     (
         "specproof.properties.verdicts",
+        "specproof.properties.options",
         "specproof.properties._imports",
         "specproof.properties.plan",
         "specproof.properties.outputs",
@@ -42,6 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("specproof.properties.endpoint",),
     ("specproof.properties.e2e",),
     ("specproof.properties.shard",),
+    ("specproof.properties.run",),  # the one way in: the audits run from the doors' values
     ("specproof.properties.bench",),
     ("specproof.properties.cli", "specproof.properties.pytest_plugin"),
     ("specproof",),

@@ -266,12 +266,13 @@ def test_a_verifier_the_workers_cannot_load_ends_underpowered():
 
 def test_endpoint_audit_on_workers_each_with_its_own_client():
     from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+    from specproof.properties.endpoint.options import EndpointOptions
     from specproof.properties.endpoint.standin import StandIn
 
     with StandIn(loop="laws") as si:
         texts = []
         for workers in (None, 1, 2):
-            ep = Endpoint([si.url], "llamacpp", concurrency=4)
+            ep = Endpoint(EndpointOptions((si.url,), "llamacpp", concurrency=4))
             try:
                 spec = endpoint_spec(ep, prompts=[(0, 6)], samplings=[T1], tokens=4)
                 if workers is None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from specproof.properties.audit.config import LARGE_VOCAB  # re-exported: the cases it splits
 from specproof.reference.errors import UsageError
 from specproof.reference.processes import PROCESSES
 from specproof.reference.tree import DraftTree
@@ -56,8 +57,6 @@ PAIR_STYLES: dict[str, str] = {
 MIXED = ("random", "close", "equal", "disjoint", "onehot", "peaked", "tiny", "ties", "sparse", "agree")
 #: good drafts: most steps accept deep into a long chain, so positions 5..8 are reached often
 DEEP = ("close", "agree", "equal")
-#: cases above this vocabulary are memory-bound (every step moves dense rows of V floats)
-LARGE_VOCAB = 4096
 
 
 def child_hash(h: int, x: int) -> int:

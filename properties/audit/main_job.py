@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from specproof.properties.audit.config import MAIN_JOB_GUARD
 from specproof.properties.audit.results import AuditResult
 from specproof.properties.audit.stages import AuditConfig, ProgressFn, audit
 from specproof.properties.conformance.backends import Backend, all_backends
@@ -36,7 +37,6 @@ MAIN_JOB_PLANS: dict[str, dict[str, float]] = {
     # the interpreter walks every id of a row: no id-range probes (a GPU run has them)
     "interpreted": {"tv": 0.5, "large_vocab_tv": 0.5, "batch": 64, "probes": 0},
 }
-MAIN_JOB_GUARD = 120.0  # seconds per backend: only a guard (a backend past it is underpowered)
 #: why the optimized kernels are not in the job on a machine without CUDA
 NO_CUDA_NOTE = (
     "optimized.* not in the main job without CUDA: run `specproof audit --group optimized` "

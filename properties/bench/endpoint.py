@@ -30,7 +30,7 @@ import httpx
 from specproof.properties.bench.kernels import Row
 from specproof.properties.endpoint.client import Client
 from specproof.properties.endpoint.engine import EndpointEngine
-from specproof.properties.endpoint.profiles import LlamaCpp
+from specproof.properties.endpoint.families.llamacpp import LlamaCpp
 from specproof.properties.engine.audit import CaseRunner, sample_seed
 from specproof.properties.engine.contract import T1
 from specproof.properties.engine.results import EngineCase

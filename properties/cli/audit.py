@@ -14,23 +14,27 @@ import json
 import os
 from typing import Any
 
-from specproof.properties.audit.main_job import MAIN_JOB_GUARD
-from specproof.properties.audit.stages import AuditConfig
+from specproof.properties.audit.config import MAIN_JOB_GUARD, AuditConfig
 from specproof.properties.cli.common import (
+    add_flags,
     add_progress,
+    built,
     check_outputs,
     config_from,
     end_bar,
-    parse_ids,
-    parse_param,
+    from_args,
     plan_options,
     progress_bar,
     show_progress,
     write_json_to,
     write_text,
 )
-from specproof.properties.engine.audit import MAX_TOKENS, EngineAuditConfig
-from specproof.properties.plan import defaults
+from specproof.properties.endpoint.options import EndpointOptions
+from specproof.properties.engine.config import MAX_TOKENS, EngineAuditConfig
+from specproof.properties.engine.request import EngineRequest
+from specproof.properties.options import flags
+from specproof.properties.plan import PlanConfig, defaults
+from specproof.properties.shard.options import ShardOptions
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR, Verdict
 from specproof.reference.errors import UsageError
 from specproof.reference.processes import PROCESSES
@@ -44,12 +48,6 @@ The plan (samples per case) comes from --alpha, --tv, --power and the cells; --b
 guard only: a plan that cannot finish in it ends underpowered, never pass."""
 )
 GROUPS = ("builtin", "alternative", "mutant", "optimized", "thirdparty")
-
-
-def _both(name: str) -> str:
-    """``(default X; engine Y)``: an option's default for the verifier and the engine audit."""
-    v, e = defaults(AuditConfig)[name], defaults(EngineAuditConfig)[name]
-    return f"default {v:g}" if v == e else f"default {v:g}; engine {e:g}"
 
 
 def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
@@ -79,24 +77,13 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _add_plan_options(a: argparse.ArgumentParser) -> None:
-    g = a.add_argument_group("the plan (every audit)")
-    g.add_argument("--alpha", type=float, help=f"family-wise false-alarm rate ({_both('alpha')})")
-    g.add_argument(
-        "--tv", type=float, help=f"smallest TV deviation to detect ({_both('tv')}; the main job: its plans')"
+    g = a.add_argument_group(
+        "the plan (every audit)",
+        "The plan (samples per case) comes from --alpha, --tv, --power and the cells; --budget-seconds is "
+        f"a guard only (the main job's: {MAIN_JOB_GUARD:g} s per backend).",
     )
-    g.add_argument("--power", type=float, help=f"power wanted at that TV ({_both('power')})")
-    g.add_argument("--seed", type=int, help="seed of every draw (default 0)")
-    g.add_argument("--samples", type=int, help="fixed samples per case instead of the planner's")
-    g.add_argument("--cells", type=int, help=f"most cells per case's test ({_both('max_cells')})")
-    g.add_argument(
-        "--budget-seconds",
-        type=float,
-        help=f"time guard ({_both('budget_seconds')}; main job {MAIN_JOB_GUARD:g} per backend): "
-        "a plan that does not fit ends underpowered, never pass",
-    )
-    g.add_argument(
-        "--stop-early", action="store_true", help="end at the first rejected case (engines always do)"
-    )
+    add_flags(g, AuditConfig, only=tuple(flags(PlanConfig)), also=EngineAuditConfig)
+    add_flags(g, EngineAuditConfig, only=("looks", "report_samples"))
 
 
 def _add_verifier_options(a: argparse.ArgumentParser) -> None:
@@ -149,36 +136,10 @@ def _add_verifier_options(a: argparse.ArgumentParser) -> None:
 
 def _add_engine_options(a: argparse.ArgumentParser) -> None:
     g = a.add_argument_group(
-        "engine audit (specproof audit engine TARGET)",
-        "TARGET: a registered engine (specproof backends) or module:attr giving an engine, a factory "
-        "factory(temperature=, top_k=, top_p=) -> engine, or an EngineSpec.",
+        "engine audit (specproof audit engine TARGET; the cases of an endpoint audit too)",
+        "TARGET: " + flags(EngineRequest)["target"].help + ".",
     )
-    g.add_argument(
-        "--prompt", action="append", metavar="IDS", help="prompt token ids, e.g. '0 6' or 0,6 (repeatable)"
-    )
-    g.add_argument(
-        "--tokens", type=int, metavar="M", help="new tokens per sample, the law's horizon (default 4)"
-    )
-    g.add_argument(
-        "--temperature", action="append", type=float, metavar="T", help="sampling temperature (repeatable)"
-    )
-    g.add_argument("--top-k", type=int, metavar="K", help="top-k for every setting")
-    g.add_argument("--top-p", type=float, metavar="P", help="top-p for every setting")
-    g.add_argument("--min-p", type=float, metavar="P", help="min-p for every setting")
-    g.add_argument(
-        "--param",
-        action="append",
-        metavar="NAME=VALUE",
-        help="another request parameter for every setting (repeatable): repetition_penalty, "
-        "presence_penalty, frequency_penalty, logit_bias=ID:BIAS,..., bad_words=IDS;IDS, "
-        "no_repeat_ngram_size, min_new_tokens, eos, regex (with --token-map), repetition_scope, "
-        "presence_scope (docs/sampling-params.md)",
-    )
-    g.add_argument(
-        "--looks",
-        type=int,
-        help=f"interim looks per case, for early stopping (default {defaults(EngineAuditConfig)['looks']})",
-    )
+    add_flags(g, EngineRequest)
     g.add_argument(
         "--engine-group",
         action="append",
@@ -189,40 +150,14 @@ def _add_engine_options(a: argparse.ArgumentParser) -> None:
 
 
 def _add_endpoint_options(a: argparse.ArgumentParser) -> None:
-    from specproof.properties.endpoint.profiles import PROFILES
-
     g = a.add_argument_group(
         "endpoint audit (specproof audit endpoint URL)",
-        "A served engine through its HTTP API; the engine options above (--prompt, --tokens, "
-        "--temperature, --top-k, --top-p, --min-p, --looks) apply. docs/endpoint-audit.md has each "
-        "server family's launch commands.",
+        "A served engine through its HTTP API; the engine options above give its cases. "
+        "docs/endpoint-audit.md has each server family's launch commands.",
     )
-    g.add_argument(
-        "--profile", choices=list(PROFILES), default="llamacpp", help="the server family (default llamacpp)"
-    )
-    g.add_argument(
-        "--target-endpoint",
-        metavar="URL",
-        help="the same model served with speculation off: the law is read there, and the control "
-        "(numerical tolerance, same-seed comparison) runs against it",
-    )
+    add_flags(g, EndpointOptions)
     g.add_argument(
         "--replica", action="append", metavar="URL", help="another replica of the endpoint (repeatable)"
-    )
-    g.add_argument("--vocab", type=int, metavar="V", help="vocabulary size, where the server does not say it")
-    g.add_argument(
-        "--token-map",
-        metavar="FILE",
-        help="JSON list of token texts by id (profiles openai and llamacpp-python, whose prompts and "
-        "answers are text; a grammar's regex: its tokens' texts)",
-    )
-    g.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default 8)")
-    g.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
-    g.add_argument("--retries", type=int, default=3, help="retries of a failed request (default 3)")
-    g.add_argument(
-        "--report-samples",
-        type=int,
-        help="samples per case drawn with probabilities requested, and from the twin (default 32; 0: off)",
     )
 
 
@@ -232,15 +167,11 @@ def _add_shard_options(a: argparse.ArgumentParser) -> None:
         "Samples drawn by Ray actors, each with its own replica of the engine or verifier; the same "
         "verdict and JSON (timings aside) for any number of workers. pip install 'specproof[ray]'.",
     )
-    g.add_argument(
-        "--workers", type=int, metavar="N", help="Ray actors that draw the samples (one replica each)"
-    )
-    g.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="join the Ray cluster at ADDRESS (auto, host:port, ray://host:port) instead of starting one "
-        "here; without --workers, one actor per GPU of the cluster (else per CPU)",
-    )
+    add_flags(g, ShardOptions)
+
+
+def shard_options(args: argparse.Namespace) -> ShardOptions:
+    return built(ShardOptions, from_args(args, ShardOptions))
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -254,6 +185,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             raise UsageError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
         if args.workers is not None or args.ray:
             raise UsageError("--workers/--ray: for specproof audit chain|tree|engine|endpoint TARGET")
+        if args.replica:
+            raise UsageError("--replica: for specproof audit endpoint URL")
         return cmd_main_job(args)
     if not args.target:
         raise UsageError(f"TARGET: missing; usage: specproof audit {args.kind} TARGET")
@@ -300,12 +233,13 @@ def _resolve_verifier(target: str, kind: str, processes: list[str] | None) -> An
 def cmd_audit_verifier(args: argparse.Namespace) -> int:
     from specproof.properties.audit.report import write_report
     from specproof.properties.audit.stages import audit, plan_table
-    from specproof.properties.shard.options import verifier_caller
+    from specproof.properties.shard.options import caller_for
 
     config = verifier_config(args)
+    shard = shard_options(args)
     backend = _resolve_verifier(args.target, args.kind, args.process)
     show = show_progress(args.progress)
-    with verifier_caller(args, backend) as caller:
+    with caller_for(backend, shard) as caller:
         result = audit(
             backend,
             config,
@@ -367,7 +301,12 @@ def cmd_main_job(args: argparse.Namespace) -> int:
 
     base = verifier_config(args, budget=MAIN_JOB_GUARD)
     job = run_main_job(
-        base, backends, tv=args.tv, large_vocab_tv=args.large_vocab_tv, progress=bar, on_result=line
+        base,
+        backends,
+        tv=plan_options(args)["tv"],
+        large_vocab_tv=args.large_vocab_tv,
+        progress=bar,
+        on_result=line,
     )
     write_report(report, job.results, "specproof audit: every built-in backend", overall=job.verdict)
     write_json_to(args.json, job.to_json())
@@ -384,69 +323,54 @@ def cmd_main_job(args: argparse.Namespace) -> int:
 
 
 def engine_config(args: argparse.Namespace) -> EngineAuditConfig:
-    options = plan_options(args)
-    options["looks"] = args.looks
-    options["report_samples"] = getattr(args, "report_samples", None)
-    return config_from(EngineAuditConfig, options)
+    return config_from(EngineAuditConfig, from_args(args, EngineAuditConfig))
 
 
-def _samplings(args: argparse.Namespace, default: Any) -> list[Any] | None:
-    """The settings the options ask for (each temperature with the cut-offs), or None."""
-    from specproof.properties.engine.contract import Sampling
-
-    params = dict(parse_param(p, _token_map(getattr(args, "token_map", None))) for p in args.param or ())
-    asked = args.temperature or args.top_k is not None or args.top_p is not None or args.min_p is not None
-    if not asked and not params:
-        return None
-    temps = args.temperature or [s.temperature for s in default]
-    try:
-        return [Sampling(t, args.top_k, args.top_p, args.min_p, **params) for t in temps]
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"--param: {e}") from e
+def engine_request(args: argparse.Namespace, target: Any = None) -> EngineRequest:
+    """What the options ask of an engine audit (or of an endpoint audit's cases)."""
+    values = from_args(args, EngineRequest)
+    if values.get("tokens") is not None and not 1 <= values["tokens"] <= MAX_TOKENS:
+        raise UsageError(f"--tokens: must lie in [1, {MAX_TOKENS}], got {values['tokens']}")
+    return built(EngineRequest, {**values, "target": target})
 
 
 def engine_specs(args: argparse.Namespace) -> list[Any]:
     """The engines TARGET or ``--engine-group`` names, with the options in place of their
-    defaults (prompts, settings, horizon)."""
-    from specproof.properties.engine.registry import (
-        ENGINES,
-        EngineTargetError,
-        ensure_registered,
-        resolve_engine,
-        with_options,
-    )
+    defaults (prompts, settings, horizon, name, claim)."""
+    from dataclasses import replace
 
-    prompts = [parse_ids(p, "--prompt") for p in args.prompt] if args.prompt else None
-    if args.tokens is not None and not 1 <= args.tokens <= MAX_TOKENS:
-        raise UsageError(f"--tokens: must lie in [1, {MAX_TOKENS}], got {args.tokens}")
+    from specproof.properties.engine.registry import ENGINES, EngineTargetError, ensure_registered
+    from specproof.properties.run import engine_spec
+
     groups: list[str] = list(args.engine_group or [])
     if args.target and groups:
         raise UsageError("give TARGET or --engine-group, not both")
     if not args.target and not groups:
         raise UsageError("TARGET: missing; usage: specproof audit engine TARGET (or --engine-group GROUP)")
+    request = engine_request(args, args.target)
     try:
         if args.target:
-            specs = [resolve_engine(args.target)]
-        else:
-            ensure_registered()
-            known = {s.group for s in ENGINES.values()} | {"all"}
-            bad = [g for g in groups if g not in known]
-            if bad:
-                raise UsageError(f"--engine-group: unknown {bad[0]!r}; known: {', '.join(sorted(known))}")
-            specs = [s for s in ENGINES.values() if "all" in groups or s.group in groups]
+            return [engine_spec(request)]
+        ensure_registered()
+        known = {s.group for s in ENGINES.values()} | {"all"}
+        bad = [g for g in groups if g not in known]
+        if bad:
+            raise UsageError(f"--engine-group: unknown {bad[0]!r}; known: {', '.join(sorted(known))}")
+        names = [s.name for s in ENGINES.values() if "all" in groups or s.group in groups]
+        return [engine_spec(replace(request, target=n)) for n in names]
     except EngineTargetError as e:
         raise UsageError(str(e)) from e
-    return [with_options(spec, prompts, _samplings(args, spec.samplings), args.tokens) for spec in specs]
 
 
 def cmd_audit_engine(args: argparse.Namespace) -> int:
     """One engine: its verdict's exit status. A group: 0 when every verdict is the declared one."""
-    from specproof.properties.engine.audit import ENGINE_PACKAGES, audit_engine
+    from specproof.properties.engine.audit import ENGINE_PACKAGES
     from specproof.properties.engine.report import write_report
     from specproof.properties.outputs import versions
-    from specproof.properties.shard.options import engine_drawer
+    from specproof.properties.run import run_engine
 
     config = engine_config(args)
+    shard = shard_options(args)
     specs = engine_specs(args)
     show = show_progress(args.progress)
     results, skipped = [], []
@@ -456,11 +380,10 @@ def cmd_audit_engine(args: argparse.Namespace) -> int:
             skipped.append({"engine": spec.name, "reason": why})
             print(f"{spec.name}: not run ({why})")
             continue
-        with engine_drawer(args, spec, args.target) as drawer:
-            res = audit_engine(spec, config, progress_bar(show, spec.name), print, drawer=drawer)
-            sharding = drawer.summary() if drawer is not None else None
+        request = EngineRequest(target=args.target or spec.name)
+        res = run_engine(request, config, shard, progress_bar(show, spec.name), print, spec=spec)
         end_bar(show)
-        print(*filter(None, [sharding, res.summary()]), sep="\n")
+        print(*filter(None, [res.sharding, res.summary()]), sep="\n")
         results.append(res)
         if res.verdict == Verdict.INTERRUPTED:
             break
@@ -483,57 +406,32 @@ def cmd_audit_engine(args: argparse.Namespace) -> int:
     return 1 if disagree else 0
 
 
+def endpoint_options(args: argparse.Namespace) -> EndpointOptions:
+    if not args.target:
+        raise UsageError("URL: missing; usage: specproof audit endpoint URL [--twin URL]")
+    urls = (args.target, *(args.replica or []))
+    return built(EndpointOptions, {**from_args(args, EndpointOptions), "urls": urls})
+
+
 def cmd_audit_endpoint(args: argparse.Namespace) -> int:
     """A served engine through its HTTP API: its verdict's exit status."""
-    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
-    from specproof.properties.engine.audit import audit_engine
-    from specproof.properties.engine.contract import T07, T1
     from specproof.properties.engine.report import write_report
-    from specproof.properties.shard.options import engine_drawer
+    from specproof.properties.run import run_endpoint
 
-    if not args.target:
-        raise UsageError("URL: missing; usage: specproof audit endpoint URL [--target-endpoint URL]")
     if args.engine_group:
         raise UsageError("--engine-group: not for an endpoint (give its URL)")
+    options = endpoint_options(args)
+    request = engine_request(args)
     config = engine_config(args)
-    prompts = [parse_ids(p, "--prompt") for p in args.prompt] if args.prompt else None
-    endpoint = Endpoint(
-        [args.target, *(args.replica or [])],
-        args.profile,
-        target=args.target_endpoint,
-        vocab=args.vocab,
-        concurrency=args.concurrency,
-        timeout=args.timeout,
-        retries=args.retries,
-        token_map=_token_map(args.token_map),
-    )
-    try:
-        spec = endpoint_spec(endpoint, prompts, _samplings(args, (T1, T07)), args.tokens or 4)
-        show = show_progress(args.progress)
-        with engine_drawer(args, spec) as drawer:
-            res = audit_engine(spec, config, progress_bar(show, "endpoint"), print, drawer=drawer)
-            sharding = drawer.summary() if drawer is not None else None
-        end_bar(show)
-    finally:
-        endpoint.close()
-    print(*filter(None, [sharding, res.summary()]), sep="\n")
+    shard = shard_options(args)
+    show = show_progress(args.progress)
+    res = run_endpoint(options, request, config, shard, progress_bar(show, "endpoint"), print)
+    end_bar(show)
+    print(*filter(None, [res.sharding, res.summary()]), sep="\n")
     write_json_to(args.json, res.to_json())
     if args.report:
         write_report(args.report, [res], f"specproof endpoint audit: {args.target}")
     return res.exit_code
-
-
-def _token_map(path: str | None) -> list[str] | None:
-    if path is None:
-        return None
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"--token-map: cannot read {path!r}: {e}") from e
-    if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
-        raise UsageError("--token-map: expected a JSON list of token texts, indexed by id")
-    return data
 
 
 # --------------------------------------------------------------------------- replay, robustness

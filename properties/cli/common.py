@@ -10,34 +10,113 @@ defaults.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+from specproof.properties.options import Flag, defaults, flags
 from specproof.properties.outputs import check_output_path, report_format, write_json
-from specproof.properties.plan import PlanConfig, build_config
+from specproof.properties.plan import PlanConfig
 from specproof.reference.errors import UsageError
 
 C = TypeVar("C", bound=PlanConfig)
+T = TypeVar("T")
 
-#: config field -> command-line option, for messages that name what the user typed
+#: config field -> command-line option, for messages that name what the user typed (the fields
+#: without a flag table of their own)
 OPTION_NAMES = {
-    "alpha": "--alpha",
-    "tv": "--tv",
-    "power": "--power",
-    "seed": "--seed",
-    "samples": "--samples",
-    "max_cells": "--cells",
-    "budget_seconds": "--budget-seconds",
     "large_vocab_tv": "--large-vocab-tv",
     "batch": "--batch",
     "call_timeout": "--call-timeout",
     "shrink": "--shrink",
     "shrink_seconds": "--shrink-seconds",
-    "looks": "--looks",
-    "stop_early": "--stop-early",
 }
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def add_flags(
+    group: Any,
+    cls: type,
+    only: tuple[str, ...] | None = None,
+    skip: tuple[str, ...] = (),
+    also: type | None = None,
+) -> None:
+    """The command line's options for ``cls``'s fields, from its flag table (:mod:`..options`):
+    each stores its text (read when the options are built, so that a bad value is a usage error
+    naming the flag), default None (the class's default applies); the help ends with the default
+    (``also``: a second class whose default is shown beside it, as "engine X")."""
+    second = defaults(also) if also is not None else {}
+    for name, flag in flags(cls).items():
+        if flag.cli is None or flag.positional or name in skip or (only is not None and name not in only):
+            continue
+        default = defaults(cls).get(name)
+        shown = f"default {_shown(default)}"
+        if name in second and second[name] != default:
+            shown += f"; engine {_shown(second[name])}"
+        kw: dict[str, Any] = {"dest": name, "default": None, "help": f"{flag.help} ({shown})"}
+        if flag.switch:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif flag.repeat:
+            kw["action"] = "append"
+        if flag.metavar and not flag.switch:
+            kw["metavar"] = flag.metavar
+        if flag.choices and not flag.switch:
+            kw["choices"] = list(flag.choices)
+        group.add_argument(flag.cli, *flag.aliases, **kw)
+
+
+def read_flag(flag: Flag, text: Any, name: str) -> Any:
+    """One option's text read as its field's value (a tuple for a repeated one), or a
+    :class:`UsageError` naming the flag."""
+    if text is None or flag.switch:
+        return text
+    if flag.repeat and isinstance(text, (list, tuple)):
+        return tuple(read_flag(dataclasses.replace(flag, repeat=False), t, name) for t in text)
+    if flag.parse is None:
+        return text
+    try:
+        return flag.parse(text)
+    except UsageError:
+        raise
+    except (TypeError, ValueError) as e:
+        what = getattr(flag.parse, "__name__", "value")
+        raise UsageError(f"{flag.cli or name}: cannot read {text!r} as {what} ({e})") from e
+
+
+def from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The values of ``cls``'s fields the command line was given (None where not given)."""
+    out: dict[str, Any] = {}
+    for name, flag in flags(cls).items():
+        if flag.cli is None or flag.positional or not hasattr(args, name):
+            continue
+        out[name] = read_flag(flag, getattr(args, name), name)
+    return out
+
+
+def built(cls: type[T], options: dict[str, Any]) -> T:
+    """``cls`` from the command line's options, its validation errors worded in the flags'
+    names."""
+    from specproof.properties.options import build
+
+    names = {n: f.cli for n, f in flags(cls).items() if f.cli and not f.positional}
+    try:
+        return build(cls, options, door="cli")
+    except UsageError as e:
+        field, _, rest = str(e).partition(":")
+        if field in names and rest:
+            raise UsageError(f"{names[field]}:{rest}") from e
+        if field in OPTION_NAMES and rest:
+            raise UsageError(f"{OPTION_NAMES[field]}:{rest}") from e
+        raise
 
 
 def show_progress(mode: str) -> bool:
@@ -119,72 +198,9 @@ def write_json_to(path: str | None, data: Any) -> None:
 def config_from(cls: type[C], options: dict[str, Any]) -> C:
     """``cls`` from the given options (None: the class's default), with a validation error
     worded in the command line's option names."""
-    try:
-        return build_config(cls, options)
-    except UsageError as e:
-        field, _, rest = str(e).partition(":")
-        if field in OPTION_NAMES and rest:
-            raise UsageError(f"{OPTION_NAMES[field]}:{rest}") from e
-        raise
+    return built(cls, options)
 
 
 def plan_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options every audit plans with, as given (None where not given)."""
-    return {
-        "alpha": args.alpha,
-        "tv": args.tv,
-        "power": args.power,
-        "seed": args.seed,
-        "samples": args.samples,
-        "max_cells": args.cells,
-        "budget_seconds": args.budget_seconds,
-        "stop_early": True if getattr(args, "stop_early", False) else None,
-    }
-
-
-def parse_ids(text: str, option: str) -> tuple[int, ...]:
-    """Token ids written ``'0 6'`` or ``0,6``: at least one, none negative."""
-    try:
-        ids = tuple(int(x) for x in text.replace(",", " ").split())
-    except ValueError as e:
-        raise UsageError(f"{option}: {text!r} is not a list of token ids") from e
-    if not ids or any(x < 0 for x in ids):
-        raise UsageError(f"{option}: {text!r} must hold at least one non-negative id")
-    return ids
-
-
-def parse_param(text: str, token_text: Sequence[str] | None = None) -> tuple[str, Any]:
-    """One ``--param NAME=VALUE`` as a request parameter (reference/sampling.py): a number, a
-    ``logit_bias`` as ``ID:BIAS,ID:BIAS`` (``-inf`` bans), ``bad_words`` as ``IDS;IDS`` (ids
-    separated by spaces or commas), a ``regex`` (the grammar, over the tokens' texts:
-    ``token_text``), or a scope name. An unknown NAME is a usage error naming it."""
-    import math
-
-    from specproof.reference.sampling import Grammar, Sampling
-
-    name, sep, value = text.partition("=")
-    name = name.strip().replace("-", "_")
-    if not sep:
-        raise UsageError(f"--param: {text!r} is not NAME=VALUE")
-    known = {f for f in Sampling.__dataclass_fields__ if f not in ("extra", "grammar", "temperature")}
-    try:
-        if name == "regex":
-            if token_text is None:
-                raise UsageError("--param regex: needs the tokens' texts (--token-map FILE)")
-            return "grammar", Grammar.from_regex(value, token_text)
-        if name == "logit_bias":
-            pairs = [p.split(":") for p in value.split(",") if p.strip()]
-            return name, tuple((int(i), -math.inf if b.strip() == "-inf" else float(b)) for i, b in pairs)
-        if name == "bad_words":
-            return name, tuple(parse_ids(w, "--param bad_words") for w in value.split(";") if w.strip())
-        if name in ("repetition_scope", "presence_scope"):
-            return name, value
-        if name in ("top_k", "no_repeat_ngram_size", "min_new_tokens", "eos"):
-            return name, int(value)
-        if name in known:
-            return name, float(value)
-    except ValueError as e:
-        raise UsageError(f"--param {name}: cannot read {value!r} ({e})") from e
-    raise UsageError(
-        f"--param {name}: not a sampling parameter (known: {', '.join(sorted(known | {'regex'}))})"
-    )
+    return from_args(args, PlanConfig)

@@ -44,24 +44,26 @@ import torch
 from specproof.properties.conformance.backends import CHAIN_PROCESSES, REGISTRY, Backend, register
 from specproof.properties.conformance.backends import reference as _ref
 from specproof.properties.conformance.backends import torch_chain as _tc
+from specproof.properties.verdicts import Planted, Verdict, planted
 from specproof.reference.rules import RULES
 
-CHAIN_MUTANTS: dict[str, tuple[str, str]] = {
-    "residual_from_p": ("lossy", "recovered token drawn from p instead of norm((p - q)+)"),
-    "stale_draft_probs": ("lossy", "relu(p - draft_probs) with another row's draft probs"),
-    "one_sided_temperature": ("lossy", "acceptance ratio from sharpened p, residual from p"),
-    "count_after_reject": ("lossy", "as many drafts emitted as accepts, even after a rejection"),
-    "sentinel_index": ("contract_violation", "no-rejection sentinel -1 used as an index"),
-    "target_off_by_one": ("lossy", "draft i tested against target_probs[i + 1]"),
-    "shared_uniforms": ("lossy", "one uniform per position shared by all rows"),
-    "fixed_seed": (
-        "lossy",
-        "generator ignored: a fixed private seed, so every call reuses the same uniforms",
+LOSSY, VIOLATION = Verdict.LOSSY, Verdict.CONTRACT_VIOLATION
+
+CHAIN_MUTANTS: dict[str, Planted] = planted(
+    Planted("residual_from_p", LOSSY, "recovered token drawn from p instead of norm((p - q)+)"),
+    Planted("stale_draft_probs", LOSSY, "relu(p - draft_probs) with another row's draft probs"),
+    Planted("one_sided_temperature", LOSSY, "acceptance ratio from sharpened p, residual from p"),
+    Planted("count_after_reject", LOSSY, "as many drafts emitted as accepts, even after a rejection"),
+    Planted("sentinel_index", VIOLATION, "no-rejection sentinel -1 used as an index"),
+    Planted("target_off_by_one", LOSSY, "draft i tested against target_probs[i + 1]"),
+    Planted("shared_uniforms", LOSSY, "one uniform per position shared by all rows"),
+    Planted(
+        "fixed_seed", LOSSY, "generator ignored: a fixed private seed, so every call reuses the same uniforms"
     ),
-    "global_rng": ("contract_violation", "generator ignored: torch's global RNG"),
-    "int16_ids": ("contract_violation", "token ids kept in 16 bits: ids of 2**16 and above wrap around"),
-    "bf16_ids": ("contract_violation", "token ids passed through bfloat16: ids above 256 are rounded"),
-}
+    Planted("global_rng", VIOLATION, "generator ignored: torch's global RNG"),
+    Planted("int16_ids", VIOLATION, "token ids kept in 16 bits: ids of 2**16 and above wrap around"),
+    Planted("bf16_ids", VIOLATION, "token ids passed through bfloat16: ids above 256 are rounded"),
+)
 
 
 def _chain_mutant(name: str) -> Callable[..., Any]:
@@ -94,15 +96,15 @@ def _tree_sentinel_child(inner: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _register() -> None:
-    for name, (expect, doc) in CHAIN_MUTANTS.items():
+    for name, m in CHAIN_MUTANTS.items():
         register(
             Backend(
                 f"mutant.{name}",
                 "chain",
                 _chain_mutant(name),
                 CHAIN_PROCESSES,
-                expect,
-                doc=doc,
+                m.expect.value,
+                doc=m.doc,
                 group="mutant",
             )
         )

@@ -26,7 +26,9 @@ import numpy as np
 
 from specproof.properties.audit import stats
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
-from specproof.properties.endpoint.standin import StandIn, token_texts
+from specproof.properties.endpoint.families.wire import token_texts
+from specproof.properties.endpoint.options import EndpointOptions
+from specproof.properties.endpoint.standin import StandIn
 from specproof.properties.engine.audit import ENGINE_PACKAGES, EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1
 from specproof.properties.outputs import versions
@@ -53,9 +55,7 @@ def _audits(
     t0 = time.perf_counter()
     with StandIn(bug, loop=loop) as si:
         ep = Endpoint(
-            [si.url],
-            profile,
-            concurrency=concurrency,
+            EndpointOptions((si.url,), profile, concurrency=concurrency),
             token_map=token_texts(si.model.vocab) if profile == "openai" else None,
         )
         try:

@@ -9,12 +9,17 @@ sample twice. When a request still fails, :meth:`Client.post_many` raises
 :class:`~specproof.properties.engine.contract.EngineUnavailable` holding the answers that
 completed before it, in order: nothing drawn is lost. An answer the server gives deliberately
 (HTTP 4xx other than 429) is not retried: :class:`RequestRefused` carries its message.
+
+The client's event loop runs in a thread of its own, so its blocking calls work from any caller,
+one that is itself inside a running event loop (an async service, a notebook) included; a
+``transport`` (any httpx transport) replaces the sockets, e.g. to reach a stand-in in process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +57,7 @@ class Client:
         timeout: float = 60.0,
         retries: int = 3,
         backoff: float = 0.25,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not urls:
             raise UsageError("URL: at least one endpoint is needed")
@@ -63,30 +69,60 @@ class Client:
             raise UsageError(f"retries: must be an integer >= 0, got {retries!r}")
         self.urls = [check_url(u) for u in urls]
         self.concurrency, self.timeout, self.retries, self.backoff = concurrency, timeout, retries, backoff
-        self._loop = asyncio.new_event_loop()
+        self.transport = transport
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._http: httpx.AsyncClient | None = None
         self.requests = 0  # requests sent, retries included
         self.retried = 0
 
-    # -- the event loop this client owns -------------------------------------------------------
+    # -- the event loop this client owns, in its own thread ------------------------------------
 
     def _run(self, coro: Any) -> Any:
-        return self._loop.run_until_complete(coro)
+        """Run ``coro`` on the client's loop and wait for it (from any thread, in a loop or not)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="specproof-http")
+            self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C while waiting: the request stops too
+            raise
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
             limits = httpx.Limits(
                 max_connections=self.concurrency, max_keepalive_connections=self.concurrency
             )
-            self._http = httpx.AsyncClient(timeout=self.timeout, limits=limits)
+            self._http = httpx.AsyncClient(timeout=self.timeout, limits=limits, transport=self.transport)
         return self._http
 
     def close(self) -> None:
-        if self._http is not None:
-            self._run(self._http.aclose())
-            self._http = None
-        if not self._loop.is_closed():
-            self._loop.close()
+        """Close the connections and stop the loop's thread (pending requests are cancelled)."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        http, self._http = self._http, None
+
+        async def shut() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if http is not None:
+                await http.aclose()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), loop).result(timeout=10)
+        except Exception:
+            pass  # closing: nothing is left to save
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if not loop.is_running():
+            loop.close()
 
     def __enter__(self) -> Client:
         return self

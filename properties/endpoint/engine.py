@@ -19,9 +19,12 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.endpoint.client import Client, RequestRefused
-from specproof.properties.endpoint.profiles import AnswerError, Profile, make_profile
+from specproof.properties.endpoint.families import make_profile
+from specproof.properties.endpoint.families.base import AnswerError, Profile
+from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.engine.contract import (
     DEFAULT_PROMPTS,
+    DEFAULT_TOKENS,
     T07,
     T1,
     EngineSpec,
@@ -102,7 +105,7 @@ class EndpointEngine:
         return {
             **self.profile.describe(),
             "endpoints": self.client.urls,
-            "target_endpoint": None if self.twin is None else self.twin.client.urls,
+            "twin": None if self.twin is None else self.twin.client.urls,
             "law_read_from": self._laws.urls,
             "concurrency": self.client.concurrency,
             "retries": self.client.retries,
@@ -134,33 +137,58 @@ def _cut_changes(law: Sequence[float], s: Sampling) -> bool:
 
 class Endpoint:
     """The servers of one audit: the endpoint's replicas and the optional twin, with their
-    clients, profile and vocabulary, checked once (:func:`endpoint_spec`)."""
+    clients, profile and vocabulary. Made without touching the network; :meth:`open` (or ``with
+    Endpoint(options) as endpoint``) checks the servers once: they answer as the profile, serve one
+    vocabulary and one model, and what the profile must learn from them (a model's name, an end of
+    sequence) is learned. ``transports``: URL -> an httpx transport to reach that server by (the
+    stand-ins answer in process this way); sockets for every other URL. ``profile``: the family's
+    profile as already learned (a worker's copy of an opened endpoint), instead of a new one."""
 
     def __init__(
         self,
-        urls: Sequence[str],
-        profile: str | Profile = "llamacpp",
-        target: str | None = None,
-        vocab: int | None = None,
-        concurrency: int = 8,
-        timeout: float = 60.0,
-        retries: int = 3,
-        token_map: list[str] | None = None,
+        options: EndpointOptions,
+        token_map: Sequence[str] | None = None,
+        transports: dict[str, Any] | None = None,
+        profile: Profile | None = None,
     ) -> None:
-        self.profile = make_profile(profile, token_map) if isinstance(profile, str) else profile
-        self.client = Client(urls, concurrency, timeout, retries)
-        self.twin_client = None if target is None else Client([target], concurrency, timeout, retries)
+        if not options.urls:
+            raise UsageError("URL: at least one endpoint is needed")
+        self.options = options
+        self.profile = profile or make_profile(options.profile, token_map)
+        ways = dict(transports or {})
+        o = options
+        self.client = Client(o.urls, o.concurrency, o.timeout, o.retries, transport=ways.get(o.urls[0]))
+        self.twin_client = (
+            None
+            if o.twin is None
+            else Client([o.twin], o.concurrency, o.timeout, o.retries, transport=ways.get(o.twin))
+        )
+        self.identity: dict[str, Any] = {}
+        self.vocab = 0
+        self.opened = False
+
+    def open(self) -> Endpoint:
+        """Check the servers (class docstring); a refused endpoint leaves no socket open."""
+        if self.opened:
+            return self
         try:
-            self._check_servers(vocab)
+            self._check_servers(self.options.vocab)
         except BaseException:
-            self.close()  # no event loop or socket outlives a refused endpoint
+            self.close()
             raise
+        self.opened = True
+        return self
+
+    def __enter__(self) -> Endpoint:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _check_servers(self, vocab: int | None) -> None:
         self.identity = self._identity(self.client, "URL")
-        twin_identity = (
-            None if self.twin_client is None else self._identity(self.twin_client, "--target-endpoint")
-        )
+        self.profile = self.profile.learned(self.identity)
+        twin_identity = None if self.twin_client is None else self._identity(self.twin_client, "--twin")
         vocab = vocab or self.identity.get("vocab")
         if not vocab:
             raise UsageError(f"--vocab: profile {self.profile.name} cannot read the vocabulary size: give it")
@@ -170,12 +198,12 @@ class Endpoint:
                 vocab,
             ):
                 raise UsageError(
-                    f"--target-endpoint: the endpoint serves a vocabulary of {self.identity.get('vocab')}, "
+                    f"--twin: the endpoint serves a vocabulary of {self.identity.get('vocab')}, "
                     f"its twin {twin_identity.get('vocab')}: they are not the same model"
                 )
             if twin_identity.get("model") != self.identity.get("model"):
                 raise UsageError(
-                    f"--target-endpoint: the endpoint serves {self.identity.get('model')}, its twin "
+                    f"--twin: the endpoint serves {self.identity.get('model')}, its twin "
                     f"{twin_identity.get('model')}"
                 )
         self.vocab = int(vocab)
@@ -207,7 +235,7 @@ class Endpoint:
                     own = EndpointEngine(self.client, self.profile, s, self.vocab).target_law(prompt)
                     if _tv(own, law) > SAME_MODEL_TV:
                         raise UsageError(
-                            f"--target-endpoint: after {list(prompt)} under {s.label} the endpoint's law and "
+                            f"--twin: after {list(prompt)} under {s.label} the endpoint's law and "
                             f"its twin's differ by TV {_tv(own, law):.3g}: not the same model or settings"
                         )
                 if s.truncated:
@@ -232,11 +260,13 @@ def endpoint_spec(
     endpoint: Endpoint,
     prompts: Sequence[Seq] | None = None,
     samplings: Sequence[Sampling] | None = None,
-    tokens: int = 4,
+    tokens: int = DEFAULT_TOKENS,
     name: str | None = None,
     expect: str | None = None,
 ) -> EngineSpec:
-    """The :class:`EngineSpec` of a served engine, after :meth:`Endpoint.check`."""
+    """The :class:`EngineSpec` of a served engine, after :meth:`Endpoint.open` and
+    :meth:`Endpoint.check`."""
+    endpoint.open()
     prompts = tuple(tuple(int(x) for x in p) for p in (prompts or DEFAULT_PROMPTS))
     samplings = tuple(samplings or (T1, T07))
     bad = [x for p in prompts for x in p if not 0 <= x < endpoint.vocab]

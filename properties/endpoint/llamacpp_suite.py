@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import GREEDY, T07, T1, Sampling, Seq
 from specproof.properties.engine.results import EngineAuditResult
@@ -230,7 +231,8 @@ def audit_config(
             for group in groups:
                 name = f"{config.name} [{group[0].label}]" if each else config.name
                 endpoint = Endpoint(
-                    [url], config.profile, target=twin, concurrency=4, token_map=list(gguf_models.VOCAB)
+                    EndpointOptions((url,), config.profile, twin=twin, concurrency=4),
+                    token_map=gguf_models.VOCAB,
                 )
                 try:
                     spec = endpoint_spec(endpoint, config.prompts, group, config.tokens, name)

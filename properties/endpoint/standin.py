@@ -1,5 +1,5 @@
 """Stand-in servers of the project's own: the reference decoding loop behind the HTTP APIs that
-the endpoint profiles (:mod:`.profiles`) speak, with planted bugs, so the endpoint audit can be
+the endpoint profiles (:mod:`.families`) speak, with planted bugs, so the endpoint audit can be
 tested end to end, through HTTP, without a third-party server.
 
 :class:`StandIn` (and :func:`serve`, which yields its URL) runs a stdlib
@@ -74,91 +74,88 @@ dies                 underpowered          after ``dies_after`` requests it stop
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
 import functools
 import http.server
 import json
-import math
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import numpy as np
 import torch
 
-from specproof.properties.endpoint.profiles import _joint_cutoffs
+from specproof.properties.endpoint.families import llamacpp, openai, sglang, vllm, wire
+from specproof.properties.endpoint.families.wire import Ask, Drawn, RequestError, token_texts
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.engine.loops import ReferenceEngine, engine_target
+from specproof.properties.verdicts import Planted, Verdict, planted
 from specproof.reference.choices import Sampler
 from specproof.reference.errors import SpecproofError, UsageError
 from specproof.reference.processes import node_contexts
 from specproof.reference.proposers import PROPOSERS
 from specproof.reference.rules import RULES
+from specproof.reference.sampling import warp
 from specproof.reference.step import make_step
 from specproof.reference.transformer import KVCache, TinyTransformer, TransformerLM
 from specproof.reference.tree import DraftTree
 
-#: bug -> (the verdict the endpoint audit must give, the public bug class it models)
-BUGS: dict[str, tuple[str, str]] = {
-    "greedy_verify": (
-        "lossy",
+#: the planted bugs: bug -> the verdict the endpoint audit must give and the public bug class it
+#: models (``error``: refused before sampling, a usage error)
+BUGS: dict[str, Planted] = planted(
+    Planted(
+        "greedy_verify",
+        Verdict.LOSSY,
         "verification commits the target's argmax at T > 0 (sglang PR#9127: greedy verify on some "
         "hardware); the first token, sampled before any draft, stays random",
     ),
-    "no_speculation": ("no_speculation", "speculation silently off: plain sampling, counters 0"),
-    "off_with_logprobs": (
-        "pass",
+    Planted("no_speculation", Verdict.NO_SPECULATION, "speculation silently off: plain sampling, counters 0"),
+    Planted(
+        "off_with_logprobs",
+        Verdict.PASS,
         "speculation off only for requests that ask for probabilities (vllm#34497): the law holds, "
         "speculation.off_when_probabilities_requested says so",
     ),
-    "zero_logprobs": (
-        "misreported",
+    Planted(
+        "zero_logprobs",
+        Verdict.MISREPORTED,
         "every emitted token reported with probability 1.0 / logprob 0.0 (llama.cpp#27972)",
     ),
-    "first_token_only": (
-        "misreported",
+    Planted(
+        "first_token_only",
+        Verdict.MISREPORTED,
         "only the first token's reported probability is the target's, later ones are the draft "
         "model's (PR#27196)",
     ),
-    "ignores_seed": ("contract_violation", "a fixed private seed: every request decodes alike"),
-    "ignores_top_k": (
-        "usage_error",
+    Planted("ignores_seed", Verdict.CONTRACT_VIOLATION, "a fixed private seed: every request decodes alike"),
+    Planted(
+        "ignores_top_k",
+        Verdict.ERROR,
         "top_k accepted but not applied, in the law and in sampling alike (refused before sampling)",
+        settings=(Sampling(1.0, top_k=3),),
     ),
-    "flaky": ("pass", "every flaky_every-th request fails: HTTP 503 and a dropped connection alternately"),
-    "dies": (
-        "underpowered",
+    Planted(
+        "flaky",
+        Verdict.PASS,
+        "every flaky_every-th request fails: HTTP 503 and a dropped connection alternately",
+    ),
+    Planted(
+        "dies",
+        Verdict.UNDERPOWERED,
         "stops answering after dies_after requests (connections refused, or hung past the timeout)",
     ),
-}
+)
 
+#: the planted faults that live in the transport (a socket's): only a listening stand-in has them
+TRANSPORT_FAULTS = ("flaky", "dies")
 #: the private seed of ``ignores_seed``
 FIXED_SEED = 1234
-#: the log-probability shown for an id the cut-offs removed (vLLM clamps -inf to this)
-NEG_LOGPROB = -9999.0
-
-
-def token_texts(vocab: int) -> list[str]:
-    """The stand-in's token texts, id -> text: the token map of the ``openai`` profile."""
-    return [f"<t{i}>" for i in range(vocab)]
-
-
-def _logprob(p: float) -> float:
-    return math.log(p) if p > 0 else NEG_LOGPROB
-
-
-class RequestError(SpecproofError):
-    """A request the stand-in refuses (HTTP ``status``, 400 unless said)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.status = message, status
 
 
 # --------------------------------------------------------------------------- the served model
@@ -196,8 +193,7 @@ class ServedModel:
         (top-k and top-p jointly on the tempered law, then min-p) with ``joint``."""
         z = self.logits(context)
         if joint and s.truncated and not s.greedy:
-            tempered = np.asarray(Sampling(s.temperature).law(list(z)))
-            return np.asarray(_joint_cutoffs(tempered, s))
+            return np.asarray(warp(z, s, order="sglang"))
         return np.asarray(s.law(list(z)))
 
     def draft_prob(self, context: Seq, token: int) -> float:
@@ -248,35 +244,6 @@ class ServedModel:
         return tokens[len(context) :][:n], drafted, accepted
 
 
-# --------------------------------------------------------------------------- requests and answers
-
-
-@dataclass(frozen=True)
-class Ask:
-    """What a request asks, whatever its shape."""
-
-    prompt: Seq
-    tokens: int
-    seed: int
-    sampling: Sampling
-    report: bool  # asks for the probability of each emitted token
-    joint: bool = False  # SGLang's order of the cut-offs
-    tempered_reports: bool = False  # SGLang reports the law before the cut-offs
-
-
-@dataclass
-class Drawn:
-    """What the model produced for an :class:`Ask`."""
-
-    tokens: list[int]
-    drafted: int = 0
-    accepted: int = 0
-    #: per emitted token: its reported probability and the law shown with it (None: not asked)
-    reported: list[float] = field(default_factory=list)
-    shown: list[np.ndarray] = field(default_factory=list)
-    raw: list[np.ndarray] = field(default_factory=list)  # the model's own law (T = 1, no cut-offs)
-
-
 def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
     cdf = np.cumsum(p)
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(p) - 1))
@@ -290,8 +257,10 @@ class StandIn:
     ``speculative``: False serves the same model without speculation (a twin; no counters);
     ``model_seed``/``vocab``: the model (another one makes a wrong twin); ``loop``: ``"kv"``
     (the reference loop) or ``"laws"``; ``flaky_every``, ``dies_after``, ``die``: the fault
-    bugs' parameters. Use as a context manager: ``url`` while it runs; ``answered`` logs the
-    (path, seed, tokens, report) of every generation answered."""
+    bugs' parameters; ``listen``: False answers in process only (no socket: reach it through
+    :class:`InProcess`; the transport faults then cannot be planted). Use as a context manager:
+    ``url`` while it runs; ``answered`` logs the (path, seed, tokens, report) of every generation
+    answered."""
 
     def __init__(
         self,
@@ -306,6 +275,7 @@ class StandIn:
         flaky_every: int = 7,
         dies_after: int = 100,
         die: str = "refuse",
+        listen: bool = True,
     ) -> None:
         if bug is not None and bug not in BUGS:
             raise UsageError(f"bug: {bug!r} is unknown; bugs: {', '.join(BUGS)}")
@@ -315,6 +285,9 @@ class StandIn:
             raise UsageError(f"openai_style: {openai_style!r} is neither 'standard' nor 'llamacpp'")
         if die not in ("refuse", "hang"):
             raise UsageError(f"die: {die!r} is neither 'refuse' nor 'hang'")
+        if not listen and bug in TRANSPORT_FAULTS:
+            raise UsageError(f"bug: {bug!r} is a fault of the transport: it needs listen=True")
+        self.listen = listen
         self.bug, self.speculative, self.loop_kind = bug, speculative, loop
         self.model = ServedModel(model_seed, vocab)
         self.model_name, self.openai_style = model_name, openai_style
@@ -341,6 +314,9 @@ class StandIn:
         self._worker = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="standin-model", initializer=torch.set_num_threads, initargs=(1,)
         )
+        if not self.listen:
+            self.url = f"http://standin-{id(self):x}.invalid"
+            return self
         self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._http.daemon_threads = True
         self._http.standin = self  # type: ignore[attr-defined]
@@ -458,6 +434,33 @@ class StandIn:
                 drawn.raw.append(m.law(ctx, Sampling(1.0)))
         return drawn
 
+    def respond(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+        """The status and JSON answer to one request (the faults aside: :meth:`admit`)."""
+        path = path.split("?", 1)[0]
+        if method == "GET":
+            if path == "/health":
+                return 200, {"status": "ok"}
+            if path in ("/v1/models", "/models"):
+                return 200, models(self)
+            if path == "/get_model_info":
+                name = self.model.name
+                return 200, {"model_path": name, "tokenizer_path": name, "is_generation": True}
+            return 404, {"error": {"code": 404, "message": f"no route {path}"}}
+        handler = POSTS.get(path)
+        if handler is None:
+            return 404, {"error": {"code": 404, "message": f"no route {path}"}}
+        try:
+            body = json.loads(raw or b"null")
+            if not isinstance(body, dict):
+                raise RequestError("expected a JSON object")
+            return 200, handler(self, body)
+        except json.JSONDecodeError as e:
+            return 400, {"error": {"code": 400, "message": f"invalid JSON: {e}"}}
+        except RequestError as e:
+            return e.status, {
+                "error": {"code": e.status, "message": e.message, "type": "invalid_request_error"}
+            }
+
     def record(self, path: str, ask: Ask) -> None:
         with self._lock:
             self.answered.append((path, ask.seed, ask.tokens, ask.report))
@@ -486,236 +489,6 @@ class StandIn:
         return int(value)
 
 
-def _ids(value: Any, what: str) -> Seq:
-    if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
-        raise RequestError(f"{what}: expected a list of token ids, got {str(value)[:80]}")
-    return tuple(value)
-
-
-def _count(value: Any, what: str, default: int) -> int:
-    n = default if value is None else value
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise RequestError(f"{what}: expected an integer >= 1, got {value!r}")
-    return n
-
-
-def _top(law: np.ndarray, n: int | None, nonzero: bool = False) -> list[tuple[int, float]]:
-    """The ``n`` most likely ids of ``law`` (all for None or a negative n), ties to the smaller id."""
-    order = sorted(range(len(law)), key=lambda i: (-float(law[i]), i))
-    if nonzero:
-        order = [i for i in order if law[i] > 0]
-    if n is not None and n >= 0:
-        order = order[:n]
-    return [(i, float(law[i])) for i in order]
-
-
-# --------------------------------------------------------------------------- the shapes
-
-
-def llamacpp_completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /completion``: llama-server's answer."""
-    n_probs = body.get("n_probs") or 0
-    if not isinstance(n_probs, int) or n_probs < 0:
-        raise RequestError(f"n_probs: expected an integer >= 0, got {n_probs!r}")
-    post = bool(body.get("post_sampling_probs", False))
-    ask = Ask(
-        _ids(body.get("prompt"), "prompt"),
-        _count(body.get("n_predict"), "n_predict", 16),
-        si.seed(body.get("seed")),
-        si.sampling(
-            body.get("temperature", 0.8),
-            body.get("top_k", 40),
-            body.get("top_p", 0.95),
-            body.get("min_p", 0.05),
-        ),
-        n_probs > 0,
-    )
-    d = si.run(ask)
-    si.record("/completion", ask)
-    out: dict[str, Any] = {
-        "index": 0,
-        "content": "".join(si.texts[x] for x in d.tokens),
-        "tokens": d.tokens,
-        "id_slot": 0,
-        "stop": True,
-        "model": si.model_name,
-        "tokens_predicted": len(d.tokens),
-        "tokens_evaluated": len(ask.prompt),
-        "generation_settings": {
-            "n_predict": ask.tokens,
-            "seed": ask.seed,
-            "temperature": ask.sampling.temperature,
-            "top_k": ask.sampling.top_k or 0,
-            "top_p": ask.sampling.top_p or 1.0,
-            "min_p": ask.sampling.min_p or 0.0,
-            "n_probs": n_probs,
-            "post_sampling_probs": post,
-            "ignore_eos": bool(body.get("ignore_eos", False)),
-        },
-        "stop_type": "limit",
-        "truncated": False,
-        "timings": {"prompt_n": len(ask.prompt), "predicted_n": len(d.tokens)},
-    }
-    if si.speculative:
-        out["timings"].update(draft_n=d.drafted, draft_n_accepted=d.accepted)
-    if ask.report:
-        probs = []
-        for x, p, shown, raw in zip(d.tokens, d.reported, d.shown, d.raw):
-            entry: dict[str, Any] = {"id": x, "token": si.texts[x], "bytes": list(si.texts[x].encode())}
-            if post:
-                entry["prob"] = p
-                entry["top_probs"] = [
-                    {"id": i, "token": si.texts[i], "bytes": list(si.texts[i].encode()), "prob": q}
-                    for i, q in _top(shown, n_probs, nonzero=True)
-                ]
-            else:  # the model's own log-probabilities, before the sampler chain
-                entry["logprob"] = _logprob(float(raw[x]))
-                entry["top_logprobs"] = [
-                    {
-                        "id": i,
-                        "token": si.texts[i],
-                        "bytes": list(si.texts[i].encode()),
-                        "logprob": _logprob(q),
-                    }
-                    for i, q in _top(raw, n_probs)
-                ]
-            probs.append(entry)
-        out["completion_probabilities"] = probs
-    return out
-
-
-def v1_completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /v1/completions``: vLLM's answer when the request asks for token ids, else the
-    generic OpenAI one."""
-    vllm = "return_token_ids" in body or "return_tokens_as_token_ids" in body
-    model = body.get("model")
-    if model is not None and model != si.model_name:
-        raise RequestError(f"The model `{model}` does not exist.", 404)
-    logprobs = body.get("logprobs")
-    if logprobs is not None and (not isinstance(logprobs, int) or logprobs < -1):
-        raise RequestError(f"logprobs: expected an integer >= -1, got {logprobs!r}")
-    ask = Ask(
-        _ids(body.get("prompt"), "prompt"),
-        _count(body.get("max_tokens"), "max_tokens", 16),
-        si.seed(body.get("seed")),
-        si.sampling(body.get("temperature"), body.get("top_k"), body.get("top_p"), body.get("min_p")),
-        logprobs is not None,
-    )
-    d = si.run(ask)
-    si.record("/v1/completions", ask)
-    n_top = None if logprobs == -1 else logprobs
-    choice: dict[str, Any] = {
-        "index": 0,
-        "text": "".join(si.texts[x] for x in d.tokens),
-        "logprobs": None,
-        "finish_reason": "length",
-    }
-    out: dict[str, Any] = {
-        "id": f"cmpl-{ask.seed:x}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": si.model_name,
-        "choices": [choice],
-        "usage": {
-            "prompt_tokens": len(ask.prompt),
-            "completion_tokens": len(d.tokens),
-            "total_tokens": len(ask.prompt) + len(d.tokens),
-        },
-    }
-    if vllm:
-        key = (
-            (lambda i: f"token_id:{i}") if body.get("return_tokens_as_token_ids") else (lambda i: si.texts[i])
-        )
-        choice["token_ids"] = d.tokens
-        if body.get("return_token_ids"):
-            choice["prompt_token_ids"] = list(ask.prompt)
-        if ask.report:
-            tops = []
-            for x, shown in zip(d.tokens, d.shown):
-                top = {key(i): _logprob(q) for i, q in _top(shown, n_top)}
-                top[key(x)] = _logprob(float(shown[x]))  # vLLM lists the sampled token too
-                tops.append(top)
-            choice["logprobs"] = {
-                "text_offset": list(range(len(d.tokens))),
-                "token_logprobs": [_logprob(p) for p in d.reported],
-                "tokens": [key(x) for x in d.tokens],
-                "top_logprobs": tops,
-            }
-        if si.speculative:
-            out["metrics"] = {
-                "speculative_decoding": {
-                    "num_drafts": 0 if not d.drafted else -(-d.drafted // 3),
-                    "num_draft_tokens": d.drafted,
-                    "num_accepted_draft_tokens": d.accepted,
-                }
-            }
-    elif ask.report and si.openai_style == "llamacpp":
-        choice["logprobs"] = {
-            "content": [
-                {
-                    "id": x,
-                    "token": si.texts[x],
-                    "bytes": list(si.texts[x].encode()),
-                    "logprob": _logprob(p),
-                    "top_logprobs": [
-                        {
-                            "id": i,
-                            "token": si.texts[i],
-                            "bytes": list(si.texts[i].encode()),
-                            "logprob": _logprob(q),
-                        }
-                        for i, q in _top(shown, n_top)
-                    ],
-                }
-                for x, p, shown in zip(d.tokens, d.reported, d.shown)
-            ]
-        }
-    elif ask.report:
-        choice["logprobs"] = {
-            "text_offset": list(range(len(d.tokens))),
-            "token_logprobs": [_logprob(p) for p in d.reported],
-            "tokens": [si.texts[x] for x in d.tokens],
-            "top_logprobs": [{si.texts[i]: _logprob(q) for i, q in _top(shown, n_top)} for shown in d.shown],
-        }
-    return out
-
-
-def sglang_generate(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /generate``: SGLang's answer."""
-    sp = body.get("sampling_params") or {}
-    if not isinstance(sp, dict):
-        raise RequestError("sampling_params: expected an object")
-    report = bool(body.get("return_logprob", False))
-    n_top = body.get("top_logprobs_num") or 0
-    ask = Ask(
-        _ids(body.get("input_ids"), "input_ids"),
-        _count(sp.get("max_new_tokens"), "max_new_tokens", 128),
-        si.seed(sp.get("sampling_seed")),
-        si.sampling(sp.get("temperature"), sp.get("top_k"), sp.get("top_p"), sp.get("min_p")),
-        report,
-        joint=True,
-        tempered_reports=True,
-    )
-    d = si.run(ask)
-    si.record("/generate", ask)
-    meta: dict[str, Any] = {
-        "id": f"{ask.seed:x}",
-        "finish_reason": {"type": "length", "length": len(d.tokens)},
-        "prompt_tokens": len(ask.prompt),
-        "completion_tokens": len(d.tokens),
-        "cached_tokens": 0,
-    }
-    if si.speculative:
-        meta.update(spec_num_proposed_drafts=d.drafted, spec_num_correct_drafts=d.accepted)
-    if report:
-        meta["input_token_logprobs"] = []
-        meta["output_token_logprobs"] = [[_logprob(p), x, None] for x, p in zip(d.tokens, d.reported)]
-        meta["output_top_logprobs"] = [
-            [[_logprob(q), i, None] for i, q in _top(shown, n_top)] if n_top else None for shown in d.shown
-        ]
-    return {"text": "".join(si.texts[x] for x in d.tokens), "output_ids": d.tokens, "meta_info": meta}
-
-
 def models(si: StandIn) -> dict[str, Any]:
     m = si.model
     return {
@@ -742,7 +515,14 @@ def models(si: StandIn) -> dict[str, Any]:
     }
 
 
-POSTS = {"/completion": llamacpp_completion, "/v1/completions": v1_completions, "/generate": sglang_generate}
+def _v1_completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/completions``: vLLM's answer when the request asks for token ids, else OpenAI's."""
+    answer = vllm.completions if vllm.asks_vllm(body) else openai.ROUTES["/v1/completions"]
+    return answer(si, body)
+
+
+#: path -> the family module's answer (one path that two families share is told apart by its body)
+POSTS: dict[str, wire.Answer] = {**llamacpp.ROUTES, **sglang.ROUTES, "/v1/completions": _v1_completions}
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -790,46 +570,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
-        if self._fault():
-            return
-        path = self.path.split("?", 1)[0]
-        if path == "/health":
-            self._send(200, {"status": "ok"})
-        elif path in ("/v1/models", "/models"):
-            self._send(200, models(self.si))
-        elif path == "/get_model_info":
-            self._send(
-                200,
-                {
-                    "model_path": self.si.model.name,
-                    "tokenizer_path": self.si.model.name,
-                    "is_generation": True,
-                },
-            )
-        else:
-            self._send(404, {"error": {"code": 404, "message": f"no route {path}"}})
+        if not self._fault():
+            self._send(*self.si.respond("GET", self.path, b""))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self._fault():
             return
-        path = self.path.split("?", 1)[0]
-        handler = POSTS.get(path)
-        if handler is None:
-            self._send(404, {"error": {"code": 404, "message": f"no route {path}"}})
-            return
         try:
-            body = json.loads(raw or b"null")
-            if not isinstance(body, dict):
-                raise RequestError("expected a JSON object")
-            self._send(200, handler(self.si, body))
-        except json.JSONDecodeError as e:
-            self._send(400, {"error": {"code": 400, "message": f"invalid JSON: {e}"}})
-        except RequestError as e:
-            self._send(
-                e.status, {"error": {"code": e.status, "message": e.message, "type": "invalid_request_error"}}
-            )
+            self._send(*self.si.respond("POST", self.path, raw))
         except concurrent.futures.CancelledError:  # stopping
             self.close_connection = True
         except Exception as e:  # a fault of the stand-in itself: say what it is (HTTP 500)
@@ -837,6 +587,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             self._send(500, {"error": {"code": 500, "message": f"{type(e).__name__}: {e}"}})
+
+
+class InProcess(httpx.AsyncBaseTransport):
+    """Stand-ins reached without a socket: a request to a stand-in's URL is answered by the same
+    code its HTTP handler runs (:meth:`StandIn.respond`), on its model's worker thread. For the
+    tests that plant no transport fault (a planted fault is a socket's: it needs the server)."""
+
+    def __init__(self, *standins: StandIn) -> None:
+        self.by_url = {si.url: si for si in standins}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        base = f"{request.url.scheme}://{request.url.host}" + (
+            f":{request.url.port}" if request.url.port else ""
+        )
+        si = self.by_url.get(base)
+        if si is None:
+            return httpx.Response(502, json={"error": {"code": 502, "message": f"no stand-in at {base}"}})
+        raw = await request.aread()
+        loop = asyncio.get_running_loop()
+        status, obj = await loop.run_in_executor(None, si.respond, request.method, request.url.path, raw)
+        return httpx.Response(status, json=obj)
 
 
 @contextlib.contextmanager

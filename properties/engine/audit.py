@@ -40,12 +40,9 @@ procedure at alpha 0.01 over 300 seeded audits of exact engines, and its power o
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -60,6 +57,7 @@ from specproof.properties.engine.checks import (
     judge_reports,
     tolerance_from,
 )
+from specproof.properties.engine.config import MAX_TOKENS, EngineAuditConfig
 from specproof.properties.engine.contract import (
     Engine,
     EngineSpec,
@@ -69,53 +67,18 @@ from specproof.properties.engine.contract import (
     Seq,
 )
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
-from specproof.properties.plan import Budget, PlanConfig
+from specproof.properties.engine.runner import (
+    CaseRunner,
+    EngineViolation,
+    check_seed_use,
+    sample_seed,
+)
+from specproof.properties.plan import Budget
 from specproof.properties.verdicts import Verdict
-from specproof.reference.errors import SpecproofError, UsageError
+from specproof.reference.errors import UsageError
 
 #: the packages whose versions an engine audit's JSON records
 ENGINE_PACKAGES = ("specproof", "torch", "transformers", "vllm", "sglang")
-#: the longest horizon M an audit may ask for (the cells grow as V^M)
-MAX_TOKENS = 12
-
-
-@dataclass
-class EngineAuditConfig(PlanConfig):
-    """The engine audit's plan: :class:`~specproof.properties.plan.PlanConfig`'s fields with this
-    audit's defaults (an engine sample costs milliseconds, a verifier row microseconds: alpha
-    1e-4 over the cases, TV 0.1, a 600 s guard, 64 cells, stop at the first rejection), and the
-    number of interim looks per case."""
-
-    alpha: float = 1e-4
-    tv: float = 0.1
-    budget_seconds: float = 600.0
-    max_cells: int = 64
-    stop_early: bool = True
-    looks: int = 4
-    #: samples per case drawn with probabilities requested, where the engine reports them (the
-    #: report check), and from its speculation-off twin (the control); 0: neither
-    report_samples: int = 32
-
-    def validate(self) -> None:
-        super().validate()
-        if not isinstance(self.looks, int) or not 1 <= self.looks <= 10:
-            raise UsageError(f"looks: must be between 1 and 10, got {self.looks}")
-        if not isinstance(self.report_samples, int) or self.report_samples < 0:
-            raise UsageError(f"report_samples: must be an integer >= 0, got {self.report_samples}")
-
-
-class EngineViolation(SpecproofError):
-    """A contract violation of the engine under audit (ends the audit ``contract_violation``)."""
-
-    def __init__(self, kind: str, detail: str, case: EngineCase) -> None:
-        super().__init__(detail)
-        self.kind, self.detail, self.case = kind, detail, case
-
-
-def sample_seed(*parts: int) -> int:
-    """The seed of one call, a function of ``parts`` alone (the audit's seed, the case, the index)."""
-    state = np.random.SeedSequence([abs(int(x)) for x in parts]).generate_state(1, dtype=np.uint64)[0]
-    return int(state >> 2)
 
 
 @contextlib.contextmanager
@@ -130,224 +93,6 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
-
-
-class CaseRunner:
-    """One case: the engine for its setting, the memoized law, validated calls."""
-
-    def __init__(self, engine: Engine, case: EngineCase, vocab: int) -> None:
-        self.engine, self.case, self.vocab = engine, case, vocab
-        self.memo: dict[Seq, list[float]] = {}
-        #: the engine's end-of-sequence id: a sample may end early on it, and after it the law is
-        #: one-hot at it (end of sequence is absorbing; samples are padded with it to M tokens)
-        self.eos: int | None = getattr(engine, "eos_id", None)
-        self._with_prompt = takes_prompt_len(engine.target_law)
-
-    def law(self, prefix: Seq) -> list[float]:
-        """The target's next-token law after the prompt and ``prefix``, checked and memoized."""
-        if self.eos is not None and self.eos in prefix:
-            return [1.0 if x == self.eos else 0.0 for x in range(self.vocab)]
-        if prefix not in self.memo:
-            context = list(self.case.prompt + prefix)
-            try:
-                if self._with_prompt:  # optional keyword: parameters whose law needs the prompt
-                    law_of: Any = self.engine.target_law
-                    row = law_of(context, prompt_len=len(self.case.prompt))
-                else:
-                    row = self.engine.target_law(context)
-            except (EngineViolation, EngineUnavailable, UsageError):
-                raise
-            except Exception as e:
-                raise EngineViolation(
-                    "exception", f"target_law raised {type(e).__name__}: {e}", self.case
-                ) from e
-            self.memo[prefix] = self._checked_law(row, context)
-        return self.memo[prefix]
-
-    def prefetch(self, seqs: list[Seq]) -> None:
-        """Read at once the laws after every proper prefix of ``seqs`` not read yet, where the
-        engine reads many at once (``target_laws``: a server answers them concurrently)."""
-        many = getattr(self.engine, "target_laws", None)
-        need = sorted({s[:d] for s in seqs for d in range(len(s))} - set(self.memo))
-        if self.eos is not None:
-            need = [p for p in need if self.eos not in p]  # after end of sequence the law is known
-        if many is None or not need:
-            return
-        try:
-            contexts = [list(self.case.prompt + p) for p in need]
-            if takes_prompt_len(many):
-                rows = many(contexts, prompt_len=len(self.case.prompt))
-            else:
-                rows = many(contexts)
-        except (EngineUnavailable, UsageError):
-            raise
-        except Exception as e:
-            raise EngineViolation(
-                "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
-            ) from e
-        for p, row in zip(need, rows):
-            self.memo[p] = self._checked_law(row, list(self.case.prompt + p))
-
-    def _checked_law(self, row: object, context: list[int]) -> list[float]:
-        try:
-            arr = np.asarray([float(v) for v in row], dtype=np.float64)  # type: ignore[attr-defined]
-        except (TypeError, ValueError) as e:
-            raise EngineViolation("target_law", f"target_law after {context}: not numbers", self.case) from e
-        where = f"target_law after {context}"
-        if arr.shape != (self.vocab,):
-            raise EngineViolation(
-                "target_law", f"{where}: {arr.shape[0]} entries, expected V = {self.vocab}", self.case
-            )
-        if not np.isfinite(arr).all() or (arr < 0).any() or abs(arr.sum() - 1) > 1e-6:
-            raise EngineViolation(
-                "target_law", f"{where}: not a law (sum {arr.sum():.9g}, min {arr.min():.3g})", self.case
-            )
-        return list(arr / arr.sum())
-
-    def generate(self, seed: int) -> Seq:
-        """One sample of M tokens, checked against the contract."""
-        try:
-            out = self.engine.generate(list(self.case.prompt), self.case.tokens, seed)
-        except EngineUnavailable:
-            raise
-        except Exception as e:
-            raise EngineViolation("exception", f"generate raised {type(e).__name__}: {e}", self.case) from e
-        return self.check_tokens(out, seed)
-
-    def draw(self, seeds: list[int], report: bool = False) -> list[Generation]:
-        """Samples for ``seeds`` in order, with what the engine said about each: through its
-        ``generate_many`` when it has one (many at once), else one ``generate`` at a time."""
-        many = getattr(self.engine, "generate_many", None)
-        if many is None:
-            out = []
-            for s in seeds:
-                seq = self.generate(s)
-                counters = getattr(self.engine, "last_counters", None) or {}
-                out.append(
-                    Generation(seq, counters.get("drafted"), counters.get("accepted"), self.forwards())
-                )
-            return out
-        try:
-            gens = list(many(list(self.case.prompt), self.case.tokens, seeds, report=report))
-        except EngineUnavailable as e:
-            e.done = [self._checked(g, s) for g, s in zip(e.done, seeds)]
-            raise
-        except Exception as e:
-            raise EngineViolation(
-                "exception", f"generate_many raised {type(e).__name__}: {e}", self.case
-            ) from e
-        if len(gens) != len(seeds):
-            raise EngineViolation(
-                "length", f"generate_many returned {len(gens)} samples for {len(seeds)} seeds", self.case
-            )
-        return [self._checked(g, s) for g, s in zip(gens, seeds)]
-
-    def _checked(self, g: Generation, seed: int) -> Generation:
-        seq = self.check_tokens(g.tokens, seed)
-        return g if seq == g.tokens else Generation(seq, g.drafted, g.accepted, g.forwards, g.reported)
-
-    def check_tokens(self, out: object, seed: int) -> Seq:
-        """``out`` as M token ids in ``[0, V)``, or the contract violation it is."""
-        M = self.case.tokens
-        if isinstance(out, torch.Tensor):
-            out = out.reshape(-1).tolist()
-        try:
-            seq = tuple(int(x) for x in out)  # type: ignore[attr-defined]
-            if any(int(x) != x for x in out):  # type: ignore[attr-defined]
-                raise ValueError
-        except (TypeError, ValueError) as e:
-            raise EngineViolation(
-                "type", f"generate returned {out!r}, not a list of token ids", self.case
-            ) from e
-        if self.eos is not None and self.eos in seq[:-1]:
-            raise EngineViolation(
-                "after_eos", f"seed {seed}: tokens after end of sequence {self.eos}: {list(seq)}", self.case
-            )
-        if len(seq) < M and seq and seq[-1] == self.eos:
-            seq = seq + (self.eos,) * (M - len(seq))  # ended early: padded, EOS being absorbing
-        if len(seq) != M:
-            raise EngineViolation(
-                "length", f"seed {seed}: {len(seq)} tokens returned, {M} asked: {list(seq)}", self.case
-            )
-        bad = [x for x in seq if not 0 <= x < self.vocab]
-        if bad:
-            raise EngineViolation(
-                "out_of_range", f"seed {seed}: id {bad[0]} outside [0, {self.vocab}): {list(seq)}", self.case
-            )
-        return seq
-
-    def forwards(self) -> int | None:
-        """Target forwards of the last call, where the engine counts them (``last_steps`` or
-        ``last_forwards``)."""
-        steps = getattr(self.engine, "last_steps", None)
-        if steps:
-            return len(steps)
-        n = getattr(self.engine, "last_forwards", None)
-        return int(n) if isinstance(n, int) else None
-
-    def probability(self, seq: Seq) -> tuple[float, int | None]:
-        """P(seq) under the law, and the first position (1-based) with probability 0."""
-        p = 1.0
-        for d, x in enumerate(seq):
-            q = self.law(seq[:d])[x]
-            if q <= 0:
-                return 0.0, d + 1
-            p *= q
-        return p, None
-
-    def point_mass(self) -> bool:
-        """Whether the M-token law is a single sequence (greedy decoding)."""
-        node: Seq = ()
-        while len(node) < self.case.tokens:
-            nz = [x for x, v in enumerate(self.law(node)) if v > 0]
-            if len(nz) != 1:
-                return False
-            node += (nz[0],)
-        return True
-
-
-def takes_prompt_len(fn: Callable[..., Any]) -> bool:
-    """Whether a ``target_law`` takes ``prompt_len`` (laws whose penalties or grammar read only the
-    generated tokens need to know where the prompt ends)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return "prompt_len" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def check_seed_use(runner: CaseRunner, seed: int, clock: Callable[[], float]) -> list[float]:
-    """Determinism and seed use on one case (module docstring, stage 1); returns call times."""
-    times, outs = [], []
-    for s in (seed, seed + 1, seed):
-        t0 = clock()
-        outs.append(runner.generate(sample_seed(s, 7)))
-        times.append(clock() - t0)
-    if outs[0] != outs[2]:
-        raise EngineViolation(
-            "nondeterministic",
-            f"two calls with the same seed (another call in between) returned {list(outs[0])} "
-            f"and {list(outs[2])}",
-            runner.case,
-        )
-    again = runner.generate(sample_seed(seed, 7))
-    if again != outs[0]:
-        raise EngineViolation(
-            "nondeterministic",
-            f"two consecutive calls with the same seed returned {list(outs[2])} and {list(again)}",
-            runner.case,
-        )
-    p, _ = runner.probability(outs[0])
-    if 0 < p < 0.5:
-        k = math.ceil(math.log(1e-9) / math.log(p))
-        if all(runner.generate(sample_seed(seed, 8, j)) == outs[0] for j in range(k)):
-            raise EngineViolation(
-                "ignores_seed",
-                f"{k + 1} different seeds all returned {list(outs[0])}, a sequence of probability {p:.3g} "
-                f"under the law (all equal by chance: below {p**k:.1e})",
-                runner.case,
-            )
-    return times
 
 
 def look_schedule(n: int, looks: int) -> list[int]:
@@ -367,8 +112,8 @@ class Drawer:
     def chunk(self, runner: CaseRunner) -> int:
         """Samples to ask for at once: many for an engine that draws many at once, else one (so
         that the budget is checked between samples)."""
-        if hasattr(runner.engine, "generate_many"):
-            return max(1, int(getattr(runner.engine, "batch", 1)))
+        if "generate_many" in runner.offers:
+            return max(1, int(runner.optional("batch", 1)))
         return 1
 
     def draw(self, runner: CaseRunner, seeds: list[int]) -> list[Generation]:
@@ -436,7 +181,7 @@ class EngineAudit:
                 self.verdict()
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
-        describe = getattr(self.runners[0].engine, "describe", None) if self.runners else None
+        describe = self.runners[0].optional("describe") if self.runners else None
         if callable(describe):
             res.description = dict(describe())  # after every stage, so its counts are the audit's
         res.seconds = self.budget.elapsed()
@@ -459,6 +204,12 @@ class EngineAudit:
             self.runners.append(CaseRunner(engines[case.sampling], case, self.spec.vocab))
         for rn in self.runners:
             self._check_applied(rn, engines)
+            if rn.case.sampling.output_scoped and not rn._with_prompt:
+                self.result.notes.append(
+                    f"{rn.case.name}: parameters that count only the generated tokens are asked, and the "
+                    "engine's target_law takes no prompt_len: its law cannot know where the prompt ends "
+                    "(a correct engine written so is judged against the law it gives)"
+                )
         masses = [rn.point_mass() for rn in self.runners]
         first_max = [max(rn.law(())) for rn in self.runners]
         chosen = min(range(len(self.runners)), key=lambda i: first_max[i])
@@ -482,8 +233,12 @@ class EngineAudit:
         if bare not in engines:
             try:
                 engines[bare] = self.spec.build(bare)
-            except Exception:
-                return  # an engine built for this setting only: nothing to compare with
+            except Exception as e:  # an engine built for this setting only: nothing to compare with
+                self.result.notes.append(
+                    f"{rn.case.name}: whether the engine applies its request parameters was not checked: "
+                    f"it cannot be built without them ({type(e).__name__}: {e})"
+                )
+                return
         plain = CaseRunner(
             engines[bare], EngineCase(rn.case.index, rn.case.prompt, bare, rn.case.tokens), rn.vocab
         )
@@ -514,7 +269,8 @@ class EngineAudit:
         c, res, spec = self.config, self.result, self.spec
         total = sum(r.planned for r in res.cases)
         estimate = total * self.per_sample
-        lines = [
+        lines = [f"  note: {n}" for n in res.notes]
+        lines[:0] = [
             f"engine {spec.name}: {len(self.cases)} cases (prompts x settings), M = {spec.tokens} new "
             f"tokens, V = {spec.vocab}",
             f"  plan: {total:,} samples for power {c.power:g} against TV {c.tv:g} on up to "
@@ -618,10 +374,10 @@ class EngineAudit:
         c, res = self.config, self.result
         if c.report_samples == 0 or res.fault or res.verdict == Verdict.INTERRUPTED:
             return
-        twins = [getattr(rn.engine, "twin", None) for rn in self.runners]
+        twins = [rn.optional("twin") for rn in self.runners]
         if any(t is not None for t in twins):
             res.control = self._control(twins)
-        offered = [rn for rn in self.runners if getattr(rn.engine, "reports_probabilities", False)]
+        offered = [rn for rn in self.runners if rn.optional("reports", False)]
         if not offered:
             return
         res.reports.tolerance, res.reports.tolerance_from = tolerance_from(res.control)
@@ -656,7 +412,7 @@ class EngineAudit:
             twin_runner = CaseRunner(twin, rn.case, rn.vocab)
             self.say(f"control {rn.case.name}", 1.0)
             try:
-                if getattr(twin, "reports_probabilities", False):
+                if twin_runner.optional("reports", False):
                     seeds = [
                         sample_seed(c.seed, rn.case.index, 2 * 10**6 + j) for j in range(c.report_samples)
                     ]

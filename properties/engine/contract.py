@@ -76,6 +76,8 @@ Sampling = ReferenceSampling
 T1, T07 = Sampling(1.0), Sampling(0.7)
 #: the prompts a user's engine is audited on when neither the audit nor the engine names any
 DEFAULT_PROMPTS: tuple[Seq, ...] = ((0, 1),)
+#: the horizon M an engine is audited at when neither the audit nor the engine names one
+DEFAULT_TOKENS = 4
 GREEDY = Sampling(0.0)
 
 
@@ -109,7 +111,7 @@ class EngineSpec:
     prompts: tuple[Seq, ...]
     samplings: tuple[Sampling, ...] = (T1, T07)
     expect: str | None = "pass"  # the verdict its authors claim (None: no claim, a user's engine)
-    tokens: int = 4  # the default horizon M
+    tokens: int = DEFAULT_TOKENS  # the horizon M
     available: Callable[[], tuple[bool, str]] = _always
     notes: str = ""  # what the audit table should say about it (options, cost, caveats)
 

@@ -17,14 +17,15 @@ never decides a verdict, only the speed (proofs_notes/engine_audit.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from specproof.properties.engine.contract import Engine, Sampling, Seq
+from specproof.properties.engine.contract import Sampling, Seq
+from specproof.properties.verdicts import Planted, Verdict, planted
 from specproof.reference.choices import Sampler
 from specproof.reference.decode import NodeLaw, decode
 from specproof.reference.errors import BadParameterError
@@ -46,6 +47,8 @@ def engine_target() -> TinyTransformer:
     """The reference engines' target: 8 tokens, width 16, 2 layers (module docstring)."""
     return TinyTransformer(Config(vocab=8, width=16, layers=2, heads=2, mlp=32), seed=0)
 
+
+PASS, LOSSY, VIOLATION = Verdict.PASS, Verdict.LOSSY, Verdict.CONTRACT_VIOLATION
 
 #: Two prompts: a plain one, and a repeated pattern on which n-gram lookup finds matches.
 REFERENCE_PROMPTS: tuple[Seq, ...] = ((0, 6), (5, 2, 5, 2))
@@ -396,67 +399,80 @@ class SpeculationOff(DirectEngine):
         self.last_counters = {"drafted": 0, "accepted": 0}
 
 
-#: The mutant and alternative engines: name -> (builder, expected verdict, what it does).
-MUTANT_DOCS: dict[str, tuple[Callable[[Sampling], Engine], str, str]] = {
-    "mutant.greedy_draft_soft_law": (
-        greedy_draft_soft_law,
-        "lossy",
+#: The mutant and alternative engines: name -> the planted fault (its builder, the verdict the
+#: audit must give it, what it does).
+MUTANT_DOCS: dict[str, Planted] = planted(
+    Planted(
+        "mutant.greedy_draft_soft_law",
+        LOSSY,
         "drafts made greedily (argmax chain) but verified against the draft's soft law q",
+        greedy_draft_soft_law,
     ),
-    "mutant.late_features": (
-        late_features,
-        "lossy",
+    Planted(
+        "mutant.late_features",
+        LOSSY,
         "MTP drafter fed the target's hidden states one position late; the verifier gets q from the right"
         " ones",
+        late_features,
     ),
-    "mutant.no_kv_rollback": (
-        no_kv_rollback,
-        "lossy",
+    Planted(
+        "mutant.no_kv_rollback",
+        LOSSY,
         "the target's KV cache is not rolled back after a rejection (rejected drafts stay in the cache)",
+        no_kv_rollback,
     ),
-    "mutant.temperature_target_only": (
-        temperature_target_only,
-        "lossy",
+    Planted(
+        "mutant.temperature_target_only",
+        LOSSY,
         "temperature applied to the target only: drafts sampled at T, the verifier told q at T = 1",
+        temperature_target_only,
     ),
-    "mutant.fixed_seed": (
-        functools.partial(_ContractMutant, fault="fixed_seed"),
-        "contract_violation",
+    Planted(
+        "mutant.fixed_seed",
+        VIOLATION,
         "ignores the seed: every call decodes with one private seed",
+        functools.partial(_ContractMutant, fault="fixed_seed"),
     ),
-    "mutant.global_state": (
-        functools.partial(_ContractMutant, fault="global_state"),
-        "contract_violation",
+    Planted(
+        "mutant.global_state",
+        VIOLATION,
         "a call counter mixed into the seed: equal seeds give different tokens",
+        functools.partial(_ContractMutant, fault="global_state"),
     ),
-    "mutant.short_output": (
-        functools.partial(_ContractMutant, fault="short_output"),
-        "contract_violation",
+    Planted(
+        "mutant.short_output",
+        VIOLATION,
         "returns one token fewer than asked",
+        functools.partial(_ContractMutant, fault="short_output"),
     ),
-    "mutant.out_of_range": (
-        functools.partial(_ContractMutant, fault="out_of_range"),
-        "contract_violation",
+    Planted(
+        "mutant.out_of_range",
+        VIOLATION,
         "returns an id outside the vocabulary",
+        functools.partial(_ContractMutant, fault="out_of_range"),
     ),
-    "mutant.speculation_off": (
-        SpeculationOff,
-        "no_speculation",
+    Planted(
+        "mutant.speculation_off",
+        Verdict.NO_SPECULATION,
         "speculation silently off: plain sampling (a right law), its counters say nothing was drafted",
+        SpeculationOff,
     ),
-    "alternative.late_features_consistent": (
-        late_features_consistent,
-        "pass",
+    Planted(
+        "alternative.late_features_consistent",
+        PASS,
         "stale features for drafting and for the verifier's q alike: a worse draft, still lossless",
+        late_features_consistent,
     ),
-    "alternative.kv_rollback": (
-        kv_rollback,
-        "pass",
+    Planted(
+        "alternative.kv_rollback",
+        PASS,
         "the hand-written loop of mutant.no_kv_rollback with the rollback: equal to reference/decode.py",
+        kv_rollback,
     ),
-    "alternative.consistent_temperature": (
-        consistent_temperature,
-        "pass",
+    Planted(
+        "alternative.consistent_temperature",
+        PASS,
         "drafts and the verifier's q both at the user's temperature",
+        consistent_temperature,
     ),
-}
+)

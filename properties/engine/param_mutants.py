@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from specproof.properties.engine.contract import Sampling
 from specproof.properties.engine.loops import CHAIN3, ReferenceEngine, engine_target
+from specproof.properties.verdicts import Planted, Verdict, planted
 from specproof.reference.decode import NodeLaw, node_context
 from specproof.reference.proposers.draft_model import draft_model
 from specproof.reference.sampling import Grammar, View, processed_law
@@ -142,23 +143,33 @@ PLAIN = ("none", "ignores_penalties")
 CORRECT_SETTINGS: tuple[Sampling, ...] = tuple(dict.fromkeys(s for ss, _ in DEFECTS.values() for s in ss))
 
 
-def builders() -> dict[str, tuple[Callable[[Sampling], ReferenceEngine], tuple[Sampling, ...], str, str]]:
-    """name -> (builder, settings, expected verdict, what it is), for the registry."""
-    out: dict[str, tuple[Callable[[Sampling], ReferenceEngine], tuple[Sampling, ...], str, str]] = {}
-    for defect, (settings, doc) in DEFECTS.items():
-        out[f"mutant.{defect}"] = (functools.partial(DefectEngine, defect=defect), settings, "lossy", doc)
-    out["mutant.ignores_penalties"] = (
-        functools.partial(DefectEngine, defect="ignores_penalties"),
-        (PENALTIES,),
-        "contract_violation",
-        "accepts penalties but applies none, in its samples and in its own law alike (only the "
-        "parameter check can tell: the law test sees a consistent engine)",
+def builders() -> dict[str, Planted]:
+    """The planted faults of this module, by name, for the registry (each a builder, its
+    settings, the verdict the audit must give it, what it is)."""
+    out = [
+        Planted(
+            f"mutant.{defect}", Verdict.LOSSY, doc, functools.partial(DefectEngine, defect=defect), settings
+        )
+        for defect, (settings, doc) in DEFECTS.items()
+    ]
+    out.append(
+        Planted(
+            "mutant.ignores_penalties",
+            Verdict.CONTRACT_VIOLATION,
+            "accepts penalties but applies none, in its samples and in its own law alike (only the "
+            "parameter check can tell: the law test sees a consistent engine)",
+            functools.partial(DefectEngine, defect="ignores_penalties"),
+            (PENALTIES,),
+        )
     )
-    out["alternative.sampling_params"] = (
-        functools.partial(DefectEngine, defect="none"),
-        CORRECT_SETTINGS,
-        "pass",
-        "the reference loop with every request parameter applied at every node (penalties, min-p, "
-        "logit bias, a grammar, min_new_tokens, top-p)",
+    out.append(
+        Planted(
+            "alternative.sampling_params",
+            Verdict.PASS,
+            "the reference loop with every request parameter applied at every node (penalties, min-p, "
+            "logit bias, a grammar, min_new_tokens, top-p)",
+            functools.partial(DefectEngine, defect="none"),
+            CORRECT_SETTINGS,
+        )
     )
-    return out
+    return planted(*out)

@@ -30,6 +30,7 @@ from typing import Any
 from specproof.properties._imports import import_where
 from specproof.properties.engine.contract import (
     DEFAULT_PROMPTS,
+    DEFAULT_TOKENS,
     GREEDY,
     T07,
     T1,
@@ -45,7 +46,7 @@ from specproof.properties.engine.loops import (
     engine_target,
     reference_engine,
 )
-from specproof.reference.errors import BadParameterError, SpecproofInputError, UsageError
+from specproof.reference.errors import BadParameterError, InternalError, SpecproofInputError, UsageError
 from specproof.reference.proposers import PROPOSERS, Proposer
 from specproof.reference.rules import RULES
 
@@ -94,32 +95,21 @@ def _register_reference() -> None:
 
 
 def _register_mutants() -> None:
-    for name, (build, expect, doc) in MUTANT_DOCS.items():
-        register(
-            EngineSpec(
-                name,
-                name.split(".")[0],
-                doc,
-                build,
-                engine_target().vocab,
-                REFERENCE_PROMPTS,
-                (T1, T07),
-                expect=expect,
-            )
-        )
     from specproof.properties.engine.param_mutants import builders
 
-    for name, (build, settings, expect, doc) in builders().items():
+    for m in [*MUTANT_DOCS.values(), *builders().values()]:
+        if m.build is None:
+            raise InternalError(f"planted engine {m.name!r} has no builder")
         register(
             EngineSpec(
-                name,
-                name.split(".")[0],
-                doc,
-                build,
+                m.name,
+                m.name.split(".")[0],
+                m.doc,
+                m.build,
                 engine_target().vocab,
                 REFERENCE_PROMPTS,
-                settings,
-                expect=expect,
+                m.settings or (T1, T07),
+                expect=m.expect.value,
             )
         )
 
@@ -249,7 +239,7 @@ def spec_from_object(
     prompts = tuple(tuple(int(x) for x in p) for p in (prompts or own or DEFAULT_PROMPTS))
     if not prompts or not all(prompts):
         raise EngineTargetError("prompts: an engine audit needs at least one non-empty prompt")
-    tokens = int(tokens or getattr(obj, "tokens", None) or 4)
+    tokens = int(tokens or getattr(obj, "tokens", None) or DEFAULT_TOKENS)
     if isinstance(obj, type):
         raise EngineTargetError(
             f"{name!r} is a class: pass an instance, or a factory function that returns one"

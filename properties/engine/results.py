@@ -102,6 +102,11 @@ class EngineAuditResult:
     fault: str | None = None
     #: what the engine says about how it was reached (a server's profile, recipe, identity)
     description: dict[str, Any] = field(default_factory=dict)
+    #: what the audit could not check or had to assume, said before sampling (never silent)
+    notes: list[str] = field(default_factory=list)
+    #: how the samples were drawn on workers, in a line (None: here); not part of the JSON, which
+    #: is the same for any number of workers
+    sharding: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -182,6 +187,7 @@ class EngineAuditResult:
             lines.append(f"  contract violation [{v['kind']}] in {v['case']}: {v['detail']}")
             return "\n".join(lines)
         lines += self._short_lines()
+        lines += [f"  note: {n}" for n in self.notes]
         if self.witness is not None:
             lines.append(f"  witness: {self.witness_text()}")
         lines += self._power_lines()
@@ -231,7 +237,7 @@ class EngineAuditResult:
     def to_json(self) -> dict[str, Any]:
         c = self.config
         w = self.witness
-        return {
+        out: dict[str, Any] = {
             "verdict": self.verdict.value,
             "engine": self.engine,
             "group": self.group,
@@ -262,3 +268,6 @@ class EngineAuditResult:
             "short_witness": self.short_witness(),
             "cases": [r.to_json() for r in self.cases],
         }
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out

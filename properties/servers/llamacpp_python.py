@@ -34,7 +34,7 @@ model every emitted token is sampled from the target at its position and compare
 draft (sample-and-compare), so the seed's draws are the same with and without it. Its answers
 carry no draft or acceptance counts. ``tests/test_llamacpp_engines.py`` and
 ``tests/test_endpoint_llamacpp.py`` start the server and check these facts; the profile that
-audits it is ``llamacpp-python`` (:mod:`specproof.properties.endpoint.profiles`).
+audits it is ``llamacpp-python`` (:mod:`specproof.properties.endpoint.families.llamacpp_python`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ building a replica, or fails on the worker.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import pickle
@@ -131,13 +132,14 @@ class EngineRecipe:
         if self.how == "endpoint":
             from specproof.properties.endpoint.engine import Endpoint
 
-            return Endpoint(**self.what).engine(sampling)
+            endpoint = Endpoint(self.what["options"], profile=self.what["profile"]).open()
+            return endpoint.engine(sampling)
         raise UsageError(f"unknown engine recipe {self.how!r}")
 
     def to_json(self) -> dict[str, Any]:
         shown = f"{len(self.what)} bytes" if isinstance(self.what, bytes) else self.what
         if self.how == "endpoint":
-            shown = {"urls": self.what["urls"], "target": self.what["target"]}
+            shown = {"urls": list(self.what["options"].urls), "twin": self.what["options"].twin}
         return {"how": self.how, "what": shown}
 
 
@@ -206,19 +208,11 @@ def engine_recipe(spec: EngineSpec, target: str | None = None, source: Any = Non
 
 
 def endpoint_settings(endpoint: Any) -> dict[str, Any]:
-    """An :class:`~specproof.properties.endpoint.engine.Endpoint`'s constructor arguments (each
-    worker opens its own client to the same servers)."""
-    c = endpoint.client
-    twin = endpoint.twin_client
-    return {
-        "urls": list(c.urls),
-        "profile": endpoint.profile,
-        "target": None if twin is None else twin.urls[0],
-        "vocab": endpoint.vocab,
-        "concurrency": c.concurrency,
-        "timeout": c.timeout,
-        "retries": c.retries,
-    }
+    """What a worker opens its own copy of an opened
+    :class:`~specproof.properties.endpoint.engine.Endpoint` from (its own clients to the same
+    servers): the options, the vocabulary read, and the profile as learned."""
+    options = dataclasses.replace(endpoint.options, vocab=endpoint.vocab)
+    return {"options": options, "profile": endpoint.profile}
 
 
 # --------------------------------------------------------------------------- verifiers

@@ -1,0 +1,145 @@
+"""What every server family's profile is: :class:`Profile`, the abstract base, and the helpers
+the families share (reading probabilities and laws out of answers).
+
+A profile knows, for one family of servers, how to request M new tokens after a prompt of token
+ids under a seed and a sampling setting (and, on request, the probability of each emitted token),
+how to read the token ids and the server's draft and acceptance counters back, and its **law
+recipe**: how to read the engine's own next-token law after a context, processed by the same
+sampling setting, without speculation. Every recipe asks for one new token: a server samples the
+first token of a request from the prompt's forward pass, before any draft exists, so that law is
+the non-speculative one, and the answer's own counters confirm nothing was drafted.
+
+A profile is a frozen value: what it learns from a server (:meth:`Profile.identity`: the model's
+name, an end-of-sequence id) comes back as a new profile (:meth:`Profile.learned`), never by
+changing the one it was asked with.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from specproof.reference.errors import SpecproofError, UsageError
+from specproof.reference.sampling import Sampling
+
+if TYPE_CHECKING:
+    from specproof.properties.endpoint.client import Client
+    from specproof.properties.engine.contract import Generation
+
+#: seeds are mapped into this range (below llama.cpp's "random seed" value 2**32 - 1)
+SEED_RANGE = 2**32 - 2
+#: the parameters every profile sends (temperature and the cut-offs)
+BASIC = ("temperature", "top_k", "top_p", "min_p")
+
+
+class AnswerError(SpecproofError):
+    """A server's answer without what the profile reads from it (a field missing, ids not ids)."""
+
+
+def prob(logprob: float | None) -> float:
+    """A probability from a log-probability (``None`` or ``-inf``: 0)."""
+    if logprob is None or (isinstance(logprob, float) and math.isinf(logprob) and logprob < 0):
+        return 0.0
+    return float(math.exp(float(logprob)))
+
+
+def law_from_pairs(pairs: Sequence[tuple[int, float]], vocab: int, where: str) -> list[float]:
+    """A law of length ``vocab`` from (id, probability) pairs; an id outside it is an answer error."""
+    law = np.zeros(vocab, dtype=np.float64)
+    for tid, p in pairs:
+        if not 0 <= tid < vocab:
+            raise AnswerError(f"{where}: id {tid} outside [0, {vocab})")
+        law[tid] += p
+    return [float(v) for v in law]
+
+
+@dataclass(frozen=True)
+class Profile(abc.ABC):
+    """One server family (module docstring). Subclasses fill the requests and read the answers;
+    the class attributes say what the family offers."""
+
+    token_map: tuple[str, ...] | None = None  # id -> text, for servers that answer with text only
+    model: str | None = None  # the model name requests must carry (OpenAI-style servers)
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)  # fields added to every request
+
+    name: ClassVar[str] = "base"
+    recipe: ClassVar[str] = ""
+    #: whether answers carry draft and acceptance counters
+    counters: ClassVar[bool] = False
+    #: whether a request can ask for each emitted token's probability
+    reports: ClassVar[bool] = True
+    #: the request parameters beyond the cut-offs this family takes (others are refused)
+    offers: ClassVar[tuple[str, ...]] = ()
+
+    # -- the requests -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def generation(
+        self, prompt: Sequence[int], tokens: int, seed: int, s: Sampling, report: bool
+    ) -> tuple[str, dict[str, Any]]:
+        """The path and body of a request for ``tokens`` new tokens after ``prompt``."""
+
+    @abc.abstractmethod
+    def law_request(
+        self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The path and body of the law recipe's request after ``context``."""
+
+    def check_offered(self, s: Sampling) -> None:
+        """A :class:`UsageError` for a parameter this family does not take."""
+        missing = [n for n, _ in s.asked() if n not in BASIC and n not in self.offers]
+        if missing:
+            raise UsageError(
+                f"profile {self.name}: the server offers no {missing[0]} (offers: {', '.join(self.offers)})"
+            )
+
+    # -- the answers --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def read_generation(self, answer: Any, report: bool) -> Generation:
+        """The tokens (and counters, and reported probabilities) of a generation's answer."""
+
+    @abc.abstractmethod
+    def read_law(self, answer: Any, s: Sampling, vocab: int) -> list[float]:
+        """The law a law request's answer carries."""
+
+    def read_law_after(
+        self, answer: Any, s: Sampling, vocab: int, context: Sequence[int], prompt_len: int | None
+    ) -> list[float]:
+        """:meth:`read_law` for a recipe that needs the context the law was read after (its first
+        ``prompt_len`` tokens the prompt): a family whose server reports its law before the
+        penalties applies them here. By default the answer alone says it all."""
+        return self.read_law(answer, s, vocab)
+
+    def law_drafted(self, answer: Any) -> int:
+        """Draft tokens the answer to a law request says were proposed (0 when it says none)."""
+        g = self.read_generation(answer, report=False)
+        return g.drafted or 0
+
+    def identity(self, client: Client) -> dict[str, Any]:
+        """What the server says it serves: ``vocab`` (None when it does not say), whatever names
+        the model (to compare an endpoint with its twin), and under ``learned`` the fields of a
+        profile the server's answer fixes (:meth:`learned`). Reads; changes nothing."""
+        return {"vocab": None}
+
+    def learned(self, identity: dict[str, Any]) -> Profile:
+        """This profile with what :meth:`identity` learned (a new value; this one unchanged)."""
+        found = {k: v for k, v in (identity.get("learned") or {}).items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **found) if found else self
+
+    def reports_checkable(self, s: Sampling) -> bool:
+        """Whether this family's reported probabilities are the sampled law under ``s``."""
+        return self.reports
+
+    def describe(self) -> dict[str, Any]:
+        return {"profile": self.name, "recipe": self.recipe, "counters": self.counters}
+
+    @staticmethod
+    def seed(seed: int) -> int:
+        return int(seed) % SEED_RANGE

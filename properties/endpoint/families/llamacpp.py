@@ -1,0 +1,219 @@
+"""llama.cpp's ``llama-server``: its profile and the stand-in's answer in its shape.
+
+Law recipe: ``POST /completion`` with ``n_probs`` = V and ``post_sampling_probs``: every id's
+probability after the server's whole sampler chain at that context. Counters:
+``timings.draft_n``, ``timings.draft_n_accepted``. Reports: ``completion_probabilities[i].prob``.
+Unspecified cut-offs are sent as their neutral values, so a setting means what it says and not a
+server default (llama.cpp's defaults are T 0.8, top-k 40, top-p 0.95, min-p 0.05). A setting
+without ``eos`` bans end of sequence (``ignore_eos``), so the law read and the law sampled are the
+same law. A grammar goes as GBNF compiled from the request's automaton (:func:`gbnf`), rooted at
+the state the context's generated part reached.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from specproof.properties.endpoint.families import wire
+from specproof.properties.endpoint.families.base import AnswerError, Profile, law_from_pairs
+from specproof.reference.errors import UsageError
+from specproof.reference.sampling import Grammar, Sampling
+
+if TYPE_CHECKING:
+    from specproof.properties.endpoint.client import Client
+    from specproof.properties.endpoint.standin import StandIn
+    from specproof.properties.engine.contract import Generation
+
+
+class LlamaCpp(Profile):
+    name: ClassVar[str] = "llamacpp"
+    recipe: ClassVar[str] = (
+        "POST /completion, one new token, n_probs = V, post_sampling_probs: the probability of every id "
+        "after llama-server's own sampler chain at that context (the first token of a request is sampled "
+        "before any draft exists; its answer reports draft_n absent or 0)"
+    )
+    counters: ClassVar[bool] = True
+    offers: ClassVar[tuple[str, ...]] = (
+        "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "eos",
+        "repetition_scope", "presence_scope",
+    )  # fmt: skip
+
+    def _sampling(self, s: Sampling, generated: Sequence[int] = ()) -> dict[str, Any]:
+        self.check_offered(s)
+        body: dict[str, Any] = {
+            "temperature": s.temperature,
+            "top_k": s.top_k or 0,
+            "top_p": 1.0 if s.top_p is None else s.top_p,
+            "min_p": s.min_p or 0.0,
+            "typical_p": 1.0,
+            "repeat_penalty": s.repetition_penalty or 1.0,
+            "repeat_last_n": 4096 if s.contextual else 0,  # past any context here: all of it counts
+            "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty,
+            "dry_multiplier": 0.0,
+            "xtc_probability": 0.0,
+            "top_n_sigma": -1.0,
+            "mirostat": 0,
+            "ignore_eos": s.eos is None,  # with no end of sequence declared, none is sampled
+            "cache_prompt": False,
+            "return_tokens": True,
+        }
+        if s.logit_bias:
+            body["logit_bias"] = [[t, False if math.isinf(b) and b < 0 else b] for t, b in s.logit_bias]
+        if s.grammar is not None:
+            if self.token_map is None:
+                raise UsageError("profile llamacpp: a grammar needs the tokens' texts (--token-map)")
+            body["grammar"] = gbnf(s.grammar, self.token_map, s.grammar.state(generated))
+        return body
+
+    def generation(
+        self, prompt: Sequence[int], tokens: int, seed: int, s: Sampling, report: bool
+    ) -> tuple[str, dict[str, Any]]:
+        body = {"prompt": list(prompt), "n_predict": tokens, "seed": self.seed(seed), **self._sampling(s)}
+        if report:
+            body.update(n_probs=1, post_sampling_probs=True)
+        return "/completion", {**body, **self.extra}
+
+    def law_request(
+        self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        # the grammar read where the context's generated part left it (its residual language):
+        # the server's own grammar engine masks the next token from that state
+        generated = list(context[len(context) if prompt_len is None else prompt_len :])
+        body = {"prompt": list(context), "n_predict": 1, "seed": 0, **self._sampling(s, generated)}
+        body.update(n_probs=vocab, post_sampling_probs=True)
+        return "/completion", {**body, **self.extra}
+
+    def read_generation(self, answer: Any, report: bool) -> Generation:
+        from specproof.properties.engine.contract import Generation
+
+        try:
+            ids = tuple(int(x) for x in answer["tokens"])
+            timings = answer.get("timings") or {}
+        except (KeyError, TypeError, ValueError) as e:
+            raise AnswerError(f"llama-server answer without its token ids: {str(answer)[:200]}") from e
+        reported = None
+        if report:
+            probs = answer.get("completion_probabilities") or []
+            reported = tuple(
+                (float(p["prob"]) if isinstance(p, dict) and "prob" in p else None) for p in probs
+            ) + (None,) * max(0, len(ids) - len(probs))
+        drafted = int(timings.get("draft_n", 0))
+        return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported)
+
+    def read_law(self, answer: Any, s: Sampling, vocab: int) -> list[float]:
+        try:
+            top = answer["completion_probabilities"][0]["top_probs"]
+            pairs = [(int(e["id"]), float(e["prob"])) for e in top]
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise AnswerError(
+                f"llama-server answer without post-sampling probabilities: {str(answer)[:200]}"
+            ) from e
+        return law_from_pairs(pairs, vocab, "llama-server's probabilities")
+
+    def identity(self, client: Client) -> dict[str, Any]:
+        data = client.get("/v1/models")
+        meta = (data.get("data") or [{}])[0].get("meta") or {}
+        return {
+            "vocab": meta.get("n_vocab"),
+            "model": {k: meta.get(k) for k in ("n_vocab", "n_params", "size", "n_embd", "ftype")},
+        }
+
+
+def gbnf(g: Grammar, token_text: Sequence[str], state: int | None) -> str:
+    """The grammar as llama.cpp's GBNF, rooted at ``state`` (the language that remains after the
+    output so far): one rule per live state, an alternative per token that keeps the output in
+    the language, and the empty string where the state accepts."""
+    live = g.live
+    if state is None or state not in live:
+        return 'root ::= "" '  # the output left the language: only the end is left (no token)
+    rules = [f"root ::= s{state}"]
+    for s_ in sorted(live):
+        alts = [f'"{_gbnf_literal(token_text[t])}" s{n}' for t, n in g.step[s_] if n in live]
+        if s_ in g.accepting:
+            alts.append('""')
+        rules.append(f"s{s_} ::= " + " | ".join(alts))
+    return "\n".join(rules) + "\n"
+
+
+def _gbnf_literal(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# --------------------------------------------------------------------------- the stand-in's answer
+
+
+def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /completion``: llama-server's answer."""
+    n_probs = body.get("n_probs") or 0
+    if not isinstance(n_probs, int) or n_probs < 0:
+        raise wire.RequestError(f"n_probs: expected an integer >= 0, got {n_probs!r}")
+    post = bool(body.get("post_sampling_probs", False))
+    ask = wire.Ask(
+        wire.ids(body.get("prompt"), "prompt"),
+        wire.count(body.get("n_predict"), "n_predict", 16),
+        si.seed(body.get("seed")),
+        si.sampling(
+            body.get("temperature", 0.8),
+            body.get("top_k", 40),
+            body.get("top_p", 0.95),
+            body.get("min_p", 0.05),
+        ),
+        n_probs > 0,
+    )
+    d = si.run(ask)
+    si.record("/completion", ask)
+    out: dict[str, Any] = {
+        "index": 0,
+        "content": "".join(si.texts[x] for x in d.tokens),
+        "tokens": d.tokens,
+        "id_slot": 0,
+        "stop": True,
+        "model": si.model_name,
+        "tokens_predicted": len(d.tokens),
+        "tokens_evaluated": len(ask.prompt),
+        "generation_settings": {
+            "n_predict": ask.tokens,
+            "seed": ask.seed,
+            "temperature": ask.sampling.temperature,
+            "top_k": ask.sampling.top_k or 0,
+            "top_p": ask.sampling.top_p or 1.0,
+            "min_p": ask.sampling.min_p or 0.0,
+            "n_probs": n_probs,
+            "post_sampling_probs": post,
+            "ignore_eos": bool(body.get("ignore_eos", False)),
+        },
+        "stop_type": "limit",
+        "truncated": False,
+        "timings": {"prompt_n": len(ask.prompt), "predicted_n": len(d.tokens)},
+    }
+    if si.speculative:
+        out["timings"].update(draft_n=d.drafted, draft_n_accepted=d.accepted)
+    if ask.report:
+        out["completion_probabilities"] = [
+            _probabilities(si, x, p, shown, raw, post, n_probs)
+            for x, p, shown, raw in zip(d.tokens, d.reported, d.shown, d.raw)
+        ]
+    return out
+
+
+def _probabilities(si: StandIn, x: int, p: float, shown: Any, raw: Any, post: bool, n_probs: int) -> dict:
+    """One emitted token's entry of ``completion_probabilities``."""
+
+    def token(i: int) -> dict[str, Any]:
+        return {"id": i, "token": si.texts[i], "bytes": list(si.texts[i].encode())}
+
+    entry: dict[str, Any] = token(x)
+    if post:
+        entry["prob"] = p
+        entry["top_probs"] = [{**token(i), "prob": q} for i, q in wire.top(shown, n_probs, nonzero=True)]
+    else:  # the model's own log-probabilities, before the sampler chain
+        entry["logprob"] = wire.logprob(float(raw[x]))
+        entry["top_logprobs"] = [{**token(i), "logprob": wire.logprob(q)} for i, q in wire.top(raw, n_probs)]
+    return entry
+
+
+#: the paths the stand-in answers in this family's shape
+ROUTES: dict[str, wire.Answer] = {"/completion": completion}

@@ -1,0 +1,157 @@
+"""vLLM's OpenAI-compatible server: its profile and the stand-in's answer in its shape.
+
+Law recipe: ``POST /v1/completions`` with ``logprobs: -1`` and token ids as keys: the processed
+log-probability of every id; processed only on a server started with ``--logprobs-mode
+processed_logprobs --max-logprobs -1``. Counters: ``metrics.speculative_decoding``
+(``--per-request-spec-decode-metrics``). vLLM's repetition penalty counts the prompt and the
+output; the cut-offs are sent as their neutral values (top-k off is -1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from specproof.properties.endpoint.families import wire
+from specproof.properties.endpoint.families.base import AnswerError, Profile, law_from_pairs, prob
+from specproof.properties.endpoint.families.openai import completions_head
+from specproof.reference.sampling import Sampling
+
+if TYPE_CHECKING:
+    from specproof.properties.endpoint.client import Client
+    from specproof.properties.endpoint.standin import StandIn
+    from specproof.properties.engine.contract import Generation
+
+
+class VLLM(Profile):
+    name: ClassVar[str] = "vllm"
+    recipe: ClassVar[str] = (
+        "POST /v1/completions, one new token, logprobs: -1 with token ids as keys: the processed log-"
+        "probability of every id (the server must run with --logprobs-mode processed_logprobs "
+        "--max-logprobs -1); the first token is sampled before any draft exists"
+    )
+    counters: ClassVar[bool] = True
+    offers: ClassVar[tuple[str, ...]] = (
+        "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "min_new_tokens", "eos",
+        "repetition_scope", "presence_scope",
+    )  # fmt: skip
+
+    def _sampling(self, s: Sampling) -> dict[str, Any]:
+        self.check_offered(s)
+        body: dict[str, Any] = {
+            "temperature": s.temperature,
+            "top_k": s.top_k or -1,
+            "top_p": 1.0 if s.top_p is None else s.top_p,
+            "min_p": s.min_p or 0.0,
+            "repetition_penalty": s.repetition_penalty or 1.0,
+            "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty,
+            "ignore_eos": s.eos is None,
+            "min_tokens": s.min_new_tokens,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        if s.logit_bias:
+            body["logit_bias"] = {str(t): max(b, -100.0) for t, b in s.logit_bias}
+        return body
+
+    def _base(self) -> dict[str, Any]:
+        return {"model": self.model} if self.model else {}
+
+    def generation(
+        self, prompt: Sequence[int], tokens: int, seed: int, s: Sampling, report: bool
+    ) -> tuple[str, dict[str, Any]]:
+        body = {**self._base(), "prompt": list(prompt), "max_tokens": tokens, "seed": self.seed(seed)}
+        body.update(self._sampling(s))
+        if report:
+            body["logprobs"] = 1
+        return "/v1/completions", {**body, **self.extra}
+
+    def law_request(
+        self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        body = {**self._base(), "prompt": list(context), "max_tokens": 1, "seed": 0, "logprobs": -1}
+        body.update(self._sampling(s))
+        return "/v1/completions", {**body, **self.extra}
+
+    def read_generation(self, answer: Any, report: bool) -> Generation:
+        from specproof.properties.engine.contract import Generation
+
+        try:
+            choice = answer["choices"][0]
+            ids = tuple(int(x) for x in choice["token_ids"])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise AnswerError(f"vLLM answer without token_ids (return_token_ids): {str(answer)[:200]}") from e
+        spec = ((answer.get("metrics") or {}).get("speculative_decoding")) or None
+        drafted = None if spec is None else int(spec.get("num_draft_tokens", 0))
+        accepted = None if spec is None else int(spec.get("num_accepted_draft_tokens", 0))
+        reported = None
+        if report:
+            lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            reported = tuple(prob(x) if x is not None else None for x in lp)
+        return Generation(ids, drafted, accepted, None, reported)
+
+    def read_law(self, answer: Any, s: Sampling, vocab: int) -> list[float]:
+        try:
+            top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
+            pairs = [(int(str(k).rsplit(":", 1)[-1]), prob(v)) for k, v in top.items()]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            raise AnswerError(
+                f"vLLM answer without top_logprobs keyed by token ids: {str(answer)[:200]}"
+            ) from e
+        return law_from_pairs(pairs, vocab, "vLLM's logprobs")
+
+    def identity(self, client: Client) -> dict[str, Any]:
+        data = client.get("/v1/models")
+        first = (data.get("data") or [{}])[0]
+        return {
+            "vocab": None,
+            "model": {"id": first.get("id"), "root": first.get("root")},
+            "learned": {"model": first.get("id")},
+        }
+
+
+# --------------------------------------------------------------------------- the stand-in's answer
+
+
+def asks_vllm(body: dict[str, Any]) -> bool:
+    """Whether a ``/v1/completions`` request is vLLM's (it asks for token ids)."""
+    return "return_token_ids" in body or "return_tokens_as_token_ids" in body
+
+
+def completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/completions`` as vLLM answers a request for token ids."""
+    ask, d, choice, out, n_top = completions_head(si, body)
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+
+    def key(i: int) -> str:
+        return f"token_id:{i}" if as_ids else si.texts[i]
+
+    choice["token_ids"] = d.tokens
+    if body.get("return_token_ids"):
+        choice["prompt_token_ids"] = list(ask.prompt)
+    if ask.report:
+        tops = []
+        for x, shown in zip(d.tokens, d.shown):
+            top = {key(i): wire.logprob(q) for i, q in wire.top(shown, n_top)}
+            top[key(x)] = wire.logprob(float(shown[x]))  # vLLM lists the sampled token too
+            tops.append(top)
+        choice["logprobs"] = {
+            "text_offset": list(range(len(d.tokens))),
+            "token_logprobs": [wire.logprob(p) for p in d.reported],
+            "tokens": [key(x) for x in d.tokens],
+            "top_logprobs": tops,
+        }
+    if si.speculative:
+        out["metrics"] = {
+            "speculative_decoding": {
+                "num_drafts": 0 if not d.drafted else -(-d.drafted // 3),
+                "num_draft_tokens": d.drafted,
+                "num_accepted_draft_tokens": d.accepted,
+            }
+        }
+    return out
+
+
+#: the paths the stand-in answers in this family's shape (on a request that asks for token ids)
+ROUTES: dict[str, wire.Answer] = {"/v1/completions": completions}

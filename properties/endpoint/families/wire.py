@@ -1,0 +1,92 @@
+"""The stand-in side of every family's wire format: what a request asks (:class:`Ask`), what the
+stand-in's model drew for it (:class:`Drawn`), and the small readers and writers the families'
+stand-in answers share. The stand-in server itself (:mod:`specproof.properties.endpoint.standin`)
+routes each path to the family module that answers it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specproof.reference.errors import SpecproofError
+from specproof.reference.sampling import Sampling
+
+if TYPE_CHECKING:
+    from specproof.properties.endpoint.standin import StandIn
+
+Seq = tuple[int, ...]
+#: the log-probability shown for an id the cut-offs removed (vLLM clamps -inf to this)
+NEG_LOGPROB = -9999.0
+#: a family's stand-in answer: (the stand-in, the request's JSON body) -> the answer's JSON
+Answer = Callable[["StandIn", dict[str, Any]], dict[str, Any]]
+
+
+class RequestError(SpecproofError):
+    """A request the stand-in refuses (HTTP ``status``, 400 unless said)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a request asks, whatever its shape."""
+
+    prompt: Seq
+    tokens: int
+    seed: int
+    sampling: Sampling
+    report: bool  # asks for the probability of each emitted token
+    joint: bool = False  # SGLang's order of the cut-offs
+    tempered_reports: bool = False  # SGLang reports the law before the cut-offs
+
+
+@dataclass
+class Drawn:
+    """What the model produced for an :class:`Ask`."""
+
+    tokens: list[int]
+    drafted: int = 0
+    accepted: int = 0
+    #: per emitted token: its reported probability and the law shown with it (None: not asked)
+    reported: list[float] = field(default_factory=list)
+    shown: list[np.ndarray] = field(default_factory=list)
+    raw: list[np.ndarray] = field(default_factory=list)  # the model's own law (T = 1, no cut-offs)
+
+
+def token_texts(vocab: int) -> list[str]:
+    """The stand-in's token texts, id -> text: the token map of the ``openai`` profile."""
+    return [f"<t{i}>" for i in range(vocab)]
+
+
+def logprob(p: float) -> float:
+    return math.log(p) if p > 0 else NEG_LOGPROB
+
+
+def ids(value: Any, what: str) -> Seq:
+    if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        raise RequestError(f"{what}: expected a list of token ids, got {str(value)[:80]}")
+    return tuple(value)
+
+
+def count(value: Any, what: str, default: int) -> int:
+    n = default if value is None else value
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise RequestError(f"{what}: expected an integer >= 1, got {value!r}")
+    return n
+
+
+def top(law: np.ndarray, n: int | None, nonzero: bool = False) -> list[tuple[int, float]]:
+    """The ``n`` most likely ids of ``law`` (all for None or a negative n), ties to the smaller id."""
+    order = sorted(range(len(law)), key=lambda i: (-float(law[i]), i))
+    if nonzero:
+        order = [i for i in order if law[i] > 0]
+    if n is not None and n >= 0:
+        order = order[:n]
+    return [(i, float(law[i])) for i in order]

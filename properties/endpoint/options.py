@@ -1,0 +1,72 @@
+"""How a served engine is reached, whatever the door: :class:`EndpointOptions` (its URLs, the
+server family, the speculation-off ``twin``, the vocabulary, concurrency, timeout, retries; the
+token texts are the request's, :class:`~specproof.properties.engine.request.EngineRequest`).
+Defaults written once here; the command-line and pytest spellings in ``FLAGS``
+(:mod:`specproof.properties.options`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from specproof.properties.endpoint.families import PROFILES
+from specproof.properties.options import Flag
+from specproof.reference.errors import UsageError
+
+
+@dataclass(frozen=True)
+class EndpointOptions:
+    """How a served engine is reached (module docstring)."""
+
+    urls: tuple[str, ...] = ()  # the endpoint and its replicas (one deployment)
+    profile: str = "llamacpp"  # the server family
+    twin: str | None = None  # the same model served with speculation off
+    vocab: int | None = None  # where the server does not say it
+    concurrency: int = 8
+    timeout: float = 60.0  # seconds per request
+    retries: int = 3  # retries of a request that failed in transit
+
+    FLAGS: ClassVar[dict[str, Flag]] = {
+        "urls": Flag(
+            "URL",
+            "the server's URL (the command line's TARGET); more replicas with --replica",
+            pytest="--specproof-endpoint",
+            repeat=True,
+            example=("http://127.0.0.1:1",),
+        ),
+        "profile": Flag(
+            "--profile",
+            "the server family",
+            choices=PROFILES,
+            example="vllm",
+        ),
+        "twin": Flag(
+            "--twin",
+            "the same model served with speculation off: the law is read there, and the control "
+            "(numerical tolerance, same-seed comparison) runs against it",
+            metavar="URL",
+            aliases=("--target-endpoint",),
+            pytest_aliases=("--specproof-endpoint-target",),
+            example="http://127.0.0.1:2",
+        ),
+        "vocab": Flag(
+            "--vocab", "vocabulary size, where the server does not say it", metavar="V", parse=int, example=8
+        ),
+        "concurrency": Flag("--concurrency", "requests in flight at once", parse=int, example=2),
+        "timeout": Flag("--timeout", "seconds per request", parse=float, example=5.0),
+        "retries": Flag("--retries", "retries of a request that failed in transit", parse=int, example=1),
+    }
+
+    def __post_init__(self) -> None:
+        urls = (self.urls,) if isinstance(self.urls, str) else tuple(self.urls)
+        object.__setattr__(self, "urls", urls)
+        if self.profile not in PROFILES:
+            raise UsageError(f"profile: {self.profile!r} is unknown; profiles: {', '.join(PROFILES)}")
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise UsageError(f"concurrency: must be an integer >= 1, got {self.concurrency!r}")
+        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
+            raise UsageError(f"timeout: must be positive, got {self.timeout!r}")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise UsageError(f"retries: must be an integer >= 0, got {self.retries!r}")
+        if self.vocab is not None and (not isinstance(self.vocab, int) or self.vocab < 1):
+            raise UsageError(f"vocab: must be an integer >= 1, got {self.vocab!r}")

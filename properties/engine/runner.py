@@ -1,0 +1,272 @@
+"""One case of an engine audit, run: the engine for its setting, its law read and checked
+(memoized), its calls validated, and the contract stage's checks of seed use.
+
+:class:`CaseRunner` is what every stage of :class:`~specproof.properties.engine.audit.EngineAudit`
+asks for samples and laws; it reads what the engine offers beyond the two calls through the
+engine's checked capabilities (:mod:`.capabilities`), never by looking names up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from specproof.properties.engine.capabilities import (
+    CAPABILITIES,
+    CapabilityError,
+    Offered,
+    capabilities_of,
+    takes_prompt_len,
+)
+from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, Seq
+from specproof.properties.engine.results import EngineCase
+from specproof.reference.errors import SpecproofError, UsageError
+
+
+def sample_seed(*parts: int) -> int:
+    """The seed of one call, a function of ``parts`` alone (the audit's seed, the case, the index)."""
+    state = np.random.SeedSequence([abs(int(x)) for x in parts]).generate_state(1, dtype=np.uint64)[0]
+    return int(state >> 2)
+
+
+class EngineViolation(SpecproofError):
+    """A contract violation of the engine under audit (ends the audit ``contract_violation``)."""
+
+    def __init__(self, kind: str, detail: str, case: EngineCase) -> None:
+        super().__init__(detail)
+        self.kind, self.detail, self.case = kind, detail, case
+
+
+class CaseRunner:
+    """One case: the engine for its setting, the memoized law, validated calls."""
+
+    def __init__(self, engine: Engine, case: EngineCase, vocab: int, offered: Offered | None = None) -> None:
+        self.engine, self.case, self.vocab = engine, case, vocab
+        self.memo: dict[Seq, list[float]] = {}
+        try:
+            self.offers = offered or capabilities_of(engine)
+        except CapabilityError as e:
+            raise EngineViolation("capabilities", str(e), case) from e
+        #: the end-of-sequence id: a sample may end early on it, and after it the law is one-hot at
+        #: it (end of sequence is absorbing; samples are padded with it to M tokens). The engine's
+        #: own, else the one its request names; the two must agree
+        own = engine.eos_id if "eos" in self.offers else None  # type: ignore[attr-defined]
+        asked = case.sampling.eos
+        if own is not None and asked is not None and own != asked:
+            raise EngineViolation(
+                "eos", f"the engine ends samples on id {own}, its request names eos {asked}", case
+            )
+        self.eos: int | None = own if own is not None else asked
+        self._with_prompt = "prompt_len" in self.offers
+
+    def optional(self, capability: str, default: Any = None) -> Any:
+        """What the engine offers as ``capability`` (its first attribute), or ``default``."""
+        if capability not in self.offers:
+            return default
+        for attr in CAPABILITIES[capability].attrs:
+            value = getattr(self.engine, attr, None)
+            if value is not None:
+                return value
+        return default
+
+    def law(self, prefix: Seq) -> list[float]:
+        """The target's next-token law after the prompt and ``prefix``, checked and memoized."""
+        if self.eos is not None and self.eos in prefix:
+            return [1.0 if x == self.eos else 0.0 for x in range(self.vocab)]
+        if prefix not in self.memo:
+            context = list(self.case.prompt + prefix)
+            try:
+                if self._with_prompt:  # optional keyword: parameters whose law needs the prompt
+                    law_of: Any = self.engine.target_law
+                    row = law_of(context, prompt_len=len(self.case.prompt))
+                else:
+                    row = self.engine.target_law(context)
+            except (EngineViolation, EngineUnavailable, UsageError):
+                raise
+            except Exception as e:
+                raise EngineViolation(
+                    "exception", f"target_law raised {type(e).__name__}: {e}", self.case
+                ) from e
+            self.memo[prefix] = self._checked_law(row, context)
+        return self.memo[prefix]
+
+    def prefetch(self, seqs: list[Seq]) -> None:
+        """Read at once the laws after every proper prefix of ``seqs`` not read yet, where the
+        engine reads many at once (``target_laws``: a server answers them concurrently)."""
+        many = self.optional("target_laws")
+        need = sorted({s[:d] for s in seqs for d in range(len(s))} - set(self.memo))
+        if self.eos is not None:
+            need = [p for p in need if self.eos not in p]  # after end of sequence the law is known
+        if many is None or not need:
+            return
+        try:
+            contexts = [list(self.case.prompt + p) for p in need]
+            if takes_prompt_len(many):  # its own keyword (a family's laws need the prompt's end)
+                rows = many(contexts, prompt_len=len(self.case.prompt))
+            else:
+                rows = many(contexts)
+        except (EngineUnavailable, UsageError):
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
+            ) from e
+        for p, row in zip(need, rows):
+            self.memo[p] = self._checked_law(row, list(self.case.prompt + p))
+
+    def _checked_law(self, row: object, context: list[int]) -> list[float]:
+        try:
+            arr = np.asarray([float(v) for v in row], dtype=np.float64)  # type: ignore[attr-defined]
+        except (TypeError, ValueError) as e:
+            raise EngineViolation("target_law", f"target_law after {context}: not numbers", self.case) from e
+        where = f"target_law after {context}"
+        if arr.shape != (self.vocab,):
+            raise EngineViolation(
+                "target_law", f"{where}: {arr.shape[0]} entries, expected V = {self.vocab}", self.case
+            )
+        if not np.isfinite(arr).all() or (arr < 0).any() or abs(arr.sum() - 1) > 1e-6:
+            raise EngineViolation(
+                "target_law", f"{where}: not a law (sum {arr.sum():.9g}, min {arr.min():.3g})", self.case
+            )
+        return list(arr / arr.sum())
+
+    def generate(self, seed: int) -> Seq:
+        """One sample of M tokens, checked against the contract."""
+        try:
+            out = self.engine.generate(list(self.case.prompt), self.case.tokens, seed)
+        except EngineUnavailable:
+            raise
+        except Exception as e:
+            raise EngineViolation("exception", f"generate raised {type(e).__name__}: {e}", self.case) from e
+        return self.check_tokens(out, seed)
+
+    def draw(self, seeds: list[int], report: bool = False) -> list[Generation]:
+        """Samples for ``seeds`` in order, with what the engine said about each: through its
+        ``generate_many`` when it has one (many at once), else one ``generate`` at a time."""
+        many = self.optional("generate_many")
+        if many is None:
+            out = []
+            for s in seeds:
+                seq = self.generate(s)
+                counters = self.optional("counters") or {}
+                out.append(
+                    Generation(seq, counters.get("drafted"), counters.get("accepted"), self.forwards())
+                )
+            return out
+        try:
+            gens = list(many(list(self.case.prompt), self.case.tokens, seeds, report=report))
+        except EngineUnavailable as e:
+            e.done = [self._checked(g, s) for g, s in zip(e.done, seeds)]
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"generate_many raised {type(e).__name__}: {e}", self.case
+            ) from e
+        if len(gens) != len(seeds):
+            raise EngineViolation(
+                "length", f"generate_many returned {len(gens)} samples for {len(seeds)} seeds", self.case
+            )
+        return [self._checked(g, s) for g, s in zip(gens, seeds)]
+
+    def _checked(self, g: Generation, seed: int) -> Generation:
+        seq = self.check_tokens(g.tokens, seed)
+        return g if seq == g.tokens else Generation(seq, g.drafted, g.accepted, g.forwards, g.reported)
+
+    def check_tokens(self, out: object, seed: int) -> Seq:
+        """``out`` as M token ids in ``[0, V)``, or the contract violation it is."""
+        M = self.case.tokens
+        if isinstance(out, torch.Tensor):
+            out = out.reshape(-1).tolist()
+        try:
+            seq = tuple(int(x) for x in out)  # type: ignore[attr-defined]
+            if any(int(x) != x for x in out):  # type: ignore[attr-defined]
+                raise ValueError
+        except (TypeError, ValueError) as e:
+            raise EngineViolation(
+                "type", f"generate returned {out!r}, not a list of token ids", self.case
+            ) from e
+        if self.eos is not None and self.eos in seq[:-1]:
+            raise EngineViolation(
+                "after_eos", f"seed {seed}: tokens after end of sequence {self.eos}: {list(seq)}", self.case
+            )
+        if len(seq) < M and seq and seq[-1] == self.eos:
+            seq = seq + (self.eos,) * (M - len(seq))  # ended early: padded, EOS being absorbing
+        if len(seq) != M:
+            raise EngineViolation(
+                "length", f"seed {seed}: {len(seq)} tokens returned, {M} asked: {list(seq)}", self.case
+            )
+        bad = [x for x in seq if not 0 <= x < self.vocab]
+        if bad:
+            raise EngineViolation(
+                "out_of_range", f"seed {seed}: id {bad[0]} outside [0, {self.vocab}): {list(seq)}", self.case
+            )
+        return seq
+
+    def forwards(self) -> int | None:
+        """Target forwards of the last call, where the engine counts them (``last_steps`` or
+        ``last_forwards``)."""
+        if "steps" not in self.offers:
+            return None
+        steps = getattr(self.engine, "last_steps", None)
+        if steps:
+            return len(steps)
+        n = getattr(self.engine, "last_forwards", None)
+        return int(n) if isinstance(n, int) else None
+
+    def probability(self, seq: Seq) -> tuple[float, int | None]:
+        """P(seq) under the law, and the first position (1-based) with probability 0."""
+        p = 1.0
+        for d, x in enumerate(seq):
+            q = self.law(seq[:d])[x]
+            if q <= 0:
+                return 0.0, d + 1
+            p *= q
+        return p, None
+
+    def point_mass(self) -> bool:
+        """Whether the M-token law is a single sequence (greedy decoding)."""
+        node: Seq = ()
+        while len(node) < self.case.tokens:
+            nz = [x for x, v in enumerate(self.law(node)) if v > 0]
+            if len(nz) != 1:
+                return False
+            node += (nz[0],)
+        return True
+
+
+def check_seed_use(runner: CaseRunner, seed: int, clock: Callable[[], float]) -> list[float]:
+    """Determinism and seed use on one case (module docstring, stage 1); returns call times."""
+    times, outs = [], []
+    for s in (seed, seed + 1, seed):
+        t0 = clock()
+        outs.append(runner.generate(sample_seed(s, 7)))
+        times.append(clock() - t0)
+    if outs[0] != outs[2]:
+        raise EngineViolation(
+            "nondeterministic",
+            f"two calls with the same seed (another call in between) returned {list(outs[0])} "
+            f"and {list(outs[2])}",
+            runner.case,
+        )
+    again = runner.generate(sample_seed(seed, 7))
+    if again != outs[0]:
+        raise EngineViolation(
+            "nondeterministic",
+            f"two consecutive calls with the same seed returned {list(outs[2])} and {list(again)}",
+            runner.case,
+        )
+    p, _ = runner.probability(outs[0])
+    if 0 < p < 0.5:
+        k = math.ceil(math.log(1e-9) / math.log(p))
+        if all(runner.generate(sample_seed(seed, 8, j)) == outs[0] for j in range(k)):
+            raise EngineViolation(
+                "ignores_seed",
+                f"{k + 1} different seeds all returned {list(outs[0])}, a sequence of probability {p:.3g} "
+                f"under the law (all equal by chance: below {p**k:.1e})",
+                runner.case,
+            )
+    return times
