@@ -86,6 +86,21 @@ def test_a_budget_of_a_second_never_passes(budget):
     assert result.not_run and result.vouched_tv() == 1.0
 
 
+def test_a_case_with_no_steps_planned_is_never_shown_as_4_of_0():
+    """A case that drew its smoke rows and was given no plan (the smoke stage only, or stopped
+    before the plan) reads as what it is in both tables of the report, not as "4/0"."""
+    from specproof.properties.audit.report import _case_table, _short_blocks
+
+    result = audit(TOKEN, _quick(budget_seconds=10**6))
+    result.cases[0].n, result.cases[0].planned, result.cases[0].status = 4, 0, "planned"
+    _, (head, rows) = _case_table(result)
+    ((_, _), (_, (head2, rows2)), *_) = _short_blocks([result])
+    cells = [row[head.index("steps / planned")] for row in rows] + [
+        r[head2.index("steps / planned")] for r in rows2
+    ]
+    assert "4/0" not in cells and cells.count("4 (smoke stage only: no steps planned)") == 2, cells
+
+
 @pytest.mark.parametrize(("name", "hint"), [("mutant.int16_ids", "16 bits"), ("mutant.bf16_ids", "bfloat16")])
 def test_narrowed_ids_are_caught_by_the_smoke_stage_at_any_budget(name, hint):
     start = time.perf_counter()

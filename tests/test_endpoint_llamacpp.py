@@ -52,8 +52,7 @@ CONFIG = EngineAuditConfig(samples=300, report_samples=16, seed=0)
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    llamacpp.ensure_built(progress=lambda m: print(m, file=sys.stderr))
+def files(tmp_path_factory, llamacpp_bin):
     return suite.models(tmp_path_factory.mktemp("gguf"))
 
 
@@ -76,8 +75,8 @@ def test_an_ngram_speculation_type_keeps_the_law(files):
     assert r.verdict in (Verdict.MISREPORTED, Verdict.NO_SPECULATION), r.summary()
 
 
-def test_command_line_audit_of_a_served_engine(files, tmp_path):
-    binary = llamacpp.ensure_built(progress=lambda m: None)
+def test_command_line_audit_of_a_served_engine(files, tmp_path, llamacpp_bin):
+    binary = llamacpp_bin
     out = tmp_path / "endpoint.json"
     with (
         llamacpp.start_server(binary, files["target"], draft=files["draft"]) as url,

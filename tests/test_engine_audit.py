@@ -429,3 +429,15 @@ def test_horizons_from_3_to_6_and_vocabularies_from_4_to_16():
     soft = L.ReportedBy("argmax, q", P["onehot_chain"].choose, True, True, "", report_as=P["iid_chain"])
     bad = audit_engine(spec(big, soft, 3, (3, 4)), EngineAuditConfig(alpha=ALPHA, samples=200))
     assert bad.verdict == Verdict.LOSSY, bad.summary()
+
+
+def test_a_joint_test_collapsed_to_one_cell_is_not_a_pass():
+    """Two samples leave one cell of the joint law: it tested nothing, and says so."""
+    r = audit_engine(E.resolve_engine("reference.direct"), EngineAuditConfig(samples=2, report_samples=0))
+    assert all(c.test is not None and c.test.cells == 1 for c in r.cases)
+    assert r.verdict == Verdict.UNDERPOWERED and all(c.collapsed for c in r.cases)
+    assert "collapsed to one cell" in r.summary() and r.to_json()["cases"][0]["collapsed"] is True
+    enough = audit_engine(
+        E.resolve_engine("reference.direct"), EngineAuditConfig(samples=200, report_samples=0)
+    )
+    assert enough.verdict == Verdict.PASS and not any(c.collapsed for c in enough.cases)

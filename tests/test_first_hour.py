@@ -254,3 +254,51 @@ def test_progress_takes_auto_on_off_or_a_callable():
     assert seen
     with pytest.raises(specproof.UsageError, match="progress"):
         specproof.audit_engine("reference.direct", samples=10, progress="loud")
+
+
+def test_a_checkout_named_specproof_in_the_current_folder_still_imports(tmp_path):
+    """Python beside a checkout called ``specproof`` imports the checkout for the package: it
+    answers as the package (the repository root's ``__init__.py``), not as an empty namespace."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "specproof").symlink_to(root, target_is_directory=True)
+    code = (
+        "import specproof, specproof.properties.engine.contract as c\n"
+        "print(specproof.EngineSpec is c.EngineSpec, specproof.Verdict.PASS.exit_code)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "0"]
+
+
+def test_help_and_usage_errors_import_neither_torch_nor_the_audits():
+    """``specproof --help`` and a usage error answer from the option tables alone (the audits,
+    torch and scipy are imported only when a command runs)."""
+    code = (
+        "import sys\n"
+        "from specproof.properties.cli import main\n"
+        "codes = [main(['--help']), main(['audit', '--help']), "
+        "main(['audit', 'engine', 'reference.direct', '--tokens', 'zero'])]\n"
+        "heavy = ('torch', 'scipy', 'specproof.properties.engine.audit')\n"
+        "print(codes, sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[0, 0, 4] []", out.stdout[-500:]
+    assert "--tokens" in out.stderr
+
+
+def test_the_plugin_reaches_no_endpoint_at_collection(pytester):
+    """Collecting an endpoint's items reads the options only: an address nothing listens on is
+    collected (one item per setting and prompt), and reached only by the items that audit it."""
+    out = pytester.runpytest(
+        "--specproof-endpoint",
+        "http://127.0.0.1:9",
+        "--specproof-engine-prompt",
+        "0 6",
+        "--collect-only",
+        "-q",
+    )
+    assert out.ret == 0, out.stdout.str()
+    out.stdout.fnmatch_lines(["*specproof-engine::endpoint*T=1*[[]0 6[]]*", "*T=0.7*[[]0 6[]]*"])

@@ -1,15 +1,15 @@
 """llama.cpp's llama-server on specproof's tiny GGUF models: build, loopback server, exact law, speculation.
 
 The model tests need only numpy and the ``gguf`` package. The tests marked ``llamacpp`` need the
-pinned llama.cpp build: the session fixture calls :func:`ensure_built` (a cold build takes minutes
-on 2 cores and downloads the pinned sdist once; afterwards it is cached outside the repository).
+pinned llama.cpp build: the session fixture ``llamacpp_bin`` (tests/conftest.py) uses the cached
+build that ``specproof llamacpp build`` made (README's test command runs it), and skips them, with
+the command in its reason, where there is none (``SPECPROOF_BUILD_LLAMACPP=1`` builds it).
 """
 
 from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -129,12 +129,6 @@ def test_concurrent_callers_build_once(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 # --------------------------------------------------------------------------- needs the build
-
-
-@pytest.fixture(scope="session")
-def llamacpp_bin() -> Path:
-    """The folder of the pinned llama.cpp binaries (built once, then cached)."""
-    return llamacpp.ensure_built(progress=lambda m: print(m, file=sys.stderr))
 
 
 @pytest.fixture(scope="session")

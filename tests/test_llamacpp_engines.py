@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +44,8 @@ PROMPT = (1, 2, 3)  # "abc"
 
 
 @pytest.fixture(scope="session")
-def built() -> Path:
-    return llamacpp.ensure_built(progress=lambda m: print(m, file=sys.stderr))
+def built(llamacpp_bin: Path) -> Path:
+    return llamacpp_bin
 
 
 def _audit(name: str, sampling: Sampling, samples: int):

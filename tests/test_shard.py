@@ -23,10 +23,10 @@ import torch
 
 from specproof.properties.audit.battery import build_models, chain_battery
 from specproof.properties.audit.stages import AuditConfig, Caller, Runner, audit
-from specproof.properties.conformance.backends import REGISTRY, Backend
+from specproof.properties.conformance.backends import REGISTRY, Backend, TargetError
 from specproof.properties.engine.audit import CaseRunner, sample_seed
 from specproof.properties.engine.contract import T1, EngineSpec, Generation
-from specproof.properties.engine.loops import REFERENCE_PROMPTS, direct_engine, engine_target
+from specproof.properties.engine.loops import REFERENCE_PROMPTS, direct_engine
 from specproof.properties.engine.registry import resolve_engine, spec_from_object
 from specproof.properties.engine.results import EngineCase
 from specproof.properties.shard.recipe import (
@@ -134,7 +134,10 @@ def test_backend_recipes_rebuild_the_verifier():
     r = backend_recipe(Backend("user", "chain", token_chain, ("iid_chain",), group="user"))
     assert r.how == "target" and r.what.endswith(":token_chain")
     assert pickle.loads(pickle.dumps(r)).build().fn is token_chain
-    assert isinstance(BackendRecipe("target", "/nowhere/v.py:f", {"name": "v"}), BackendRecipe)
+    with pytest.raises(
+        TargetError, match="no file ./nowhere/v.py"
+    ):  # a worker that cannot load it says which
+        BackendRecipe("target", "/nowhere/v.py:f", {"name": "v"}).build()
 
 
 def test_packed_samples_come_back_equal_in_a_few_bytes():
@@ -176,24 +179,51 @@ def test_a_packed_call_gives_what_the_audit_reads_and_a_hard_failure_whole():
     assert torch.equal(
         unpack_call(pack_call(inputs, emitted, lens, comp, paired.vocab), True)[0].sub, inputs.sub
     )
-    assert build_models(case) is not None
+    # a worker rebuilds the case's models from the case alone: the same call, row for row
+    rebuilt = Runner(token, case)
+    rebuilt.models = build_models(case)
+    again = Caller.call(rebuilt, 0, 1, 64)
+    assert torch.equal(again[3].completed, Caller.call(Runner(token, case), 0, 1, 64)[3].completed)
 
 
-def test_the_default_caller_is_the_local_loop():
+def test_the_default_caller_is_the_local_loop(monkeypatch):
+    """With no caller, the audit's calls run through :class:`Caller` here (counted), and a caller
+    given explicitly gives the same reading."""
+    from specproof.properties.audit import stages
+
     cases = [c for c in chain_battery() if c.name in ("iid/K1/V8", "iid/K3/V5")]
     config = dict(tv=0.2, cases=cases, probes=False, budget_seconds=10**6)
     token = REGISTRY[("chain", "torch.token")]
+    made: list[Caller] = []
+
+    class Counted(Caller):
+        def __init__(self) -> None:
+            self.n = 0
+            made.append(self)
+
+        def calls(self, runner, config, rows):  # type: ignore[no-untyped-def]
+            for out in super().calls(runner, config, rows):
+                self.n += 1
+                yield out
+
+    monkeypatch.setattr(stages, "Caller", Counted)
     a = audit(token, AuditConfig(**config)).to_json(timings=False)  # type: ignore[arg-type]
-    b = audit(token, AuditConfig(**config), caller=Caller()).to_json(timings=False)  # type: ignore[arg-type]
-    assert a == b and a["verdict"] == "pass"
+    assert len(made) == 1 and made[0].n > 0  # the default caller ran every call
+    b = audit(token, AuditConfig(**config), caller=Counted()).to_json(timings=False)  # type: ignore[arg-type]
+    assert made[1].n == made[0].n and a == b and a["verdict"] == "pass"
 
 
-def test_workers_options_are_checked_before_anything_runs(capsys):
+def test_workers_options_are_checked_before_anything_runs(capsys, monkeypatch):
     from specproof.properties.cli import main
     from specproof.properties.verdicts import USAGE_ERROR
 
     assert main(["audit", "--workers", "2", "--progress", "off"]) == USAGE_ERROR
     assert "--workers/--ray" in capsys.readouterr().err
+    import specproof.properties.run as run
+
+    def must_not_resolve(request):  # type: ignore[no-untyped-def]
+        raise AssertionError("the engine was resolved before the options were checked")
+
+    monkeypatch.setattr(run, "engine_spec", must_not_resolve)
     assert main(["audit", "engine", "reference.direct", "--workers", "0", "--progress", "off"]) == USAGE_ERROR
     assert "--workers" in capsys.readouterr().err
-    engine_target()  # the registry's target is built once (cheap afterwards)

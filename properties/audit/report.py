@@ -28,6 +28,13 @@ class Bars:
     expected: Sequence[float] | None = None
 
 
+def _steps(r: Any) -> str:
+    """Steps drawn against the plan's; a case the plan gives no steps says so (never "4/0")."""
+    if r.planned:
+        return f"{r.n}/{r.planned}"
+    return f"{r.n} (smoke stage only: no steps planned)" if r.n else "none planned"
+
+
 def _case_table(result: AuditResult, skip_after_finding: bool = False) -> Block:
     rows = []
     for r in result.cases:
@@ -39,7 +46,7 @@ def _case_table(result: AuditResult, skip_after_finding: bool = False) -> Block:
             [
                 r.case.name,
                 r.status.replace("_", " ") + (f" ({r.reason})" if r.reason else ""),
-                f"{r.n}/{r.planned}",
+                _steps(r),
                 f"{r.tv_planned:g}",
                 str(r.cells) if ran else "",
                 f"{r.unresolved:.3f}" if ran else "",
@@ -195,7 +202,7 @@ def _short_blocks(results: list[AuditResult]) -> list[Block]:
                 r.backend,
                 c.case.name,
                 c.status.replace("_", " ") + (f" ({c.reason})" if c.reason else ""),
-                f"{c.n}/{c.planned}",
+                _steps(c),
                 f"{c.detectable_tv:.3g}" if c.status in ("ran", "short") else "1 (not run)",
             ]
             for r, c in short

@@ -339,15 +339,15 @@ def engine_specs(args: argparse.Namespace) -> list[Any]:
     defaults (prompts, settings, horizon, name, claim)."""
     from dataclasses import replace
 
-    from specproof.properties.engine.registry import ENGINES, EngineTargetError, ensure_registered
-    from specproof.properties.run import engine_spec
-
     groups: list[str] = list(args.engine_group or [])
     if args.target and groups:
         raise UsageError("give TARGET or --engine-group, not both")
     if not args.target and not groups:
         raise UsageError("TARGET: missing; usage: specproof audit engine TARGET (or --engine-group GROUP)")
-    request = engine_request(args, args.target)
+    request = engine_request(args, args.target)  # the options read (a bad one is refused) first
+    from specproof.properties.engine.registry import ENGINES, EngineTargetError, ensure_registered
+    from specproof.properties.run import engine_spec
+
     try:
         if args.target:
             return [engine_spec(request)]
@@ -364,14 +364,14 @@ def engine_specs(args: argparse.Namespace) -> list[Any]:
 
 def cmd_audit_engine(args: argparse.Namespace) -> int:
     """One engine: its verdict's exit status. A group: 0 when every verdict is the declared one."""
+    config = engine_config(args)
+    shard = shard_options(args)
+    specs = engine_specs(args)
     from specproof.properties.engine.audit import ENGINE_PACKAGES
     from specproof.properties.engine.report import write_report
     from specproof.properties.outputs import versions
     from specproof.properties.run import run_engine
 
-    config = engine_config(args)
-    shard = shard_options(args)
-    specs = engine_specs(args)
     show = show_progress(args.progress)
     results, skipped = [], []
     for spec in specs:
@@ -415,15 +415,15 @@ def endpoint_options(args: argparse.Namespace) -> EndpointOptions:
 
 def cmd_audit_endpoint(args: argparse.Namespace) -> int:
     """A served engine through its HTTP API: its verdict's exit status."""
-    from specproof.properties.engine.report import write_report
-    from specproof.properties.run import run_endpoint
-
     if args.engine_group:
         raise UsageError("--engine-group: not for an endpoint (give its URL)")
     options = endpoint_options(args)
     request = engine_request(args)
     config = engine_config(args)
     shard = shard_options(args)
+    from specproof.properties.engine.report import write_report
+    from specproof.properties.run import run_endpoint
+
     show = show_progress(args.progress)
     res = run_endpoint(options, request, config, shard, progress_bar(show, "endpoint"), print)
     end_bar(show)

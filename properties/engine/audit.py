@@ -464,6 +464,7 @@ class EngineAudit:
             )
             if r.looks and not r.hard_failure:
                 r.pvalue = min(1.0, c.looks * min(p for _, p in r.looks))
+            r.collapsed = r.test is not None and r.test.cells <= 1 and not r.point_mass and not r.rejected
             self._power(r)
         for r, rej in zip(res.cases, stats.holm([r.pvalue for r in res.cases], c.alpha)):
             r.rejected = r.rejected or rej
@@ -474,7 +475,7 @@ class EngineAudit:
             res.verdict = Verdict.NO_SPECULATION
         elif res.reports.status in ("wrong", "absent"):
             res.verdict = Verdict.MISREPORTED
-        elif res.fault is not None or any(r.budget_limited for r in res.cases):
+        elif res.fault is not None or any(r.budget_limited or r.collapsed for r in res.cases):
             res.verdict = Verdict.UNDERPOWERED
         else:
             res.verdict = Verdict.PASS

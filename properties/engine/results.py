@@ -47,6 +47,8 @@ class EngineCaseResult:
     point_mass: bool = False
     seconds: float = 0.0
     budget_limited: bool = False
+    #: its joint-law test had one cell: it tested nothing of the joint law (never a pass of it)
+    collapsed: bool = False
     forwards: Counter[int] = field(default_factory=Counter)  # target forwards per call
     power: float = 0.0
     detectable_tv: float = 1.0
@@ -76,6 +78,7 @@ class EngineCaseResult:
             "seconds": self.seconds,
             "budget_limited": self.budget_limited,
             "speculation": self.speculation.to_json(),
+            **({"collapsed": True} if self.collapsed else {}),
         }
 
 
@@ -215,6 +218,12 @@ class EngineAuditResult:
             out.append(f"  sampling stopped early: {self.fault}")
         for r in self.short:
             out.append(f"  ran short: {r.case.name}: {r.n}/{r.planned} samples")
+        for r in self.cases:
+            if r.collapsed:
+                out.append(
+                    f"  not tested: {r.case.name}: its {r.n} samples left one cell of the joint law (not a "
+                    "pass: give more samples, or a larger --tv)"
+                )
         return out
 
     def _power_lines(self) -> list[str]:
@@ -228,6 +237,8 @@ class EngineAuditResult:
             lines = [f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"]
         for r in self.cases:
             mark = " (short)" if r.budget_limited else ""
+            if r.collapsed:
+                mark = " (its test collapsed to one cell: the joint law was not tested)"
             lines.append(
                 f"    {r.case.name}: {r.n}/{r.planned} samples, detects TV {r.detectable_tv:.3g} "
                 f"at power {c.power:g}{mark}"
