@@ -233,19 +233,19 @@ def test_an_engine_class_given_for_an_instance_is_named(tmp_path):
 def test_own_engines_from_python_specs_factories_and_their_own_prompts():
     from specproof.properties.engine.loops import direct_engine
 
-    r = specproof.audit_engine("reference.direct", samples=30, progress="off")
+    r = specproof.audit_engine("reference.direct", samples=100, progress="off")
     assert r.verdict == "pass"
 
     def factory(sampling: specproof.Sampling):
         return direct_engine(sampling)
 
     factory.prompts = [(3,)]  # type: ignore[attr-defined]
-    r = specproof.audit_engine(factory, samples=30, progress="off")
+    r = specproof.audit_engine(factory, samples=100, progress="off")
     assert [c.case.prompt for c in r.cases] == [(3,), (3,)] and r.verdict == "pass"
     engine_spec = specproof.EngineSpec(
         "mine", "user", "a spec from Python", direct_engine, 8, ((0, 6),), (specproof.Sampling(1.0),)
     )
-    assert specproof.audit_engine(engine_spec, samples=30, progress="off").verdict == "pass"
+    assert specproof.audit_engine(engine_spec, samples=100, progress="off").verdict == "pass"
 
 
 def test_progress_takes_auto_on_off_or_a_callable():

@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("specproof.properties.oracle",),
     ("specproof.properties.conformance",),
     ("specproof.properties.audit",),
+    ("specproof.properties.tokens",),  # the token test: transforms, e-processes, the plan in tokens
     ("specproof.properties.engine",),
     ("specproof.properties.endpoint",),
     ("specproof.properties.e2e",),

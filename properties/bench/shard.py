@@ -123,8 +123,23 @@ def run(
                 pvalue = p
                 rates[w].append(res.samples / _sampling_seconds(res))
         stats = {w: (d.pool.stats, d.drawn, d.driver_seconds) for w, d in drawers.items()}
+    rows = _rows(rates, cpu, stats, loads, samples * rounds, shape, workers)
+    report("shard: the driver's own work per merged sample (replayed samples)")
+    rows.append(_driver_merge(spec, config, recorder, shape))
+    return rows
+
+
+def _rows(
+    rates: dict[int, list[float]],
+    cpu: dict[int, float],
+    stats: dict[int, Any],
+    loads: list[float],
+    n: int,
+    shape: str,
+    workers: tuple[int, ...],
+) -> list[Row]:
+    """The rows of the rates measured here and on each number of workers (medians over rounds)."""
     load = statistics.median(loads)
-    n = samples * rounds
     here = statistics.median(rates[0])
     extra = {"samples_per_s": here, "cpu_ms": 1e3 * cpu[0] / n, "load": load, "rates": rates[0]}
     rows = [Row("shard", "here", ENGINE, shape, 1e3 / here, n, None, "", extra)]
@@ -157,7 +172,12 @@ def run(
             )
         )
 
-    report("shard: the driver's own work per merged sample (replayed samples)")
+    return rows
+
+
+def _driver_merge(spec: Any, config: EngineAuditConfig, recorder: Recorder, shape: str) -> Row:
+    """The driver's own work per merged sample: the audit replayed on the recorded samples, the
+    time it spends reading laws counted apart."""
     replay = Replay(recorder.kept, 64)
     reading = [0.0]
     law = CaseRunner.law
@@ -178,20 +198,17 @@ def run(
         CaseRunner.law = law  # type: ignore[method-assign]
     merge = _sampling_seconds(again) / again.samples
     laws = reading[0] / again.samples
-    rows.append(
-        Row(
-            "shard",
-            "driver merge",
-            ENGINE,
-            shape,
-            1e3 * merge,
-            again.samples,
-            None,
-            "",
-            {"samples_per_s": 1.0 / merge, "audit_cpu_s": audit_cpu, "law_us": 1e6 * laws},
-        )
+    return Row(
+        "shard",
+        "driver merge",
+        ENGINE,
+        shape,
+        1e3 * merge,
+        again.samples,
+        None,
+        "",
+        {"samples_per_s": 1.0 / merge, "audit_cpu_s": audit_cpu, "law_us": 1e6 * laws},
     )
-    return rows
 
 
 def markdown(rows: list[Row]) -> str:

@@ -38,6 +38,34 @@ PROMPT = (0, 6)
 TOKENS = 4
 
 
+def _rate(
+    stand_in: str,
+    what: str,
+    runs: int,
+    samples: int,
+    alpha: float,
+    verdicts: Counter[str],
+    seconds: float,
+    requests: int,
+) -> dict[str, Any]:
+    """One row of the calibration: how many of ``runs`` seeded audits were called lossy (``what``:
+    false alarms or rejections), with the Clopper-Pearson 95% interval of the rate."""
+    n = verdicts.get(Verdict.LOSSY.value, 0)
+    lo, hi = stats.clopper_pearson(n, runs) if runs else (0.0, 1.0)
+    return {
+        "stand_in": stand_in,
+        "runs": runs,
+        "samples": samples,
+        "alpha": alpha,
+        what: n,
+        "rate": n / runs if runs else 0.0,
+        "ci95": [lo, hi],
+        "verdicts": dict(verdicts),
+        "seconds": seconds,
+        "requests": requests,
+    }
+
+
 def _audits(
     bug: str | None,
     seeds: range,
@@ -105,21 +133,10 @@ def calibrate_http(
         None, range(1000, 1000 + runs), samples, alpha, profile, loop, concurrency, say
     )
     alarms = verdicts.get(Verdict.LOSSY.value, 0)
-    lo, hi = stats.clopper_pearson(alarms, runs) if runs else (0.0, 1.0)
-    out["exact"] = {
-        "stand_in": "correct",
-        "runs": runs,
-        "samples": samples,
-        "alpha": alpha,
-        "false_alarms": alarms,
-        "rate": alarms / runs if runs else 0.0,
-        "ci95": [lo, hi],
-        "verdicts": dict(verdicts),
-        "other_than_pass_or_lossy": runs - alarms - verdicts.get(Verdict.PASS.value, 0),
-        "smallest_pvalue": min(pvalues) if pvalues else None,
-        "seconds": seconds,
-        "requests": requests,
-    }
+    out["exact"] = _rate("correct", "false_alarms", runs, samples, alpha, verdicts, seconds, requests)
+    out["exact"]["other_than_pass_or_lossy"] = runs - alarms - verdicts.get(Verdict.PASS.value, 0)
+    out["exact"]["smallest_pvalue"] = min(pvalues) if pvalues else None
+    lo, hi = out["exact"]["ci95"]
     say(
         f"correct: {alarms}/{runs} false alarms at alpha {alpha:g} "
         f"(95% CI [{lo:.3f}, {hi:.3f}]), {seconds:.0f} s"
@@ -129,20 +146,11 @@ def calibrate_http(
         "greedy_verify", range(2000, 2000 + power_runs), samples, power_alpha, profile, loop, concurrency, say
     )
     hits = verdicts.get(Verdict.LOSSY.value, 0)
-    lo, hi = stats.clopper_pearson(hits, power_runs) if power_runs else (0.0, 1.0)
-    out["power"] = {
-        "stand_in": "greedy_verify",
-        "runs": power_runs,
-        "samples": samples,
-        "alpha": power_alpha,
-        "rejected": hits,
-        "rate": hits / power_runs if power_runs else 0.0,
-        "ci95": [lo, hi],
-        "verdicts": dict(verdicts),
-        "mean_samples_used": float(np.mean(used)) if used else 0.0,
-        "seconds": seconds,
-        "requests": requests,
-    }
+    out["power"] = _rate(
+        "greedy_verify", "rejected", power_runs, samples, power_alpha, verdicts, seconds, requests
+    )
+    out["power"]["mean_samples_used"] = float(np.mean(used)) if used else 0.0
+    lo, hi = out["power"]["ci95"]
     say(
         f"greedy_verify: rejected in {hits}/{power_runs} runs "
         f"(mean {out['power']['mean_samples_used']:.0f} samples used)"

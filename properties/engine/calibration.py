@@ -66,51 +66,61 @@ def calibration(
         power = [row for row in power if row[0] in only]
     out["only"] = list(only or ())
     for name, setting in exact:
-        spec = with_options(resolve_engine(name), prompts=[(0, 6)], samplings=[setting])
-        t0 = time.perf_counter()
-        alarms, pmins = 0, []
-        for s in range(runs):
-            r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=samples, seed=1000 + s))
-            alarms += r.verdict == Verdict.LOSSY
-            pmins.append(r.cases[0].pvalue)
-        lo, hi = stats.clopper_pearson(alarms, runs)
-        row = {
-            "engine": name,
-            "case": f"{setting.label} after [0 6], M = 4",
-            "runs": runs,
-            "samples": samples,
-            "false_alarms": alarms,
-            "rate": alarms / runs,
-            "ci95": [lo, hi],
-            "seconds": time.perf_counter() - t0,
-        }
-        say(f"{name}: {alarms}/{runs} false alarms at alpha {alpha:g} (95% CI [{lo:.3f}, {hi:.3f}])")
-        out["exact"].append(row)
-    out["power"] = []
-    for name, prompt, s_, n in power:
-        spec = with_options(resolve_engine(name), prompts=[prompt], samplings=[s_])
-        t0 = time.perf_counter()
-        hits, used = 0, []
-        for s in range(power_runs):
-            r = audit_engine(spec, EngineAuditConfig(alpha=1e-3, samples=n, seed=2000 + s))
-            hits += r.verdict == Verdict.LOSSY
-            used.append(r.cases[0].n)
-        lo, hi = stats.clopper_pearson(hits, power_runs)
-        out["power"].append(
-            {
-                "engine": name,
-                "case": f"{s_.label} after {list(prompt)}",
-                "samples": n,
-                "alpha": 1e-3,
-                "runs": power_runs,
-                "rejected": hits,
-                "ci95": [lo, hi],
-                "mean_samples_used": float(np.mean(used)),
-                "seconds": time.perf_counter() - t0,
-            }
-        )
-        say(f"{name}: rejected in {hits}/{power_runs} runs at {n} samples (mean {np.mean(used):.0f} used)")
+        out["exact"].append(_false_alarms(name, setting, runs, samples, alpha, say))
+    out["power"] = [_power(name, prompt, s_, n, power_runs, say) for name, prompt, s_, n in power]
     return out
+
+
+def _rejections(
+    name: str, prompt: tuple[int, ...], setting: Sampling, n: int, runs: int, alpha: float, seed0: int
+) -> tuple[int, list[int], tuple[float, float], float]:
+    """``runs`` seeded audits of one engine case at ``n`` samples: how many were called lossy, the
+    samples each used, the 95% interval of the rate, the seconds."""
+    spec = with_options(resolve_engine(name), prompts=[prompt], samplings=[setting])
+    t0 = time.perf_counter()
+    hits, used = 0, []
+    for s in range(runs):
+        r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=n, seed=seed0 + s))
+        hits += r.verdict == Verdict.LOSSY
+        used.append(r.cases[0].n)
+    return hits, used, stats.clopper_pearson(hits, runs), time.perf_counter() - t0
+
+
+def _false_alarms(
+    name: str, setting: Sampling, runs: int, samples: int, alpha: float, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Seeded audits of an exact engine at a fixed size: how often it is called lossy."""
+    alarms, _, (lo, hi), seconds = _rejections(name, (0, 6), setting, samples, runs, alpha, 1000)
+    say(f"{name}: {alarms}/{runs} false alarms at alpha {alpha:g} (95% CI [{lo:.3f}, {hi:.3f}])")
+    return {
+        "engine": name,
+        "case": f"{setting.label} after [0 6], M = 4",
+        "runs": runs,
+        "samples": samples,
+        "false_alarms": alarms,
+        "rate": alarms / runs,
+        "ci95": [lo, hi],
+        "seconds": seconds,
+    }
+
+
+def _power(
+    name: str, prompt: tuple[int, ...], setting: Sampling, n: int, runs: int, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """Seeded audits of a lossy mutant on its witness case: how often it is caught."""
+    hits, used, (lo, hi), seconds = _rejections(name, prompt, setting, n, runs, 1e-3, 2000)
+    say(f"{name}: rejected in {hits}/{runs} runs at {n} samples (mean {np.mean(used):.0f} used)")
+    return {
+        "engine": name,
+        "case": f"{setting.label} after {list(prompt)}",
+        "samples": n,
+        "alpha": 1e-3,
+        "runs": runs,
+        "rejected": hits,
+        "ci95": [lo, hi],
+        "mean_samples_used": float(np.mean(used)),
+        "seconds": seconds,
+    }
 
 
 def calibration_markdown(doc: dict[str, Any]) -> str:

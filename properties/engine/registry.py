@@ -78,20 +78,37 @@ def _register_reference() -> None:
             (T1, T07),
         )
     )
-    for p in PROPOSERS.values():
-        for rule in p.exact_rules():
-            greedy = RULES[rule].preserves == "greedy"
-            register(
-                EngineSpec(
-                    f"reference.{p.name}.{rule}",
-                    "reference",
-                    f"reference/decode.py: {p.name} ({p.process.name}, shape {p.shape}) verified by {rule}",
-                    functools.partial(reference_engine, p, rule),
-                    engine_target().vocab,
-                    REFERENCE_PROMPTS,
-                    (GREEDY,) if greedy else (T1, T07),
-                )
-            )
+    for p, rule in _loops():
+        register(
+            _loop_spec(
+                "reference",
+                p,
+                rule,
+                f"reference/decode.py: {p.name} ({p.process.name}, shape {p.shape})",
+                functools.partial(reference_engine, p, rule),
+            )  # fmt: skip
+        )
+
+
+def _loops(rules: set[str] | None = None) -> list[tuple[Proposer, str]]:
+    """Every proposer with every rule declared exact for its process (of ``rules``, when given)."""
+    return [(p, r) for p in PROPOSERS.values() for r in p.exact_rules() if rules is None or r in rules]
+
+
+def _loop_spec(group: str, p: Proposer, rule: str, what: str, build: Any, **kw: Any) -> EngineSpec:
+    """A decoding loop of ``group`` for proposer ``p`` verified by ``rule``: greedy settings for a
+    rule that preserves greedy decoding, T = 1 and 0.7 otherwise."""
+    greedy = RULES[rule].preserves == "greedy"
+    return EngineSpec(
+        f"{group}.{p.name}.{rule}",
+        group,
+        f"{what} verified by {rule}",
+        build,
+        engine_target().vocab,
+        REFERENCE_PROMPTS,
+        (GREEDY,) if greedy else (T1, T07),
+        **kw,
+    )
 
 
 def _register_mutants() -> None:
@@ -152,23 +169,17 @@ def _register_optimized() -> None:
     """The optimized loop: every proposer x rule declared exact for its process that
     has an optimized kernel, audited like ``reference.*`` (imported lazily, when audited)."""
     kernels = set(_optimized_rules())  # imports optimized.decode first (see ensure_registered)
-    for p in PROPOSERS.values():
-        for rule in p.exact_rules():
-            if rule not in kernels:
-                continue
-            greedy = RULES[rule].preserves == "greedy"
-            register(
-                EngineSpec(
-                    f"optimized.{p.name}.{rule}",
-                    "optimized",
-                    f"optimized/decode.py OptimizedEngine: {p.name} ({p.process.name}) verified by {rule}",
-                    functools.partial(_optimized_engine, p, rule),
-                    engine_target().vocab,
-                    REFERENCE_PROMPTS,
-                    (GREEDY,) if greedy else (T1, T07),
-                    available=_optimized_available,
-                )
-            )
+    for p, rule in _loops(kernels):
+        register(
+            _loop_spec(
+                "optimized",
+                p,
+                rule,
+                f"optimized/decode.py OptimizedEngine: {p.name} ({p.process.name})",
+                functools.partial(_optimized_engine, p, rule),
+                available=_optimized_available,
+            )  # fmt: skip
+        )
 
 
 def _register_thirdparty() -> None:

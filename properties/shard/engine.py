@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.engine.audit import CaseRunner, Drawer, EngineViolation
+from specproof.properties.engine.audit import Drawer
 from specproof.properties.engine.contract import EngineSpec, EngineUnavailable, Generation
-from specproof.properties.shard.pool import Pool, PoolClient, PoolFailure, connect, ray_module
+from specproof.properties.engine.runner import CaseRunner, EngineViolation
+from specproof.properties.shard.pool import PoolClient, PoolFailure
 from specproof.properties.shard.recipe import EngineRecipe, engine_recipe, worker_paths
 from specproof.properties.shard.wire import unpack_generations
 
@@ -52,30 +53,12 @@ class RayDrawer(PoolClient, Drawer):
         *,
         depth: int = 2,
         min_shard: int = MIN_SHARD,
-        cpus_per_worker: float = 1.0,
-        gpus_per_worker: float | None = None,
-        threads: int | None = 1,
-        max_restarts: int | None = None,
-        stall_seconds: float = 600.0,
+        **placement: Any,
     ) -> None:
-        self.recipe = recipe
-        self.started_ray = connect(address, workers, cpus_per_worker)
-        ray = ray_module()
-        resources = ray.cluster_resources()
-        if gpus_per_worker is None:
-            gpus_per_worker = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
-        if workers is None:
-            workers = int(resources.get("GPU", 0)) if gpus_per_worker else int(resources.get("CPU", 1))
-        self.workers, self.depth, self.min_shard = max(1, workers), depth, min_shard
-        self.pool = Pool(
-            _engine_worker(),
-            (recipe, worker_paths(), threads),
-            self.workers,
-            cpus_per_worker,
-            gpus_per_worker,
-            max_restarts,
-            stall_seconds,
-        )
+        """``placement``: :meth:`PoolClient.start`'s (``cpus_per_worker``, ``gpus_per_worker``,
+        ``threads``, ``max_restarts``, ``stall_seconds``)."""
+        self.start(_engine_worker(), recipe, worker_paths(), workers, address, **placement)
+        self.depth, self.min_shard = depth, min_shard
         self.drawn = 0  # samples returned to the audit
         self.driver_seconds = 0.0  # driver CPU time inside draw (dispatch, waiting, unpacking)
 

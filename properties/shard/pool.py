@@ -65,6 +65,21 @@ def connect(address: str | None, workers: int | None, cpus_per_worker: float) ->
     return True
 
 
+def placed(
+    address: str | None, workers: int | None, cpus_per_worker: float, gpus_per_worker: float | None
+) -> tuple[bool, int, float]:
+    """Ray joined or started (:func:`connect`), and the actors' placement: how many (``workers``,
+    else one per GPU of the cluster when it has any, else one per CPU) and the GPUs each takes
+    (``gpus_per_worker``, else 1 on a cluster with GPUs, else 0). Returns (started, workers, gpus)."""
+    started = connect(address, workers, cpus_per_worker)
+    resources = ray_module().cluster_resources()
+    if gpus_per_worker is None:
+        gpus_per_worker = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
+    if workers is None:
+        workers = int(resources.get("GPU", 0)) if gpus_per_worker else int(resources.get("CPU", 1))
+    return started, max(1, workers), gpus_per_worker
+
+
 @dataclass
 class PoolStats:
     """What a pool did: jobs answered, the bytes of their answers, actors replaced, jobs re-run."""
@@ -234,6 +249,27 @@ class PoolClient:
     it, stays up for the next audit of the process (an engine group) and stops when it exits."""
 
     pool: Pool
+
+    def start(
+        self,
+        actor: Any,
+        recipe: Any,
+        paths: Any,
+        workers: int | None,
+        address: str | None,
+        cpus_per_worker: float = 1.0,
+        gpus_per_worker: float | None = None,
+        threads: int | None = 1,
+        max_restarts: int | None = None,
+        stall_seconds: float = 600.0,
+    ) -> None:
+        """Join or start Ray, place the actors (:func:`placed`) and start the pool of ``actor``s,
+        each built from ``(recipe, paths, threads)``."""
+        self.recipe = recipe
+        self.started_ray, self.workers, gpus = placed(address, workers, cpus_per_worker, gpus_per_worker)
+        self.pool = Pool(
+            actor, (recipe, paths, threads), self.workers, cpus_per_worker, gpus, max_restarts, stall_seconds
+        )
 
     def close(self) -> None:
         self.pool.close()

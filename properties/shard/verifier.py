@@ -19,7 +19,7 @@ from typing import Any
 
 from specproof.properties.audit.stages import Audit, AuditConfig, Caller, CallOutput, CallsUnavailable, Runner
 from specproof.properties.conformance.contracts import ContractViolation
-from specproof.properties.shard.pool import Pool, PoolClient, PoolFailure, connect, ray_module
+from specproof.properties.shard.pool import PoolClient, PoolFailure
 from specproof.properties.shard.recipe import BackendRecipe, backend_recipe, worker_paths
 from specproof.properties.shard.wire import unpack_call
 
@@ -35,32 +35,14 @@ class RayCaller(PoolClient, Caller):
         address: str | None = None,
         *,
         depth: int = 2,
-        cpus_per_worker: float = 1.0,
-        gpus_per_worker: float | None = None,
-        threads: int | None = 1,
-        max_restarts: int | None = None,
-        stall_seconds: float = 600.0,
+        **placement: Any,
     ) -> None:
-        self.recipe = recipe
-        self.started_ray = connect(address, workers, cpus_per_worker)
-        resources = ray_module().cluster_resources()
-        if gpus_per_worker is None:
-            gpus_per_worker = 1.0 if resources.get("GPU", 0) >= 1 else 0.0
-        if workers is None:
-            workers = int(resources.get("GPU", 0)) if gpus_per_worker else int(resources.get("CPU", 1))
-        self.workers = self.parallel = max(1, workers)
-        self.depth = depth
+        """``placement``: :meth:`PoolClient.start`'s (``cpus_per_worker``, ``gpus_per_worker``,
+        ``threads``, ``max_restarts``, ``stall_seconds``)."""
         from specproof.properties.shard.workers import VerifierWorker
 
-        self.pool = Pool(
-            VerifierWorker,
-            (recipe, worker_paths(), threads),
-            self.workers,
-            cpus_per_worker,
-            gpus_per_worker,
-            max_restarts,
-            stall_seconds,
-        )
+        self.start(VerifierWorker, recipe, worker_paths(), workers, address, **placement)
+        self.parallel, self.depth = self.workers, depth
         self.rows = 0
         self.driver_seconds = 0.0
 

@@ -59,6 +59,21 @@ def law_from_pairs(pairs: Sequence[tuple[int, float]], vocab: int, where: str) -
     return [float(v) for v in law]
 
 
+def knobs(s: Sampling, top_k_off: Any) -> dict[str, Any]:
+    """The sampling fields most servers share, each at the setting's value or at its neutral one
+    (so a setting means what it says, never a server's default): ``top_k_off`` is the family's
+    spelling of top-k off (llama.cpp 0, vLLM and SGLang -1)."""
+    return {
+        "temperature": s.temperature,
+        "top_k": s.top_k or top_k_off,
+        "top_p": 1.0 if s.top_p is None else s.top_p,
+        "min_p": s.min_p or 0.0,
+        "repetition_penalty": s.repetition_penalty or 1.0,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+    }
+
+
 @dataclass(frozen=True)
 class Profile(abc.ABC):
     """One server family (module docstring). Subclasses fill the requests and read the answers;
@@ -76,6 +91,27 @@ class Profile(abc.ABC):
     reports: ClassVar[bool] = True
     #: the request parameters beyond the cut-offs this family takes (others are refused)
     offers: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(
+        cls,
+        family: str | None = None,
+        recipe: str = "",
+        counters: bool = False,
+        reports: bool = True,
+        offers: tuple[str, ...] = (),
+        **kw: Any,
+    ) -> None:
+        """A family declares itself in its class line: ``class VLLM(Profile, family="vllm",
+        recipe=..., counters=True, offers=(...))``."""
+        super().__init_subclass__(**kw)
+        if family is not None:
+            cls.name, cls.recipe, cls.counters, cls.reports, cls.offers = (
+                family,
+                recipe,
+                counters,
+                reports,
+                offers,
+            )
 
     # -- the requests -------------------------------------------------------------------------
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from specproof.properties.endpoint.families import wire
-from specproof.properties.endpoint.families.base import AnswerError, Profile, law_from_pairs
+from specproof.properties.endpoint.families.base import AnswerError, Profile, knobs, law_from_pairs
 from specproof.reference.errors import UsageError
 from specproof.reference.sampling import Grammar, Sampling
 
@@ -27,31 +27,28 @@ if TYPE_CHECKING:
     from specproof.properties.engine.contract import Generation
 
 
-class LlamaCpp(Profile):
-    name: ClassVar[str] = "llamacpp"
-    recipe: ClassVar[str] = (
-        "POST /completion, one new token, n_probs = V, post_sampling_probs: the probability of every id "
-        "after llama-server's own sampler chain at that context (the first token of a request is sampled "
-        "before any draft exists; its answer reports draft_n absent or 0)"
-    )
-    counters: ClassVar[bool] = True
-    offers: ClassVar[tuple[str, ...]] = (
-        "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "eos",
-        "repetition_scope", "presence_scope",
-    )  # fmt: skip
+#: what the report quotes of this family's law recipe
+RECIPE = (
+    "POST /completion, one new token, n_probs = V, post_sampling_probs: the probability of every id "
+    "after llama-server's own sampler chain at that context (the first token of a request is sampled "
+    "before any draft exists; its answer reports draft_n absent or 0)"
+)
+#: the request parameters beyond the cut-offs it takes
+OFFERS: tuple[str, ...] = (
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "eos",
+    "repetition_scope", "presence_scope",
+)  # fmt: skip
 
+
+class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=OFFERS):
     def _sampling(self, s: Sampling, generated: Sequence[int] = ()) -> dict[str, Any]:
         self.check_offered(s)
+        fields = knobs(s, top_k_off=0)
+        fields["repeat_penalty"] = fields.pop("repetition_penalty")  # llama.cpp's name for it
         body: dict[str, Any] = {
-            "temperature": s.temperature,
-            "top_k": s.top_k or 0,
-            "top_p": 1.0 if s.top_p is None else s.top_p,
-            "min_p": s.min_p or 0.0,
+            **fields,
             "typical_p": 1.0,
-            "repeat_penalty": s.repetition_penalty or 1.0,
             "repeat_last_n": 4096 if s.contextual else 0,  # past any context here: all of it counts
-            "presence_penalty": s.presence_penalty,
-            "frequency_penalty": s.frequency_penalty,
             "dry_multiplier": 0.0,
             "xtc_probability": 0.0,
             "top_n_sigma": -1.0,

@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,8 +48,25 @@ NEUTRAL_LCP: dict[str, Any] = {
 }
 
 
+#: what the report quotes of this family's law recipe
+RECIPE = (
+    "POST /v1/completions, one new token, logprobs = V: the raw (temperature 1, unprocessed) law "
+    "keyed by token text; then llama-cpp-python's sampler chain applied to it as its non-speculative "
+    "sampler does (logit bias and min_tokens, presence and frequency penalties over the generated "
+    "tokens, top-k, top-p and min-p on the temperature-1 law, temperature last; greedy at 0)"
+)
+#: the request parameters beyond the cut-offs it takes
+OFFERS: tuple[str, ...] = (
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "min_new_tokens",
+    "eos",
+)
+
+
 @dataclass(frozen=True)
-class LlamaCppPython(Profile):
+class LlamaCppPython(Profile, family="llamacpp-python", recipe=RECIPE, counters=False, offers=OFFERS):
     """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``), with or
     without its prompt-lookup draft model.
 
@@ -75,21 +92,6 @@ class LlamaCppPython(Profile):
     (:meth:`reports_checkable`).
     """
 
-    name: ClassVar[str] = "llamacpp-python"
-    recipe: ClassVar[str] = (
-        "POST /v1/completions, one new token, logprobs = V: the raw (temperature 1, unprocessed) law "
-        "keyed by token text; then llama-cpp-python's sampler chain applied to it as its non-speculative "
-        "sampler does (logit bias and min_tokens, presence and frequency penalties over the generated "
-        "tokens, top-k, top-p and min-p on the temperature-1 law, temperature last; greedy at 0)"
-    )
-    counters: ClassVar[bool] = False
-    offers: ClassVar[tuple[str, ...]] = (
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "min_new_tokens",
-        "eos",
-    )
     #: the id the server ends samples on; found by :meth:`identity` (the one id it renders as a
     #: text the token map does not hold, or the map's one empty text)
     eos_id: int | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from specproof.properties.endpoint.families import wire
 from specproof.properties.endpoint.families.base import AnswerError, Profile, law_from_pairs, prob
@@ -25,20 +25,21 @@ if TYPE_CHECKING:
     from specproof.properties.engine.contract import Generation
 
 
-class OpenAI(Profile):
-    name: ClassVar[str] = "openai"
-    recipe: ClassVar[str] = (
-        "POST /v1/completions, one new token, logprobs = V: the alternatives the server returns, which "
-        "must carry the whole law (the standard caps them at 5; the audit refuses a law they do not cover)"
-    )
-    counters: ClassVar[bool] = False
-    offers: ClassVar[tuple[str, ...]] = (
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "presence_scope",
-    )
+#: what the report quotes of this family's law recipe
+RECIPE = (
+    "POST /v1/completions, one new token, logprobs = V: the alternatives the server returns, which "
+    "must carry the whole law (the standard caps them at 5; the audit refuses a law they do not cover)"
+)
+#: the request parameters beyond the cut-offs it takes
+OFFERS: tuple[str, ...] = (
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "presence_scope",
+)
 
+
+class OpenAI(Profile, family="openai", recipe=RECIPE, counters=False, offers=OFFERS):
     def generation(
         self, prompt: Sequence[int], tokens: int, seed: int, s: Sampling, report: bool
     ) -> tuple[str, dict[str, Any]]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specproof.properties.endpoint.families import wire
-from specproof.properties.endpoint.families.base import AnswerError, Profile, law_from_pairs, prob
+from specproof.properties.endpoint.families.base import AnswerError, Profile, knobs, law_from_pairs, prob
 from specproof.reference.sampling import Sampling, warp
 
 if TYPE_CHECKING:
@@ -37,30 +37,25 @@ def cut(tempered: np.ndarray, s: Sampling) -> list[float]:
     return [float(v) for v in warp(z, replace(s, temperature=1.0), order="sglang")]
 
 
-class SGLang(Profile):
-    name: ClassVar[str] = "sglang"
-    recipe: ClassVar[str] = (
-        "POST /generate, one new token, top_logprobs_num = V: the law after temperature (SGLang returns "
-        "log-probabilities before its cut-offs), then top-k and top-p applied jointly to it and min-p "
-        "after, as SGLang's non-speculative sampler does"
-    )
-    counters: ClassVar[bool] = True
-    offers: ClassVar[tuple[str, ...]] = (
-        "repetition_penalty", "presence_penalty", "frequency_penalty", "min_new_tokens", "eos",
-        "repetition_scope", "presence_scope",
-    )  # fmt: skip
+#: what the report quotes of this family's law recipe
+RECIPE = (
+    "POST /generate, one new token, top_logprobs_num = V: the law after temperature (SGLang returns "
+    "log-probabilities before its cut-offs), then top-k and top-p applied jointly to it and min-p "
+    "after, as SGLang's non-speculative sampler does"
+)
+#: the request parameters beyond the cut-offs it takes
+OFFERS: tuple[str, ...] = (
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "min_new_tokens", "eos",
+    "repetition_scope", "presence_scope",
+)  # fmt: skip
 
+
+class SGLang(Profile, family="sglang", recipe=RECIPE, counters=True, offers=OFFERS):
     def _sampling(self, s: Sampling, tokens: int, seed: int) -> dict[str, Any]:
         self.check_offered(s)
         return {
             "max_new_tokens": tokens,
-            "temperature": s.temperature,
-            "top_k": s.top_k or -1,
-            "top_p": 1.0 if s.top_p is None else s.top_p,
-            "min_p": s.min_p or 0.0,
-            "repetition_penalty": s.repetition_penalty or 1.0,
-            "presence_penalty": s.presence_penalty,
-            "frequency_penalty": s.frequency_penalty,
+            **knobs(s, top_k_off=-1),
             "min_new_tokens": s.min_new_tokens,
             "ignore_eos": s.eos is None,
             "sampling_seed": self.seed(seed),

@@ -10,10 +10,10 @@ output; the cut-offs are sent as their neutral values (top-k off is -1).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from specproof.properties.endpoint.families import wire
-from specproof.properties.endpoint.families.base import AnswerError, Profile, law_from_pairs, prob
+from specproof.properties.endpoint.families.base import AnswerError, Profile, knobs, law_from_pairs, prob
 from specproof.properties.endpoint.families.openai import completions_head
 from specproof.reference.sampling import Sampling
 
@@ -23,29 +23,24 @@ if TYPE_CHECKING:
     from specproof.properties.engine.contract import Generation
 
 
-class VLLM(Profile):
-    name: ClassVar[str] = "vllm"
-    recipe: ClassVar[str] = (
-        "POST /v1/completions, one new token, logprobs: -1 with token ids as keys: the processed log-"
-        "probability of every id (the server must run with --logprobs-mode processed_logprobs "
-        "--max-logprobs -1); the first token is sampled before any draft exists"
-    )
-    counters: ClassVar[bool] = True
-    offers: ClassVar[tuple[str, ...]] = (
-        "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "min_new_tokens", "eos",
-        "repetition_scope", "presence_scope",
-    )  # fmt: skip
+#: what the report quotes of this family's law recipe
+RECIPE = (
+    "POST /v1/completions, one new token, logprobs: -1 with token ids as keys: the processed log-"
+    "probability of every id (the server must run with --logprobs-mode processed_logprobs "
+    "--max-logprobs -1); the first token is sampled before any draft exists"
+)
+#: the request parameters beyond the cut-offs it takes
+OFFERS: tuple[str, ...] = (
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "min_new_tokens", "eos",
+    "repetition_scope", "presence_scope",
+)  # fmt: skip
 
+
+class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
     def _sampling(self, s: Sampling) -> dict[str, Any]:
         self.check_offered(s)
         body: dict[str, Any] = {
-            "temperature": s.temperature,
-            "top_k": s.top_k or -1,
-            "top_p": 1.0 if s.top_p is None else s.top_p,
-            "min_p": s.min_p or 0.0,
-            "repetition_penalty": s.repetition_penalty or 1.0,
-            "presence_penalty": s.presence_penalty,
-            "frequency_penalty": s.frequency_penalty,
+            **knobs(s, top_k_off=-1),
             "ignore_eos": s.eos is None,
             "min_tokens": s.min_new_tokens,
             "return_token_ids": True,

@@ -1,0 +1,173 @@
+"""The token test of an audit: one family of bettors per case, one wealth for the audit.
+
+:class:`TokenTest` is what the engine audit (and the recorded-traffic audit) feeds: for each
+sample of a case, in index order, the laws along its path (the target's law at each emitted
+token's own prefix: teacher forcing), its tokens, where its speculative steps ended and the draft's
+law where the engine tells them. It scores them (:mod:`.transform`), feeds the case's family
+(:mod:`.family`), and after each chunk says whether the audit's wealth (the average of the cases')
+has reached ``1/alpha``: a deviation, found by the statistic named, at a false-alarm rate of at
+most ``alpha`` whenever the audit stops (proofs_notes/token_audit.md). A token the law gives
+probability 0 is a hard witness at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.tokens import power
+from specproof.properties.tokens.family import DOCS, Family
+from specproof.properties.tokens.law import TokenLaw
+from specproof.properties.tokens.transform import (
+    Observations,
+    joined,
+    observe,
+    observe_dense,
+    seeded_uniforms,
+)
+
+
+@dataclass
+class Sample:
+    """One sample as the token test reads it: its index, its tokens (up to its end of sequence),
+    the laws along its path (a dense ``[m, V]`` array, or one :class:`TokenLaw` a position), and
+    where the engine tells them, each token's index in its speculative step and the draft's law
+    at each position."""
+
+    index: int
+    tokens: tuple[int, ...]
+    laws: np.ndarray | list[TokenLaw]
+    block: np.ndarray | None = None
+    drafts: np.ndarray | None = None
+
+
+@dataclass
+class TokenCase:
+    """One case's token test: its family, what it has seen, and its witness."""
+
+    index: int
+    horizon: int
+    family: Family
+    samples: int = 0
+    impossible: dict[str, Any] | None = None  # the first token the law gave probability 0
+
+    @property
+    def tokens(self) -> int:
+        return self.family.tokens
+
+    @property
+    def log_wealth(self) -> float:
+        return math.inf if self.impossible else self.family.log_wealth
+
+    def to_json(self) -> dict[str, Any]:
+        lead = self.family.leader()
+        return {
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "log_wealth": self.log_wealth,
+            "leader": lead.to_json(),
+            "impossible": self.impossible,
+            "bets": [b.to_json() for b in self.family.bets],
+        }
+
+
+@dataclass
+class TokenTest:
+    """The token test over an audit's cases (module docstring). ``alpha``: its share of the audit's
+    family-wise alpha; ``seed``: the audit's (the transforms' auxiliary uniforms derive from it)."""
+
+    alpha: float
+    seed: int
+    cases: list[TokenCase] = field(default_factory=list)
+
+    def add_case(self, index: int, horizon: int, draft: bool = False, blocks: bool = False) -> TokenCase:
+        case = TokenCase(index, horizon, Family(horizon, draft=draft, blocks=blocks))
+        self.cases.append(case)
+        return case
+
+    def score(self, case: TokenCase, samples: list[Sample]) -> list[Observations]:
+        """Feed a chunk of ``case``'s samples (in index order) at once; their observations."""
+        parts, positions, blocks = [], [], []
+        for smp in samples:
+            v = seeded_uniforms(self.seed, case.index, smp.index, len(smp.tokens))
+            if isinstance(smp.laws, np.ndarray):
+                obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts)
+            else:
+                obs = observe(smp.laws, smp.tokens, v, None if smp.drafts is None else list(smp.drafts))
+            parts.append(obs)
+            positions.append(np.arange(1, len(obs) + 1))
+            if smp.block is not None:
+                blocks.append(np.asarray(smp.block)[: len(obs)])
+            case.samples += 1
+            if obs.impossible is not None and case.impossible is None:
+                t = obs.impossible
+                case.impossible = {
+                    "sample": smp.index,
+                    "position": t + 1,
+                    "sequence": list(smp.tokens),
+                    "token": int(smp.tokens[t]),
+                }
+                break  # a hard witness: nothing after it is needed
+        if parts:
+            block = np.concatenate(blocks) if blocks and len(blocks) == len(parts) else None
+            case.family.update(joined(parts), np.concatenate(positions), block)
+        return parts
+
+    @property
+    def log_wealth(self) -> float:
+        """log of the audit's wealth: the average of the cases'."""
+        if not self.cases:
+            return 0.0
+        logs = np.array([c.log_wealth for c in self.cases])
+        if np.isinf(logs).any():
+            return math.inf
+        m = float(logs.max())
+        return m + math.log(float(np.exp(logs - m).mean()))
+
+    @property
+    def rejected(self) -> bool:
+        return self.log_wealth >= math.log(1 / self.alpha)
+
+    @property
+    def e_value(self) -> float:
+        lw = self.log_wealth
+        return math.inf if lw > 700 else math.exp(lw)
+
+    def pvalue(self) -> float:
+        """The anytime-valid p-value of the audit's wealth: min(1, 1 / wealth) (Ville)."""
+        lw = self.log_wealth
+        return 0.0 if math.isinf(lw) else min(1.0, math.exp(-lw))
+
+    def finding(self) -> dict[str, Any] | None:
+        """The case and statistic that moved the wealth most, with what they saw."""
+        if not self.cases:
+            return None
+        case = max(self.cases, key=lambda c: c.log_wealth)
+        if case.impossible:
+            return {"case": case.index, "statistic": "impossible", "detail": case.impossible}
+        lead = case.family.leader()
+        return {
+            "case": case.index,
+            "statistic": lead.name,
+            "family": lead.family,
+            "what": DOCS[lead.family],
+            "log_wealth": lead.log_wealth,
+            "drift": lead.bettor.drift,
+            "tokens": lead.bettor.n,
+        }
+
+
+def plan(tv: float, alpha: float, power_: float, cases: int, draft: bool, blocks: bool) -> dict[str, Any]:
+    """The token test's plan per case: tokens, and what they detect per statistic."""
+    n = power.plan_tokens(tv, alpha, power_, cases, draft, blocks)
+    w = power.shares(draft, blocks)
+    return {
+        "tokens_per_case": n,
+        "detects": {
+            s: power.detectable(s, n, alpha, power_, cases, w) for s in ("mean", "greedy", "uniform")
+        },
+        "information_limit": {s: power.information_limit(s, tv, alpha, power_) for s in ("mean", "greedy")},
+    }

@@ -1,0 +1,189 @@
+"""The token test's statistics, each aimed at a class of bugs, combined into one wealth.
+
+Every statistic is a function of the transforms and of what the law says at each position
+(:mod:`.transform`), with conditional mean 0 (or, for ``uniform``, a uniform cell law) under a
+lossless engine, whatever the position, the law or the past (proofs_notes/token_audit.md):
+
+=============  ==========================================  =========================================
+statistic      per token                                   catches
+=============  ==========================================  =========================================
+``uniform``    the transform's cell among 8 equal cells    any deviation of the token law that moves
+                                                           mass between cells of the transform
+``mean``       ``U - 1/2``                                 sharpening (mass toward likely tokens:
+                                                           negative) or flattening (positive)
+``greedy``     ``[U < p_first] - p_first``                 drift toward the argmax (verification
+                                                           silently greedy at T > 0)
+``surprisal``  ``s - E s``, ``s`` the clipped surprisal    sharpening or flattening in log scale
+``draft``      ``q(x) - E_p q``, q the draft's law         drift toward the draft's law (a residual
+                                                           off, a draft law taken from elsewhere)
+``serial``     ``4 (U_t - 1/2)(U_{t-1} - 1/2)``            consecutive tokens of a sample dependent
+                                                           (one uniform shared by a step's drafts)
+``position``   ``uniform`` and ``mean`` on positions       a bug from some depth on (a KV crop, a
+               ``[2^j, 2^(j+1))``                          stale page, a sliding window)
+``block``      ``uniform`` and ``mean`` by the index of    a bug at one index of the speculative
+               the token in its speculative step           block (where the engine says its steps)
+=============  ==========================================  =========================================
+
+:data:`WEIGHTS` gives each family its share of the case's wealth (a family of several bettors
+splits its share evenly); a statistic the engine cannot feed (``draft`` without the draft's
+law, ``block`` without steps) is left out before any sampling and the shares renormalized. The
+case's wealth is the weighted average of its bettors' (a test martingale), the audit's the average
+over its cases.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.tokens.eprocess import BinBettor, MeanBettor
+from specproof.properties.tokens.transform import SURPRISAL_CLIP, Observations
+
+#: each statistic's share of a case's wealth (renormalized over those that apply)
+WEIGHTS: dict[str, float] = {
+    "uniform": 0.20,
+    "mean": 0.15,
+    "greedy": 0.15,
+    "surprisal": 0.10,
+    "draft": 0.10,
+    "serial": 0.10,
+    "position": 0.15,
+    "block": 0.05,
+}
+#: what each statistic catches, for the reports
+DOCS: dict[str, str] = {
+    "uniform": "the transforms' law moved between cells (any direction)",
+    "mean": "sharpening (toward likely tokens) or flattening",
+    "greedy": "drift toward the argmax",
+    "surprisal": "sharpening or flattening of the surprisal",
+    "draft": "drift toward the draft's law",
+    "serial": "consecutive tokens of a sample dependent",
+    "position": "a deviation from some position on",
+    "block": "a deviation at one index of the speculative block",
+}
+#: block indices told apart (the last gathers every later index)
+BLOCK_INDICES = 4
+
+
+def position_bins(horizon: int) -> list[tuple[int, int]]:
+    """The dyadic bins of 1-based positions up to ``horizon``: [1, 1], [2, 3], [4, 7], ..."""
+    out, lo = [], 1
+    while lo <= horizon:
+        out.append((lo, min(2 * lo - 1, horizon)))
+        lo *= 2
+    return out
+
+
+@dataclass
+class Bet:
+    """One bettor of the family, its share of the case's wealth, and what it watches."""
+
+    name: str  # e.g. "mean", "position[32-63].uniform"
+    family: str  # the statistic it belongs to (a key of WEIGHTS)
+    weight: float
+    bettor: MeanBettor | BinBettor
+
+    @property
+    def log_wealth(self) -> float:
+        return self.bettor.log_wealth
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "statistic": self.family,
+            "weight": self.weight,
+            "log_wealth": self.log_wealth,
+            "tokens": self.bettor.n,
+            "drift": self.bettor.drift,
+        }
+
+
+@dataclass
+class Family:
+    """One case's bettors (module docstring)."""
+
+    horizon: int
+    draft: bool = False  # the engine tells the draft's law at each position
+    blocks: bool = False  # the engine tells where each of its steps ends
+    bets: list[Bet] = field(default_factory=list)
+    tokens: int = 0
+
+    def __post_init__(self) -> None:
+        use = {
+            k: w for k, w in WEIGHTS.items() if (k != "draft" or self.draft) and (k != "block" or self.blocks)
+        }
+        total = sum(use.values())
+        share = {k: w / total for k, w in use.items()}
+        self.bets = [
+            Bet("uniform", "uniform", share["uniform"], BinBettor()),
+            Bet("mean", "mean", share["mean"], MeanBettor(0.5)),
+            Bet("greedy", "greedy", share["greedy"], MeanBettor(1.0)),
+            Bet("surprisal", "surprisal", share["surprisal"], MeanBettor(SURPRISAL_CLIP)),
+            Bet("serial", "serial", share["serial"], MeanBettor(1.0)),
+        ]
+        if self.draft:
+            self.bets.append(Bet("draft", "draft", share["draft"], MeanBettor(1.0)))
+        bins = position_bins(self.horizon)
+        for lo, hi in bins:
+            w = share["position"] / (2 * len(bins))
+            self.bets.append(Bet(f"position[{lo}-{hi}].uniform", "position", w, BinBettor()))
+            self.bets.append(Bet(f"position[{lo}-{hi}].mean", "position", w, MeanBettor(0.5)))
+        if self.blocks:
+            for b in range(BLOCK_INDICES):
+                w = share["block"] / (2 * BLOCK_INDICES)
+                label = f"block[{b}{'+' if b == BLOCK_INDICES - 1 else ''}]"
+                self.bets.append(Bet(f"{label}.uniform", "block", w, BinBettor()))
+                self.bets.append(Bet(f"{label}.mean", "block", w, MeanBettor(0.5)))
+        self._by_name = {b.name: b for b in self.bets}
+
+    def update(
+        self,
+        obs: Observations,
+        positions: np.ndarray | None = None,
+        block: np.ndarray | None = None,
+    ) -> None:
+        """Observations in order: one sample's, or a chunk of samples' laid end to end, with each
+        token's 1-based position in its sample (default: one sample, 1..n) and, where the engine
+        tells, its index in its speculative step."""
+        n = len(obs)
+        if not n:
+            return
+        pos = np.arange(1, n + 1) if positions is None else np.asarray(positions)
+        u = obs.u
+        get = self._by_name
+        get["uniform"].bettor.update(u)
+        get["mean"].bettor.update(u - 0.5)
+        get["greedy"].bettor.update((u < obs.p_first).astype(np.float64) - obs.p_first)
+        get["surprisal"].bettor.update(obs.surprisal - obs.expected_surprisal)
+        follows = pos[1:] == pos[:-1] + 1  # consecutive tokens of one sample
+        get["serial"].bettor.update((4.0 * (u[1:] - 0.5) * (u[:-1] - 0.5))[follows])
+        if self.draft and obs.q is not None and obs.expected_q is not None:
+            get["draft"].bettor.update(obs.q - obs.expected_q)
+        for lo, hi in position_bins(self.horizon):
+            sel = (pos >= lo) & (pos <= hi)
+            if sel.any():
+                get[f"position[{lo}-{hi}].uniform"].bettor.update(u[sel])
+                get[f"position[{lo}-{hi}].mean"].bettor.update(u[sel] - 0.5)
+        if self.blocks and block is not None:
+            idx = np.minimum(np.asarray(block[:n]), BLOCK_INDICES - 1)
+            for b in range(BLOCK_INDICES):
+                sel = idx == b
+                if sel.any():
+                    label = f"block[{b}{'+' if b == BLOCK_INDICES - 1 else ''}]"
+                    get[f"{label}.uniform"].bettor.update(u[sel])
+                    get[f"{label}.mean"].bettor.update(u[sel] - 0.5)
+        self.tokens += n
+
+    @property
+    def log_wealth(self) -> float:
+        """log of the weighted average of the bettors' wealths."""
+        logs = np.array([math.log(b.weight) + b.log_wealth for b in self.bets])
+        m = float(logs.max())
+        return m + math.log(float(np.exp(logs - m).sum()))
+
+    def leader(self) -> Bet:
+        """The bettor whose weighted wealth is largest: the statistic that found a deviation."""
+        return max(self.bets, key=lambda b: math.log(b.weight) + b.log_wealth)

@@ -1,0 +1,157 @@
+"""The token test's plan and its power, stated in tokens, beside the information limit.
+
+A plan asks for a per-token deviation ``tv`` (total variation between the emitted token's law and
+the target's, at each position), a family-wise ``alpha`` and a ``power``. Each directional
+statistic has a **reference deviation** of that size, the one its plan is stated for:
+
+* ``mean``: mass ``tv`` moved, evenly, from the less likely half of the law (transforms above
+  1/2) to the likelier half: the transform's density ``1 + 2 tv`` below 1/2 and ``1 - 2 tv`` above,
+  a drift of ``-tv/2`` in ``U - 1/2`` (sharpening; flattening is its mirror);
+* ``greedy``: mass ``tv`` moved onto the likeliest token: a drift of ``tv`` in the indicator;
+* ``uniform``: ``tv`` spread over the 8 cells of the transform, half of them up and half down
+  (the hardest deviation of that size for a test of the cells);
+* ``serial``: consecutive transforms of a sample correlated by ``rho`` (a drift of ``rho/3``).
+
+:func:`tokens_needed` is the number of tokens after which the bettor of a statistic, at its
+weight in the family and the audit's threshold, has crossed with probability ``power`` under its
+reference deviation (the normal approximation of the best bet's log-wealth; the power is checked
+by simulation: ``specproof calibrate --tokens``). :func:`information_limit` is the number of
+tokens the most powerful test there is needs for the same deviation, alpha and power: a
+likelihood-ratio test that knows the deviation exactly (Neyman-Pearson). The plan is the larger of
+the ``mean`` and ``greedy`` numbers; docs/token-audit.md tabulates every ratio to the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+from specproof.properties.tokens.eprocess import BINS, LEVELS
+from specproof.properties.tokens.family import WEIGHTS
+
+#: the statistics the plan is stated for
+PLANNED = ("mean", "greedy")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A statistic's reference deviation: its per-token drift and variance, and the bound of its
+    bettor (or, for ``uniform``, the alternative cell law)."""
+
+    drift: float
+    variance: float
+    bound: float
+    cells: np.ndarray | None = None
+
+
+def reference(statistic: str, tv: float) -> Reference:
+    """The reference deviation of per-token size ``tv`` for ``statistic`` (module docstring; for
+    ``serial``, ``tv`` is the correlation ``rho``)."""
+    if statistic == "mean":
+        return Reference(-tv / 2, 1 / 12 - (tv / 2) ** 2, 0.5)
+    if statistic == "greedy":
+        return Reference(tv, 0.25, 1.0)
+    if statistic == "serial":
+        return Reference(tv / 3, 1 / 9, 1.0)
+    if statistic == "uniform":
+        half = BINS // 2
+        cells = np.array([1 + 2 * tv] * half + [1 - 2 * tv] * half) / BINS
+        return Reference(0.0, 0.0, 1.0, cells)
+    raise KeyError(statistic)
+
+
+def _sqrt_n(growth: float, sd: float, need: float, z: float) -> float:
+    """The smallest sqrt(N) with N growth - z sd sqrt(N) >= need (growth > 0)."""
+    return (z * sd + math.sqrt(z * z * sd * sd + 4 * growth * need)) / (2 * growth)
+
+
+def tokens_needed(statistic: str, tv: float, log_threshold: float, power: float = 0.99) -> int:
+    """Tokens for ``statistic``'s bettor to reach ``exp(log_threshold)`` with probability
+    ``power`` under its reference deviation of size ``tv`` (module docstring). ``log_threshold``
+    is the bettor's own: the audit's ``log(1/alpha)`` plus ``log(1/weight)`` of its share."""
+    z = float(norm.ppf(power))
+    ref = reference(statistic, tv)
+    if ref.cells is not None:  # the KT bettor: N KL - (K-1)/2 log N against the sd of the log ratio
+        lr = np.log(BINS * ref.cells)
+        kl = float((ref.cells * lr).sum())
+        sd = math.sqrt(float((ref.cells * lr * lr).sum()) - kl * kl)
+        n = 16.0
+        while n * kl - 0.5 * (BINS - 1) * math.log(n) - z * sd * math.sqrt(n) < log_threshold:
+            n *= 1.02
+        return math.ceil(n)
+    bets = (0.5 / ref.bound) * 2.0 ** -np.arange(LEVELS)
+    need = log_threshold + math.log(2 * LEVELS)  # the mixture averages 2 LEVELS bets
+    best = math.inf
+    for lam in bets:
+        g = lam * abs(ref.drift) - lam * lam * (ref.variance + ref.drift**2) / 2  # E log(1 + lam g)
+        if g > 0:
+            best = min(best, _sqrt_n(g, lam * math.sqrt(ref.variance), need, z) ** 2)
+    return math.ceil(best)
+
+
+def information_limit(statistic: str, tv: float, alpha: float, power: float = 0.99) -> int:
+    """Tokens the Neyman-Pearson test of the reference deviation needs at ``alpha`` and ``power``
+    (its log likelihood ratio per token has mean KL and variance V: N KL - z sqrt(N V) = log 1/alpha
+    in the normal approximation)."""
+    z = float(norm.ppf(power))
+    if statistic == "mean":
+        cells = np.array([1 + 2 * tv, 1 - 2 * tv]) / 2
+    elif statistic == "greedy":
+        cells = None
+        p0 = 0.5  # the hardest likeliest token: its indicator's variance is largest there
+        a, b = p0 + tv, p0
+        lr = np.array([math.log(a / b), math.log((1 - a) / (1 - b))])
+        w = np.array([a, 1 - a])
+    elif statistic == "uniform":
+        cells = reference("uniform", tv).cells
+    else:
+        raise KeyError(statistic)
+    if cells is not None:
+        w = cells
+        lr = np.log(len(cells) * cells)
+    kl = float((w * lr).sum())
+    sd = math.sqrt(max(0.0, float((w * lr * lr).sum()) - kl * kl))
+    return math.ceil(_sqrt_n(kl, sd, math.log(1 / alpha), z) ** 2)
+
+
+def log_threshold(alpha: float, cases: int, statistic: str, weights: dict[str, float]) -> float:
+    """A bettor's own threshold in the audit: the wealth averaged over ``cases`` and the family
+    crosses ``1/alpha`` when this bettor alone reaches ``cases / (alpha weight)``."""
+    return math.log(cases / alpha) - math.log(weights[statistic])
+
+
+def shares(draft: bool, blocks: bool) -> dict[str, float]:
+    """The family's weights over the statistics that apply (as :class:`.family.Family` sets them)."""
+    use = {k: w for k, w in WEIGHTS.items() if (k != "draft" or draft) and (k != "block" or blocks)}
+    total = sum(use.values())
+    return {k: w / total for k, w in use.items()}
+
+
+def plan_tokens(
+    tv: float, alpha: float, power: float, cases: int, draft: bool = False, blocks: bool = False
+) -> int:
+    """Tokens per case the plan asks for: the larger of the ``mean`` and ``greedy`` bettors'
+    numbers at their shares (module docstring)."""
+    w = shares(draft, blocks)
+    return max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w), power) for s in PLANNED)
+
+
+def detectable(
+    statistic: str, tokens: int, alpha: float, power: float, cases: int, weights: dict[str, float]
+) -> float:
+    """The smallest reference deviation ``statistic`` detects at ``power`` after ``tokens`` tokens
+    of a case (bisection on :func:`tokens_needed`; 1 when none below 0.5 is)."""
+    lt = log_threshold(alpha, cases, statistic, weights)
+    lo, hi = 1e-5, 0.5
+    if tokens_needed(statistic, hi, lt, power) > tokens:
+        return 1.0
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        if tokens_needed(statistic, mid, lt, power) <= tokens:
+            hi = mid
+        else:
+            lo = mid
+    return hi
