@@ -64,7 +64,12 @@ class PlanConfig:
     #: how each field is reached from the command line and pytest (:mod:`.options`)
     FLAGS: ClassVar[dict[str, Flag]] = {
         "alpha": Flag("--alpha", "family-wise false-alarm rate", parse=float, example=0.001),
-        "tv": Flag("--tv", "smallest deviation to detect (TV)", parse=float, example=0.3),
+        "tv": Flag(
+            "--tv",
+            "smallest deviation to detect (TV; for an engine, of each token's law)",
+            parse=float,
+            example=0.3,
+        ),
         "power": Flag("--power", "power wanted at that TV", parse=float, example=0.9),
         "seed": Flag("--seed", "seed of every draw", parse=int, example=5),
         "budget_seconds": Flag(

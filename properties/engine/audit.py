@@ -57,7 +57,7 @@ from specproof.properties.engine.checks import (
     judge_reports,
     tolerance_from,
 )
-from specproof.properties.engine.config import MAX_TOKENS, EngineAuditConfig
+from specproof.properties.engine.config import MAX_HORIZON, MAX_TOKENS, EngineAuditConfig
 from specproof.properties.engine.contract import (
     Engine,
     EngineSpec,
@@ -73,6 +73,7 @@ from specproof.properties.engine.runner import (
     check_seed_use,
     sample_seed,
 )
+from specproof.properties.engine.token_stage import TokenStage, plan_detects, plan_limit
 from specproof.properties.plan import Budget
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
@@ -135,8 +136,15 @@ class EngineAudit:
         self.config = config = config or EngineAuditConfig()
         self.drawer = drawer or Drawer()
         config.validate()
-        if not 1 <= spec.tokens <= MAX_TOKENS:
-            raise UsageError(f"tokens: M must lie in [1, {MAX_TOKENS}], got {spec.tokens}")
+        self.cells_on, self.tokens_on = config.tests(spec.tokens)
+        top = MAX_TOKENS if self.cells_on else MAX_HORIZON
+        if not 1 <= spec.tokens <= top:
+            why = (
+                " (the cells test of the joint law: --test tokens takes longer horizons)"
+                if self.cells_on
+                else ""
+            )
+            raise UsageError(f"tokens: M must lie in [1, {top}]{why}, got {spec.tokens}")
         self.spec = spec
         self.say = progress or (lambda what, frac: None)
         self.announce = announce
@@ -150,7 +158,13 @@ class EngineAudit:
             raise UsageError("an engine audit needs at least one prompt and one sampling setting")
         for s in spec.samplings:
             s.check_vocab(spec.vocab)  # ids a request names (logit bias, bad words, eos) exist
-        self.alpha_look = config.alpha / (len(self.cases) * config.looks)
+        both = self.cells_on and self.tokens_on
+        #: each law test's share of the family-wise alpha
+        self.alpha_cells = config.alpha / 2 if both else config.alpha
+        self.alpha_tokens = config.alpha / 2 if both else config.alpha
+        self.alpha_look = self.alpha_cells / (len(self.cases) * config.looks)
+        self.tokens: TokenStage | None = None
+        self.planned_tokens = 0
         self.result = EngineAuditResult(
             engine=spec.name,
             group=spec.group,
@@ -210,6 +224,11 @@ class EngineAudit:
                     "engine's target_law takes no prompt_len: its law cannot know where the prompt ends "
                     "(a correct engine written so is judged against the law it gives)"
                 )
+        if self.tokens_on:
+            self.tokens = TokenStage.start(self.runners, self.alpha_tokens, self.config.seed)
+            self.planned_tokens = self.tokens.plan_tokens(
+                self.config.tv, self.alpha_tokens, self.config.power
+            )
         masses = [rn.point_mass() for rn in self.runners]
         first_max = [max(rn.law(())) for rn in self.runners]
         chosen = min(range(len(self.runners)), key=lambda i: first_max[i])
@@ -257,11 +276,17 @@ class EngineAudit:
             )
 
     def _planned(self, point_mass: bool) -> int:
-        c = self.config
+        """Samples per case, from the statistics alone: a point mass needs enough tokens that any
+        deviation of per-token TV ``tv`` shows as a hard failure; else the token test's tokens per
+        case (in samples of M), or the cells test's plan where it runs alone."""
+        c, m = self.config, self.spec.tokens
         if c.samples:
             return c.samples
         if point_mass:
-            return max(2, math.ceil(math.log(1 - c.power) / math.log(1 - c.tv)))
+            per = m if self.tokens_on else 1
+            return max(2, math.ceil(math.log(1 - c.power) / (per * math.log(1 - c.tv))))
+        if self.tokens_on:
+            return max(2, math.ceil(self.planned_tokens / m))
         return stats.plan_samples(c.tv, self.alpha_look / 2, c.power, c.max_cells - 1)
 
     def plan(self) -> None:
@@ -269,17 +294,21 @@ class EngineAudit:
         c, res, spec = self.config, self.result, self.spec
         total = sum(r.planned for r in res.cases)
         estimate = total * self.per_sample
-        lines = [f"  note: {n}" for n in res.notes]
-        lines[:0] = [
+        lines = [
             f"engine {spec.name}: {len(self.cases)} cases (prompts x settings), M = {spec.tokens} new "
-            f"tokens, V = {spec.vocab}",
-            f"  plan: {total:,} samples for power {c.power:g} against TV {c.tv:g} on up to "
-            f"{c.max_cells} cells, family-wise alpha {c.alpha:g}, {c.looks} looks at level "
-            f"{self.alpha_look:.3g} each",
+            f"tokens, V = {spec.vocab}; family-wise alpha {c.alpha:g}",
         ]
+        if self.tokens_on:
+            lines += self._token_plan_lines()
+        if self.cells_on:
+            lines.append(
+                f"  cells test of the joint law: on up to {c.max_cells} cells of the first M tokens, alpha "
+                f"{self.alpha_cells:g}, {c.looks} looks at level {self.alpha_look:.3g} each"
+            )
         for r in res.cases:
             what = "point mass: any deviation is a hard failure" if r.point_mass else f"looks at {r.schedule}"
             lines.append(f"    {r.case.name}: {r.planned:,} samples ({what})")
+        lines += [f"  note: {n}" for n in res.notes]
         lines.append(
             f"  probe: {1000 * self.per_sample:.1f} ms per sample -> about {estimate:.0f} s "
             f"(budget {c.budget_seconds:g} s)"
@@ -293,6 +322,35 @@ class EngineAudit:
         if self.announce:
             self.announce(res.plan_text)
 
+    def _token_plan_lines(self) -> list[str]:
+        c, stage = self.config, self.tokens
+        if stage is None:
+            return []
+        n = self.planned_tokens
+        what = (
+            f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
+        )
+        lines = [
+            f"  token test (every token against the law at its own prefix; anytime-valid, alpha "
+            f"{self.alpha_tokens:g}): {n:,} tokens per case {what} (sharpening or flattening, drift to "
+            "the argmax: the plan's statistics)",
+        ]
+        if not c.samples:
+            detects = plan_detects(n, self.alpha_tokens, c.power, len(self.cases))
+            limit = plan_limit(c.tv, self.alpha_tokens, c.power)
+            lines.append(
+                f"    at that size the cells of the transform detect a TV of {detects:.3g}; the most "
+                f"powerful test of the plan's deviation needs {limit:,} tokens (the information limit)"
+            )
+        if not all(stage.blocks.values()):
+            told = [rn for rn in self.runners if "steps" in rn.offers and "sequential" not in rn.offers]
+            if told:
+                lines.append(
+                    "    the index in the speculative step is not tested: the engine tells its steps but "
+                    "does not declare its verification sequential"
+                )
+        return lines
+
     def sample(self) -> None:
         """Round-robin over the cases, one look at a time; test each case at its look. Samples are
         drawn in chunks (one sample for an engine without ``generate_many``); the budget and a
@@ -305,7 +363,7 @@ class EngineAudit:
                 if r.rejected or look >= len(r.schedule):
                     continue
                 t0 = self.clock()
-                while r.n < r.schedule[look] and not r.rejected:
+                while r.n < r.schedule[look] and not r.rejected and not res.token_rejected:
                     if self.budget.exhausted():
                         self.out_of_time = True
                         break
@@ -313,10 +371,13 @@ class EngineAudit:
                         break
                     self.say(r.case.name, min(1.0, self.result.samples / total))
                 r.seconds += self.clock() - t0
-                if not r.rejected and r.n >= 2 and not r.point_mass:
-                    if r.n == r.schedule[look] or self.out_of_time or res.fault:
+                if self.tokens is not None and self.tokens.flush(r.case.index):
+                    res.token_rejected = True
+                if self.cells_on and not r.rejected and r.n >= 2 and not r.point_mass:
+                    if r.n == r.schedule[look] or self.out_of_time or res.fault or res.token_rejected:
                         self._test(r, runner, seqs[i])
-                if (r.rejected and c.stop_early) or self.out_of_time or res.fault:
+                stop = r.rejected or res.token_rejected
+                if (stop and c.stop_early) or self.out_of_time or res.fault:
                     return
 
     def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], upto: int) -> bool:
@@ -341,6 +402,15 @@ class EngineAudit:
             self._count(runner, r, seqs, g)
             if r.rejected:
                 break
+            if self.tokens is not None:
+                try:
+                    crossed = self.tokens.add(runner, r.n - 1, g)
+                except EngineUnavailable as e:
+                    self.result.fault = f"{e.detail} (reading the laws along the samples)"
+                    return False
+                if crossed:  # the samples after the block that crossed are not counted
+                    self.result.token_rejected = True
+                    break
         return self.result.fault is None
 
     def _count(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], g: Generation) -> None:
@@ -351,6 +421,8 @@ class EngineAudit:
         self.result.speculation.add(g)
         seqs.append(seq)
         r.n += 1
+        if not self.cells_on:
+            return  # the token test scores every token, an impossible one included
         _, zero_at = runner.probability(seq)
         if zero_at is None:
             return
@@ -466,16 +538,27 @@ class EngineAudit:
                 r.pvalue = min(1.0, c.looks * min(p for _, p in r.looks))
             r.collapsed = r.test is not None and r.test.cells <= 1 and not r.point_mass and not r.rejected
             self._power(r)
-        for r, rej in zip(res.cases, stats.holm([r.pvalue for r in res.cases], c.alpha)):
-            r.rejected = r.rejected or rej
+        if self.cells_on:
+            for r, rej in zip(res.cases, stats.holm([r.pvalue for r in res.cases], self.alpha_cells)):
+                r.rejected = r.rejected or rej
+        if self.tokens is not None:
+            res.token_test = self.tokens.to_json()
+            res.token_rejected = self.tokens.test.rejected
+            if res.token_rejected:
+                lead = self.tokens.test.finding()
+                if lead is not None:
+                    res.cases[lead["case"]].token_finding = lead
         res.per_sample_seconds = sum(r.seconds for r in res.cases) / max(1, res.samples)
-        if any(r.rejected for r in res.cases):
+        # a case whose joint test had one cell tested nothing of the joint law: said; not a pass
+        # unless the token test, which needs no cells, ran its plan
+        untested = [r for r in res.cases if r.collapsed and self.tokens is None]
+        if any(r.rejected for r in res.cases) or res.token_rejected:
             res.verdict = Verdict.LOSSY
         elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
             res.verdict = Verdict.NO_SPECULATION
         elif res.reports.status in ("wrong", "absent"):
             res.verdict = Verdict.MISREPORTED
-        elif res.fault is not None or any(r.budget_limited or r.collapsed for r in res.cases):
+        elif res.fault is not None or untested or any(r.budget_limited for r in res.cases):
             res.verdict = Verdict.UNDERPOWERED
         else:
             res.verdict = Verdict.PASS
@@ -484,6 +567,9 @@ class EngineAudit:
         c = self.config
         if r.n == 0:
             return
+        if self.tokens is not None:
+            r.observed_tokens = self.tokens.cases[r.case.index].tokens
+            r.token_detects = self.tokens.detects(r.case.index, self.alpha_tokens, c.power)
         if r.point_mass:
             r.power = 1.0 - (1.0 - c.tv) ** r.n
             r.detectable_tv = 1.0 - (1.0 - c.power) ** (1.0 / r.n)

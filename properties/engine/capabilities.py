@@ -1,6 +1,6 @@
 """What an engine offers beyond ``generate`` and ``target_law``, declared and checked.
 
-The engine audit reads eleven optional things from an engine (:data:`CAPABILITIES`: its
+The engine audit reads a dozen optional things from an engine (:data:`CAPABILITIES`: its
 counters, its steps, many samples at once, many laws at once, the prompt length its law needs,
 its end of sequence, its twin, its reported probabilities, its description). Found by looking
 them up, a misspelled name reads as "not offered" and changes the verdict without a word
@@ -75,6 +75,25 @@ CAPABILITIES: dict[str, Capability] = {
             "reports_probabilities: generate_many(..., report=True) gives each token's probability",
         ),
         Capability("describe", ("describe",), "describe() -> dict: how the engine was reached"),
+        Capability(
+            "teacher_forcing",
+            ("target_laws_along",),
+            "target_laws_along(prompt_ids, tokens) -> the target's law after prompt + tokens[:d] for every "
+            "d < len(tokens), at once ([len(tokens), V]): one forward over the emitted path",
+        ),
+        Capability(
+            "sequential",
+            ("sequential_verification",),
+            "sequential_verification = True: each emitted token's law, given everything the engine did "
+            "before it, is the target's (token-level and tree rejection sampling; not block verification): "
+            "the token test may look at a token's index in its speculative step",
+        ),
+        Capability(
+            "draft_law",
+            ("draft_law",),
+            "draft_law(context) -> the law the engine's drafts are drawn from after context (the token "
+            "test's drift toward the draft)",
+        ),
     )
 }
 #: every attribute name a capability is read through

@@ -10,19 +10,27 @@ from specproof.properties.options import Flag
 from specproof.properties.plan import PlanConfig
 from specproof.reference.errors import UsageError
 
-#: the longest horizon M an audit may ask for (the cells grow as V^M)
+#: the longest horizon M the cells test of the joint law takes (its cells grow as V^M)
 MAX_TOKENS = 12
+#: the longest horizon M the token test takes (it never needs a prefix to repeat)
+MAX_HORIZON = 65536
+#: the tests an audit may run: ``auto`` runs the token test, and the cells test beside it where M
+#: is at most MAX_TOKENS
+TESTS = ("auto", "tokens", "cells", "both")
 
 
 @dataclass
 class EngineAuditConfig(PlanConfig):
     """The engine audit's plan: :class:`~specproof.properties.plan.PlanConfig`'s fields with this
-    audit's defaults (an engine sample costs milliseconds, a verifier row microseconds: alpha
-    1e-4 over the cases, TV 0.1, a 600 s guard, 64 cells, stop at the first rejection), and the
-    number of interim looks per case."""
+    audit's defaults (alpha 1e-4 over the cases, a per-token TV of 0.01, a 600 s guard, 64
+    cells, stop at the first rejection), the number of interim looks of the cells test, and which
+    tests run. ``tv`` is per token: the deviation of each emitted token's law from the target's at
+    its own prefix that the token test's plan is sized for (proofs_notes/token_audit.md); the cells
+    test of the joint law, where it runs, is given the same samples and says what joint TV they
+    detect."""
 
     alpha: float = 1e-4
-    tv: float = 0.1
+    tv: float = 0.01
     budget_seconds: float = 600.0
     max_cells: int = 64
     stop_early: bool = True
@@ -30,10 +38,19 @@ class EngineAuditConfig(PlanConfig):
     #: samples per case drawn with probabilities requested, where the engine reports them (the
     #: report check), and from its speculation-off twin (the control); 0: neither
     report_samples: int = 32
+    #: the law tests (:data:`TESTS`); with both, each gets half of alpha
+    test: str = "auto"
 
     FLAGS: ClassVar[dict[str, Flag]] = {
         "stop_early": replace(PlanConfig.FLAGS["stop_early"], example=False),
         "looks": Flag("--looks", "interim looks per case, for early stopping", parse=int, example=2),
+        "test": Flag(
+            "--test",
+            "the law tests: auto (the token test, and the cells test of the joint law where M <= 12), "
+            "tokens, cells or both",
+            choices=TESTS,
+            example="cells",
+        ),
         "report_samples": Flag(
             "--report-samples",
             "samples per case drawn with probabilities requested, and from the twin (0: off)",
@@ -42,9 +59,16 @@ class EngineAuditConfig(PlanConfig):
         ),
     }
 
+    def tests(self, horizon: int) -> tuple[bool, bool]:
+        """(cells, tokens): which law tests run at horizon M."""
+        cells = self.test in ("cells", "both") or (self.test == "auto" and horizon <= MAX_TOKENS)
+        return cells, self.test != "cells"
+
     def validate(self) -> None:
         super().validate()
         if not isinstance(self.looks, int) or not 1 <= self.looks <= 10:
             raise UsageError(f"looks: must be between 1 and 10, got {self.looks}")
+        if self.test not in TESTS:
+            raise UsageError(f"test: {self.test!r} is not one of {', '.join(TESTS)}")
         if not isinstance(self.report_samples, int) or self.report_samples < 0:
             raise UsageError(f"report_samples: must be an integer >= 0, got {self.report_samples}")

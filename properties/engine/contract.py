@@ -64,6 +64,9 @@ class Generation:
     forwards: int | None = None  # target forwards it ran
     #: the probability the engine reported for each emitted token (None where it reported none)
     reported: tuple[float | None, ...] | None = None
+    #: tokens emitted by each of its target steps, in order (each step's accepted drafts and its
+    #: corrected or bonus token), where the engine says: each token's index in its step
+    steps: tuple[int, ...] | None = None
 
 
 # --------------------------------------------------------------------------- sampling settings

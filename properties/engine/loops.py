@@ -49,6 +49,9 @@ def engine_target() -> TinyTransformer:
 
 
 PASS, LOSSY, VIOLATION = Verdict.PASS, Verdict.LOSSY, Verdict.CONTRACT_VIOLATION
+#: the rules whose correctness holds node by node (proofs_notes: token, strict, greedy, rrs, mss,
+#: target_only): each emitted token's law given the engine's whole past is the target's
+SEQUENTIAL_RULES = frozenset({"token", "strict", "greedy", "rrs", "mss", "target_only"})
 
 #: Two prompts: a plain one, and a repeated pattern on which n-gram lookup finds matches.
 REFERENCE_PROMPTS: tuple[Seq, ...] = ((0, 6), (5, 2, 5, 2))
@@ -80,6 +83,24 @@ class ReferenceEngine:
         self._raw = TransformerLM(target, 1.0)
         self.last_steps: list[int] = []
         self.last_counters: dict[str, int] = {}
+        #: node by node, the rule's emitted token has the target's law given all before it
+        self.sequential_verification = True if rule in SEQUENTIAL_RULES else None
+        if hasattr(drafter, "law") and sampling.plain:  # an independent draft model: its law is a law
+            self.draft_law = self._draft_law
+
+    def _draft_law(self, context: Sequence[int]) -> Sequence[float]:
+        """The law the drafts after ``context`` are drawn from: the draft model's at the
+        request's temperature (its argmax at 0)."""
+        q = np.asarray(self.drafter.law(tuple(int(x) for x in context)), dtype=np.float64)  # type: ignore[union-attr]
+        t = self.sampling.temperature
+        if t == 0:
+            out = np.zeros_like(q)
+            out[int(np.argmax(q))] = 1.0
+            return [float(v) for v in out]
+        with np.errstate(divide="ignore"):
+            z = np.where(q > 0, np.log(q) / t, -np.inf)
+        w = np.exp(z - z.max())
+        return [float(v) for v in w / w.sum()]
 
     def node_law(self, prompt: Seq) -> NodeLaw | None:
         """The loop's hook into how a node's target law is computed (``decode``'s ``node_law``):

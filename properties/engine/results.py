@@ -5,6 +5,7 @@ JSON). They hold what :class:`~.audit.EngineAudit` found; nothing here samples o
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,11 @@ class EngineCaseResult:
     budget_limited: bool = False
     #: its joint-law test had one cell: it tested nothing of the joint law (never a pass of it)
     collapsed: bool = False
+    #: the token test: the tokens it scored, the per-token TV each planned statistic detects at
+    #: them, and what it found where the case moved its wealth across the threshold
+    observed_tokens: int = 0
+    token_detects: dict[str, float] = field(default_factory=dict)
+    token_finding: dict[str, Any] | None = None
     forwards: Counter[int] = field(default_factory=Counter)  # target forwards per call
     power: float = 0.0
     detectable_tv: float = 1.0
@@ -79,6 +85,12 @@ class EngineCaseResult:
             "budget_limited": self.budget_limited,
             "speculation": self.speculation.to_json(),
             **({"collapsed": True} if self.collapsed else {}),
+            **(
+                {"tokens": self.observed_tokens, "detects_per_token_tv": self.token_detects}
+                if self.token_detects
+                else {}
+            ),
+            **({"token_finding": self.token_finding} if self.token_finding else {}),
         }
 
 
@@ -107,6 +119,9 @@ class EngineAuditResult:
     description: dict[str, Any] = field(default_factory=dict)
     #: what the audit could not check or had to assume, said before sampling (never silent)
     notes: list[str] = field(default_factory=list)
+    #: the token test's reading (None where it did not run) and whether it found a deviation
+    token_test: dict[str, Any] | None = None
+    token_rejected: bool = False
     #: how the samples were drawn on workers, in a line (None: here); not part of the JSON, which
     #: is the same for any number of workers
     sharding: str | None = None
@@ -131,7 +146,30 @@ class EngineAuditResult:
     @property
     def witness(self) -> EngineCaseResult | None:
         bad = [c for c in self.cases if c.rejected]
-        return min(bad, key=lambda c: c.pvalue) if bad else None
+        if bad:
+            return min(bad, key=lambda c: c.pvalue)
+        found = [c for c in self.cases if c.token_finding]
+        return found[0] if found else None
+
+    def token_text(self, short: bool = False) -> str:
+        """What the token test found, in a line (empty where it found nothing)."""
+        if not self.token_rejected or self.token_test is None:
+            return ""
+        f = self.token_test.get("finding") or {}
+        case = self.cases[f["case"]].case.name if "case" in f else "?"
+        if f.get("statistic") == "impossible":
+            d = f["detail"]
+            return (
+                f"token test, {case}: sample {d['sample']} emitted token {d['token']} at position "
+                f"{d['position']}, of probability 0 under the law at its prefix "
+                f"({d['sequence'][: d['position']]})"
+            )
+        e = math.exp(min(700.0, self.token_test["log_wealth"]))
+        text = (
+            f"token test, {case}: statistic {f['statistic']} ({f['what']}), e-value {e:.3g} >= 1/alpha = "
+            f"{1 / self.token_test['alpha']:.3g} after {f['tokens']:,} tokens; its drift {f['drift']:+.3g}"
+        )
+        return text if not short else text.split("; its drift")[0]
 
     def witness_text(self) -> str:
         """One line: where the deviation is (the prefix and the next-token law that deviates)."""
@@ -142,6 +180,8 @@ class EngineAuditResult:
             return ""
         if w.hard_failure:
             return f"{w.case.name}: {w.hard_failure['detail']}"
+        if not w.rejected and w.token_finding:
+            return self.token_text()
         if w.test is None:
             return w.case.name
         text = f"{w.case.name}: {w.test.summary()}"
@@ -163,6 +203,8 @@ class EngineAuditResult:
             return ""
         if w.hard_failure:
             return f"{w.case.name}: {w.hard_failure['detail']}"
+        if not w.rejected and w.token_finding:
+            return self.token_text(short=True)
         t = w.test
         if t is None:
             return w.case.name
@@ -230,19 +272,32 @@ class EngineAuditResult:
         c = self.config
         if self.verdict == Verdict.LOSSY or not self.cases:
             return []
+        tested = "per-token TV" if self.token_test is not None else "TV on the cells"
         if c.samples:
             lines = [f"  no deviation detected at the fixed size of {c.samples} samples per case"]
         else:
             word = "every case ran its plan" if not self.short else "some cases ran short"
-            lines = [f"  no deviation detected; {word} (power {c.power:g} against TV {c.tv:g} on the cells)"]
+            lines = [f"  no deviation detected; {word} (power {c.power:g} against {tested} {c.tv:g})"]
+        if self.token_test is not None:
+            e = math.exp(min(700.0, self.token_test["log_wealth"]))
+            lines.append(
+                f"    token test: e-value {e:.3g} (1/alpha = {1 / self.token_test['alpha']:.3g}; "
+                "anytime-valid)"
+            )
         for r in self.cases:
             mark = " (short)" if r.budget_limited else ""
             if r.collapsed:
                 mark = " (its test collapsed to one cell: the joint law was not tested)"
-            lines.append(
-                f"    {r.case.name}: {r.n}/{r.planned} samples, detects TV {r.detectable_tv:.3g} "
-                f"at power {c.power:g}{mark}"
-            )
+            parts = [f"{r.n}/{r.planned} samples"]
+            if r.token_detects:
+                d = r.token_detects
+                parts.append(
+                    f"{r.observed_tokens:,} tokens: detects a per-token TV of {d['mean']:.3g} (sharpening), "
+                    f"{d['greedy']:.3g} (to the argmax), {d['uniform']:.3g} (any, on the transform's cells)"
+                )
+            if r.test is not None or r.point_mass:
+                parts.append(f"joint TV {r.detectable_tv:.3g}")
+            lines.append(f"    {r.case.name}: {'; '.join(parts)} at power {c.power:g}{mark}")
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -281,4 +336,6 @@ class EngineAuditResult:
         }
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.token_test is not None:
+            out["token_test"] = self.token_test
         return out

@@ -41,12 +41,18 @@ class EngineViolation(SpecproofError):
         self.kind, self.detail, self.case = kind, detail, case
 
 
+#: laws after prefixes of at most this many generated tokens are kept (the cells test reads them
+#: at every look); deeper ones, which samples rarely share, are read per chunk and let go
+MEMO_DEPTH = 12
+
+
 class CaseRunner:
     """One case: the engine for its setting, the memoized law, validated calls."""
 
     def __init__(self, engine: Engine, case: EngineCase, vocab: int, offered: Offered | None = None) -> None:
         self.engine, self.case, self.vocab = engine, case, vocab
         self.memo: dict[Seq, list[float]] = {}
+        self._chunk: dict[Seq, list[float]] = {}  # deeper laws read for the chunk at hand
         try:
             self.offers = offered or capabilities_of(engine)
         except CapabilityError as e:
@@ -77,6 +83,8 @@ class CaseRunner:
         """The target's next-token law after the prompt and ``prefix``, checked and memoized."""
         if self.eos is not None and self.eos in prefix:
             return [1.0 if x == self.eos else 0.0 for x in range(self.vocab)]
+        if prefix in self._chunk:
+            return self._chunk[prefix]
         if prefix not in self.memo:
             context = list(self.case.prompt + prefix)
             try:
@@ -91,14 +99,88 @@ class CaseRunner:
                 raise EngineViolation(
                     "exception", f"target_law raised {type(e).__name__}: {e}", self.case
                 ) from e
-            self.memo[prefix] = self._checked_law(row, context)
+            checked = self._checked_law(row, context)
+            if len(prefix) > MEMO_DEPTH:
+                self._chunk[prefix] = checked
+                return checked
+            self.memo[prefix] = checked
         return self.memo[prefix]
+
+    def end_chunk(self) -> None:
+        """Let go of the deep laws read for a chunk (its samples are scored)."""
+        self._chunk.clear()
+
+    def horizon(self, seq: Seq) -> int:
+        """How many of ``seq``'s tokens are observations: up to and including its first end of
+        sequence (the padding after it carries nothing)."""
+        if self.eos is not None and self.eos in seq:
+            return seq.index(self.eos) + 1
+        return len(seq)
+
+    def laws_along(self, seq: Seq) -> np.ndarray:
+        """The target's law at each observed token's own prefix (teacher forcing), ``[m, V]``:
+        in one call where the engine offers it (``target_laws_along``), else one law a prefix."""
+        m = self.horizon(seq)
+        along = self.optional("teacher_forcing")
+        if along is None:
+            return np.asarray([self.law(seq[:d]) for d in range(m)], dtype=np.float64).reshape(m, self.vocab)
+        try:
+            if takes_prompt_len(along):
+                rows = along(list(self.case.prompt), list(seq[:m]), prompt_len=len(self.case.prompt))
+            else:
+                rows = along(list(self.case.prompt), list(seq[:m]))
+        except (EngineViolation, EngineUnavailable, UsageError):
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"target_laws_along raised {type(e).__name__}: {e}", self.case
+            ) from e
+        return self._checked_laws(rows, m, "target_laws_along", seq)
+
+    def draft_laws_along(self, seq: Seq) -> np.ndarray | None:
+        """The draft's law at each observed token's prefix, where the engine tells it."""
+        draft = self.optional("draft_law")
+        if draft is None:
+            return None
+        m = self.horizon(seq)
+        try:
+            rows = [draft(list(self.case.prompt + seq[:d])) for d in range(m)]
+        except (EngineViolation, EngineUnavailable, UsageError):
+            raise
+        except Exception as e:
+            raise EngineViolation("exception", f"draft_law raised {type(e).__name__}: {e}", self.case) from e
+        return self._checked_laws(rows, m, "draft_law", seq)
+
+    def _checked_laws(self, rows: object, m: int, what: str, seq: Seq) -> np.ndarray:
+        """``m`` laws of V entries each, as one array, or the contract violation they are."""
+        try:
+            arr = np.asarray(rows, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise EngineViolation(what, f"{what} after {list(seq)}: not numbers", self.case) from e
+        if arr.shape != (m, self.vocab):
+            raise EngineViolation(
+                what, f"{what} after {list(seq)}: shape {arr.shape}, expected ({m}, {self.vocab})", self.case
+            )
+        sums = arr.sum(axis=1)
+        bad = np.flatnonzero(
+            ~np.isfinite(arr).all(axis=1) | (arr < 0).any(axis=1) | (np.abs(sums - 1) > 1e-6)
+        )
+        if len(bad):
+            d = int(bad[0])
+            raise EngineViolation(
+                what,
+                f"{what}: the law after {list(self.case.prompt + seq[:d])} is not a law (sum {sums[d]:.9g})",
+                self.case,
+            )
+        return arr / sums[:, None]
 
     def prefetch(self, seqs: list[Seq]) -> None:
         """Read at once the laws after every proper prefix of ``seqs`` not read yet, where the
         engine reads many at once (``target_laws``: a server answers them concurrently)."""
         many = self.optional("target_laws")
-        need = sorted({s[:d] for s in seqs for d in range(len(s))} - set(self.memo))
+        need = sorted(
+            {s[:d] for s in seqs for d in range(self.horizon(s))} - set(self.memo) - set(self._chunk)
+        )
         if self.eos is not None:
             need = [p for p in need if self.eos not in p]  # after end of sequence the law is known
         if many is None or not need:
@@ -116,7 +198,8 @@ class CaseRunner:
                 "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
             ) from e
         for p, row in zip(need, rows):
-            self.memo[p] = self._checked_law(row, list(self.case.prompt + p))
+            checked = self._checked_law(row, list(self.case.prompt + p))
+            (self._chunk if len(p) > MEMO_DEPTH else self.memo)[p] = checked
 
     def _checked_law(self, row: object, context: list[int]) -> list[float]:
         try:
@@ -154,7 +237,14 @@ class CaseRunner:
                 seq = self.generate(s)
                 counters = self.optional("counters") or {}
                 out.append(
-                    Generation(seq, counters.get("drafted"), counters.get("accepted"), self.forwards())
+                    Generation(
+                        seq,
+                        counters.get("drafted"),
+                        counters.get("accepted"),
+                        self.forwards(),
+                        None,
+                        self.steps(),
+                    )
                 )
             return out
         try:
@@ -205,6 +295,12 @@ class CaseRunner:
                 "out_of_range", f"seed {seed}: id {bad[0]} outside [0, {self.vocab}): {list(seq)}", self.case
             )
         return seq
+
+    def steps(self) -> tuple[int, ...] | None:
+        """Tokens emitted by each target step of the last call, where the engine says
+        (``last_steps``)."""
+        steps = getattr(self.engine, "last_steps", None) if "steps" in self.offers else None
+        return None if not steps else tuple(int(x) for x in steps)
 
     def forwards(self) -> int | None:
         """Target forwards of the last call, where the engine counts them (``last_steps`` or

@@ -62,6 +62,11 @@ def pack_generations(gens: Sequence[Generation], vocab: int, tokens: int) -> tup
             arr = _small([-1 if v is None else int(v) for v in values])
             parts.append(arr)
             which.append(f"{name}:{arr.dtype.str}")
+    if any(g.steps is not None for g in gens):  # per sample: how many steps, then every step's size
+        counts = _small([-1 if g.steps is None else len(g.steps) for g in gens])
+        flat = _small([x for g in gens for x in (g.steps or ())])
+        parts += [counts, flat]
+        which.append(f"steps:{counts.dtype.str}:{flat.dtype.str}:{len(flat)}")
     # reported probabilities come only with report=True, which the drawer never asks for
     reported = [g.reported for g in gens] if any(g.reported is not None for g in gens) else None
     blob = b"".join(a.tobytes() for a in parts)
@@ -73,10 +78,18 @@ def unpack_generations(packed: tuple[Any, ...]) -> list[Generation]:
     toks = np.frombuffer(blob, dtype=np.dtype(tok), count=n * m).reshape(n, m)
     at = toks.nbytes
     counters: dict[str, list[int | None]] = {name: [None] * n for name in COUNTERS}
+    steps: list[tuple[int, ...] | None] = [None] * n
     for item in filter(None, which.split(",")):
-        name, dt = item.split(":")
+        name, dt, *more = item.split(":")
         arr = np.frombuffer(blob, dtype=np.dtype(dt), count=n, offset=at)
         at += arr.nbytes
+        if name == "steps":
+            flat = np.frombuffer(blob, dtype=np.dtype(more[0]), count=int(more[1]), offset=at).tolist()
+            at += int(more[1]) * np.dtype(more[0]).itemsize
+            ends = np.cumsum(np.maximum(arr, 0)).tolist()
+            starts = [0, *ends[:-1]]
+            steps = [None if k < 0 else tuple(flat[a:b]) for k, a, b in zip(arr.tolist(), starts, ends)]
+            continue
         counters[name] = [None if v < 0 else int(v) for v in arr.tolist()]
     reported = reported or [None] * n
     return [
@@ -86,6 +99,7 @@ def unpack_generations(packed: tuple[Any, ...]) -> list[Generation]:
             counters["accepted"][i],
             counters["forwards"][i],
             reported[i],
+            steps[i],
         )
         for i, row in enumerate(toks.tolist())
     ]

@@ -88,32 +88,44 @@ class TokenTest:
         self.cases.append(case)
         return case
 
+    def observe(self, case: TokenCase, smp: Sample) -> Observations:
+        """One sample of ``case`` scored (not yet fed to the bettors: :meth:`update`); a token of
+        probability 0 is recorded as the case's hard witness."""
+        v = seeded_uniforms(self.seed, case.index, smp.index, len(smp.tokens))
+        if isinstance(smp.laws, np.ndarray):
+            obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts)
+        else:
+            obs = observe(smp.laws, smp.tokens, v, None if smp.drafts is None else list(smp.drafts))
+        if obs.impossible is not None and case.impossible is None:
+            t = obs.impossible
+            case.impossible = {
+                "sample": smp.index,
+                "position": t + 1,
+                "sequence": list(smp.tokens),
+                "token": int(smp.tokens[t]),
+            }
+        if smp.block is not None:
+            obs.block = np.asarray(smp.block)[: len(obs)]
+        return obs
+
+    def update(self, case: TokenCase, parts: list[Observations]) -> None:
+        """Feed scored samples of ``case`` to its bettors, in index order, at once."""
+        if not parts:
+            return
+        positions = np.concatenate([np.arange(1, len(o) + 1) for o in parts])
+        blocks = [o.block for o in parts]
+        block = np.concatenate(blocks) if all(b is not None for b in blocks) else None  # type: ignore[arg-type]
+        case.family.update(joined(parts), positions, block)
+        case.samples += len(parts)
+
     def score(self, case: TokenCase, samples: list[Sample]) -> list[Observations]:
-        """Feed a chunk of ``case``'s samples (in index order) at once; their observations."""
-        parts, positions, blocks = [], [], []
+        """Score a chunk of ``case``'s samples (in index order) and feed them at once."""
+        parts = []
         for smp in samples:
-            v = seeded_uniforms(self.seed, case.index, smp.index, len(smp.tokens))
-            if isinstance(smp.laws, np.ndarray):
-                obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts)
-            else:
-                obs = observe(smp.laws, smp.tokens, v, None if smp.drafts is None else list(smp.drafts))
-            parts.append(obs)
-            positions.append(np.arange(1, len(obs) + 1))
-            if smp.block is not None:
-                blocks.append(np.asarray(smp.block)[: len(obs)])
-            case.samples += 1
-            if obs.impossible is not None and case.impossible is None:
-                t = obs.impossible
-                case.impossible = {
-                    "sample": smp.index,
-                    "position": t + 1,
-                    "sequence": list(smp.tokens),
-                    "token": int(smp.tokens[t]),
-                }
+            parts.append(self.observe(case, smp))
+            if case.impossible is not None:
                 break  # a hard witness: nothing after it is needed
-        if parts:
-            block = np.concatenate(blocks) if blocks and len(blocks) == len(parts) else None
-            case.family.update(joined(parts), np.concatenate(positions), block)
+        self.update(case, parts)
         return parts
 
     @property

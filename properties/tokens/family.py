@@ -13,13 +13,16 @@ statistic      per token                                   catches
                                                            negative) or flattening (positive)
 ``greedy``     ``[U < p_first] - p_first``                 drift toward the argmax (verification
                                                            silently greedy at T > 0)
-``surprisal``  ``s - E s``, ``s`` the clipped surprisal    sharpening or flattening in log scale
+``surprisal``  ``s - E s``, ``s`` the clipped surprisal    any law the tokens follow that is not the
+                                                           target's but about as sharp: its mean is
+                                                           ``KL(p'||p) + H(p') - H(p)`` (a stale KV,
+                                                           a perturbed logit), and sharpening
 ``draft``      ``q(x) - E_p q``, q the draft's law         drift toward the draft's law (a residual
                                                            off, a draft law taken from elsewhere)
 ``serial``     ``4 (U_t - 1/2)(U_{t-1} - 1/2)``            consecutive tokens of a sample dependent
                                                            (one uniform shared by a step's drafts)
-``position``   ``uniform`` and ``mean`` on positions       a bug from some depth on (a KV crop, a
-               ``[2^j, 2^(j+1))``                          stale page, a sliding window)
+``position``   ``uniform``, ``mean`` and ``surprisal``     a bug from some depth on (a KV crop, a
+               on positions ``[2^j, 2^(j+1))``             stale page, a sliding window)
 ``block``      ``uniform`` and ``mean`` by the index of    a bug at one index of the speculative
                the token in its speculative step           block (where the engine says its steps)
 =============  ==========================================  =========================================
@@ -44,13 +47,13 @@ from specproof.properties.tokens.transform import SURPRISAL_CLIP, Observations
 
 #: each statistic's share of a case's wealth (renormalized over those that apply)
 WEIGHTS: dict[str, float] = {
-    "uniform": 0.20,
-    "mean": 0.15,
-    "greedy": 0.15,
-    "surprisal": 0.10,
+    "uniform": 0.15,
+    "mean": 0.10,
+    "greedy": 0.10,
+    "surprisal": 0.20,
     "draft": 0.10,
     "serial": 0.10,
-    "position": 0.15,
+    "position": 0.20,
     "block": 0.05,
 }
 #: what each statistic catches, for the reports
@@ -69,11 +72,13 @@ BLOCK_INDICES = 4
 
 
 def position_bins(horizon: int) -> list[tuple[int, int]]:
-    """The dyadic bins of 1-based positions up to ``horizon``: [1, 1], [2, 3], [4, 7], ..."""
+    """The dyadic bins of 1-based positions up to ``horizon``: [1, 1], [2, 3], [4, 7], ..., the
+    last one running to the horizon (never shorter than the one before it)."""
     out, lo = [], 1
-    while lo <= horizon:
-        out.append((lo, min(2 * lo - 1, horizon)))
+    while 4 * lo <= horizon + 1:
+        out.append((lo, 2 * lo - 1))
         lo *= 2
+    out.append((lo, horizon))
     return out
 
 
@@ -128,9 +133,10 @@ class Family:
             self.bets.append(Bet("draft", "draft", share["draft"], MeanBettor(1.0)))
         bins = position_bins(self.horizon)
         for lo, hi in bins:
-            w = share["position"] / (2 * len(bins))
+            w = share["position"] / (3 * len(bins))
             self.bets.append(Bet(f"position[{lo}-{hi}].uniform", "position", w, BinBettor()))
             self.bets.append(Bet(f"position[{lo}-{hi}].mean", "position", w, MeanBettor(0.5)))
+            self.bets.append(Bet(f"position[{lo}-{hi}].surprisal", "position", w, MeanBettor(SURPRISAL_CLIP)))
         if self.blocks:
             for b in range(BLOCK_INDICES):
                 w = share["block"] / (2 * BLOCK_INDICES)
@@ -162,11 +168,13 @@ class Family:
         get["serial"].bettor.update((4.0 * (u[1:] - 0.5) * (u[:-1] - 0.5))[follows])
         if self.draft and obs.q is not None and obs.expected_q is not None:
             get["draft"].bettor.update(obs.q - obs.expected_q)
+        excess = obs.surprisal - obs.expected_surprisal
         for lo, hi in position_bins(self.horizon):
             sel = (pos >= lo) & (pos <= hi)
             if sel.any():
                 get[f"position[{lo}-{hi}].uniform"].bettor.update(u[sel])
                 get[f"position[{lo}-{hi}].mean"].bettor.update(u[sel] - 0.5)
+                get[f"position[{lo}-{hi}].surprisal"].bettor.update(excess[sel])
         if self.blocks and block is not None:
             idx = np.minimum(np.asarray(block[:n]), BLOCK_INDICES - 1)
             for b in range(BLOCK_INDICES):

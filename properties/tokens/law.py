@@ -60,13 +60,16 @@ class TokenLaw:
     def top(cls, known: Mapping[int, float], vocab: int) -> TokenLaw:
         """A censored law: the probabilities of the ids a server returned (its top n), the rest
         one tail cell of the mass they leave (none when they carry it all, within rounding)."""
-        law = cls.sparse(known, vocab)
-        tail = 1.0 - float(law.probs.sum())
+        ids = np.fromiter((int(k) for k in known), dtype=np.int64, count=len(known))
+        probs = np.fromiter((float(v) for v in known.values()), dtype=np.float64, count=len(known))
+        keep = probs > 0
+        ids, probs = ids[keep], probs[keep]
+        tail = 1.0 - float(probs.sum())
         if tail < -MASS_TOLERANCE:
             raise SpecproofInputError("law", f"the known probabilities sum to {1 - tail:.9f} > 1")
-        if len(law.ids) >= vocab or tail < TAIL_FLOOR:
-            tail = 0.0
-        return cls(law.ids, law.probs, tail, vocab)
+        if len(ids) >= vocab or tail < TAIL_FLOOR:  # the known ids carry it all (within rounding)
+            return cls._ordered(ids, probs / probs.sum(), 0.0, vocab)
+        return cls._ordered(ids, probs, tail, vocab)
 
     @classmethod
     def _ordered(cls, ids: np.ndarray, probs: np.ndarray, tail: float, vocab: int) -> TokenLaw:

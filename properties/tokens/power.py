@@ -143,9 +143,9 @@ def detectable(
     statistic: str, tokens: int, alpha: float, power: float, cases: int, weights: dict[str, float]
 ) -> float:
     """The smallest reference deviation ``statistic`` detects at ``power`` after ``tokens`` tokens
-    of a case (bisection on :func:`tokens_needed`; 1 when none below 0.5 is)."""
+    of a case (bisection on :func:`tokens_needed`; 1 when none below 0.45 is)."""
     lt = log_threshold(alpha, cases, statistic, weights)
-    lo, hi = 1e-5, 0.5
+    lo, hi = 1e-5, 0.45
     if tokens_needed(statistic, hi, lt, power) > tokens:
         return 1.0
     for _ in range(40):

@@ -44,6 +44,8 @@ class Observations:
     expected_q: np.ndarray | None = None  # its expectation under p
     #: the first position (0-based) whose token the law gives probability 0 (None: none)
     impossible: int | None = None
+    #: each token's index in its speculative step, where the engine tells (None: not told)
+    block: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.u)

@@ -1,0 +1,126 @@
+"""The engine audit's token test (:mod:`specproof.properties.tokens`), fed from its cases.
+
+Each chunk of a case's samples is scored as soon as it is drawn: for every sample the laws along
+its path (the engine's ``target_laws_along`` in one call where it offers teacher forcing, else one
+``target_law`` a prefix), its tokens up to and including its end of sequence, the index of each
+token in its speculative step where the engine tells its steps *and* declares its verification
+sequential (the law of each token given everything the engine did before it is the target's:
+token-level and tree rejection sampling; block verification decides a block at once, so the index
+of a token in it is not a function of the past), and the draft's law where the engine tells it.
+The audit's wealth is looked at after every chunk: it may stop at any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.engine.contract import Generation
+from specproof.properties.engine.runner import CaseRunner
+from specproof.properties.tokens import power
+from specproof.properties.tokens.case import Sample, TokenCase, TokenTest
+from specproof.properties.tokens.transform import Observations
+
+
+def block_indices(steps: tuple[int, ...] | None, m: int) -> np.ndarray | None:
+    """Each of the first ``m`` tokens' index in its step, from the tokens emitted per step."""
+    if not steps:
+        return None
+    idx = np.concatenate([np.arange(e) for e in steps if e > 0])
+    if len(idx) < m:  # steps that do not cover the horizon say nothing reliable
+        return None
+    return idx[:m]
+
+
+#: samples per update of a case's bettors: the family is fed in blocks of this many samples by
+#: index (and at the plan's looks), whoever drew them and in whatever chunks, so the reading is
+#: the same to the last bit on one process or many workers
+BLOCK = 64
+
+
+@dataclass
+class TokenStage:
+    """The token test of one engine audit (module docstring)."""
+
+    test: TokenTest
+    cases: dict[int, TokenCase]
+    blocks: dict[int, bool]
+    pending: dict[int, list[Observations]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, runners: list[CaseRunner], alpha: float, seed: int) -> TokenStage:
+        test = TokenTest(alpha, seed)
+        cases, blocks = {}, {}
+        for rn in runners:
+            i = rn.case.index
+            blocks[i] = "steps" in rn.offers and "sequential" in rn.offers
+            cases[i] = test.add_case(i, rn.case.tokens, draft="draft_law" in rn.offers, blocks=blocks[i])
+        return cls(test, cases, blocks)
+
+    def plan_tokens(self, tv: float, alpha: float, power_: float) -> int:
+        """Tokens per case the plan asks for (:func:`.power.plan_tokens`, at the family the cases
+        have: the weights of a family without ``draft`` or ``block`` are shared among the rest)."""
+        draft = any(c.family.draft for c in self.cases.values())
+        blocks = any(self.blocks.values())
+        return power.plan_tokens(tv, alpha, power_, len(self.cases), draft, blocks)
+
+    def add(self, runner: CaseRunner, index: int, g: Generation) -> bool:
+        """Sample ``index`` of ``runner``'s case (samples come in index order); its laws are read
+        now. Scored in blocks of :data:`BLOCK`; True when a block was scored and the audit's
+        wealth crossed its threshold (the audit stops there)."""
+        m = runner.horizon(g.tokens)
+        sample = Sample(
+            index,
+            tuple(g.tokens[:m]),
+            runner.laws_along(g.tokens),
+            block_indices(g.steps, m) if self.blocks[runner.case.index] else None,
+            runner.draft_laws_along(g.tokens),
+        )
+        runner.end_chunk()
+        case = self.cases[runner.case.index]
+        pending = self.pending.setdefault(runner.case.index, [])
+        pending.append(self.test.observe(case, sample))  # scored now: only the numbers are kept
+        if len(pending) < BLOCK and case.impossible is None:
+            return False
+        return self.flush(runner.case.index)
+
+    def flush(self, case: int) -> bool:
+        """Score what is pending for ``case`` (at a block, a look, or the end); True when the
+        audit's wealth has crossed its threshold."""
+        pending = self.pending.pop(case, [])
+        if pending:
+            self.test.update(self.cases[case], pending)
+        return self.test.rejected
+
+    def detects(self, index: int, alpha: float, power_: float) -> dict[str, float]:
+        """The per-token TV each planned statistic detects at the tokens the case has seen."""
+        case = self.cases[index]
+        w = power.shares(case.family.draft, case.family.blocks)
+        return {
+            s: power.detectable(s, case.tokens, alpha, power_, len(self.cases), w)
+            for s in ("mean", "greedy", "uniform")
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.test
+        return {
+            "alpha": t.alpha,
+            "log_wealth": t.log_wealth,
+            "threshold": float(np.log(1 / t.alpha)),
+            "rejected": t.rejected,
+            "pvalue": t.pvalue(),
+            "finding": t.finding(),
+            "cases": {str(i): c.to_json() for i, c in self.cases.items()},
+        }
+
+
+def plan_detects(tokens: int, alpha: float, power_: float, cases: int) -> float:
+    """The TV the ``uniform`` statistic detects on its cells after ``tokens`` tokens of a case."""
+    return power.detectable("uniform", tokens, alpha, power_, cases, power.shares(False, False))
+
+
+def plan_limit(tv: float, alpha: float, power_: float) -> int:
+    """The information limit of the plan's deviation (the ``mean`` statistic's reference)."""
+    return power.information_limit("mean", tv, alpha, power_)

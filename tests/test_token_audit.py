@@ -1,0 +1,149 @@
+"""The engine audit's token test end to end: every emitted token scored against the target's law
+at its own prefix, at any horizon, an anytime-valid verdict naming the statistic that moved it.
+
+Every audit here has a fixed seed and plan, so each verdict is a fixed outcome (no flakes): alpha
+1e-4 family-wise (the audit's default), per-token TV 0.05 or 0.1 (a few thousand tokens a case),
+the token test alone (``test="tokens"``) where the point is that it decides by itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.loops import DirectEngine, engine_target
+from specproof.properties.engine.registry import resolve_engine, with_options
+from specproof.properties.engine.token_stage import block_indices
+from specproof.properties.verdicts import Verdict
+from specproof.reference.transformer import TransformerLM
+
+QUICK = {"tv": 0.05, "test": "tokens", "report_samples": 0}
+
+
+def _audit(name: str, **kw: object):
+    spec = resolve_engine(name)
+    plan = {**QUICK, **{k: v for k, v in kw.items() if k in ("tv", "test", "samples", "seed")}}
+    if "tokens" in kw or "prompts" in kw or "samplings" in kw:
+        spec = with_options(spec, kw.get("prompts"), kw.get("samplings"), kw.get("tokens"))  # type: ignore[arg-type]
+    return audit_engine(spec, EngineAuditConfig(**plan))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "prompt", "setting", "tv"),
+    [
+        ("mutant.temperature_target_only", (0, 6), T07, 0.05),
+        ("mutant.greedy_draft_soft_law", (0, 6), T1, 0.05),
+        # a stale KV moves each context's law its own way: the surprisal's excess sees it, slowly
+        ("mutant.no_kv_rollback", (5, 2, 5, 2), T07, 0.02),
+    ],
+)
+def test_the_token_test_alone_flags_the_mutant_loops(name, prompt, setting, tv):
+    r = _audit(name, prompts=[prompt], samplings=[setting], tv=tv)
+    assert r.verdict == Verdict.LOSSY, r.summary()
+    assert r.token_rejected and r.token_test is not None and r.token_test["rejected"]
+    assert "token test" in r.short_witness() and "e-value" in r.witness_text()
+    f = r.token_test["finding"]
+    assert f["statistic"] and f["tokens"] > 0
+
+
+def test_where_the_cells_test_is_stronger_the_report_says_which_test_found_it():
+    """At M = 4 a stale KV is seen by the cells of the joint law long before the token test."""
+    r = _audit("mutant.no_kv_rollback", test="both", tv=0.05)
+    assert r.verdict == Verdict.LOSSY and any(c.rejected for c in r.cases) and not r.token_rejected
+    assert "token test" not in r.short_witness() and "p =" in r.short_witness()
+
+
+@pytest.mark.parametrize("name", ["reference.draft.token", "alternative.kv_rollback"])
+def test_exact_loops_pass_the_token_test(name):
+    r = _audit(name)
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert not r.token_rejected and r.token_test["log_wealth"] < math.log(1e4)
+    assert all(c.observed_tokens >= c.planned * 4 for c in r.cases)
+    assert "detects a per-token TV" in r.summary()
+
+
+def test_a_long_horizon_passes_and_sees_every_position():
+    """M = 48, beyond the cells test's 12: the token test alone, every position scored."""
+    r = _audit("reference.draft.token", tokens=48, prompts=[(0, 6)], samplings=[T1], tv=0.1)
+    assert r.verdict == Verdict.PASS, r.summary()
+    bets = {b["name"]: b for b in r.token_test["cases"]["0"]["bets"]}
+    assert bets["position[16-48].uniform"]["tokens"] == r.samples * 33  # positions 16 to 48
+    with pytest.raises(Exception, match="M must lie in"):
+        audit_engine(
+            with_options(resolve_engine("reference.direct"), tokens=48), EngineAuditConfig(test="cells")
+        )
+
+
+def test_the_plan_is_in_tokens_and_says_so():
+    r = _audit("reference.direct", prompts=[(0, 6)], samplings=[T1], tokens=8)
+    assert "tokens per case for power 0.99 against a per-token TV of 0.05" in r.plan_text
+    assert "information limit" in r.plan_text
+    planned = r.token_test["cases"]["0"]["tokens"]
+    assert planned == r.cases[0].observed_tokens >= r.cases[0].planned * 8 - 8
+
+
+class _Ending(DirectEngine):
+    """No speculation; end of sequence 3 may be drawn and ends the sample (absorbing)."""
+
+    def __init__(self, sampling: Sampling) -> None:
+        super().__init__(TransformerLM(engine_target(), sampling.temperature))
+        self.eos_id = 3
+
+
+def test_ended_samples_are_scored_up_to_their_end():
+    spec = EngineSpec("ending", "user", "", _Ending, 8, ((0, 6),), (Sampling(1.0, eos=3),), tokens=6)
+    r = audit_engine(spec, EngineAuditConfig(samples=300, test="tokens", report_samples=0))
+    assert r.verdict == Verdict.PASS, r.summary()
+    seen = r.cases[0].observed_tokens
+    assert 300 <= seen < 300 * 6  # some samples ended early: their padding is not observed
+
+
+class _IgnoresTopK(DirectEngine):
+    """Samples from the untruncated law while its target_law applies top-k (a bug)."""
+
+    def __init__(self, sampling: Sampling) -> None:
+        super().__init__(TransformerLM(engine_target(), sampling.temperature))
+        self._cut = sampling
+
+    def generate(self, prompt_ids, max_new_tokens, seed):  # type: ignore[no-untyped-def]
+        rng = np.random.default_rng(seed)
+        out: list[int] = []
+        for _ in range(max_new_tokens):  # the untruncated law: top-k forgotten when sampling
+            p = np.asarray(self._law.law(tuple(prompt_ids) + tuple(out)))
+            out.append(int(rng.choice(len(p), p=p)))
+        return out
+
+    def target_law(self, context, prompt_len=None):  # type: ignore[no-untyped-def]
+        z = np.log(np.clip(np.asarray(super().target_law(context)), 1e-300, None))
+        return self._cut.law(list(z))
+
+
+def test_an_impossible_token_ends_the_audit_with_its_witness():
+    spec = EngineSpec("topk", "user", "", _IgnoresTopK, 8, ((0, 6),), (Sampling(1.0, top_k=2),), tokens=6)
+    r = audit_engine(spec, EngineAuditConfig(tv=0.05, test="tokens", report_samples=0))
+    assert r.verdict == Verdict.LOSSY and r.samples < 50, r.summary()
+    f = r.token_test["finding"]
+    assert f["statistic"] == "impossible" and f["detail"]["position"] >= 1
+    assert "of probability 0" in r.witness_text()
+
+
+def test_the_token_reading_is_the_same_on_ray_workers_as_here():
+    """The same samples in the same order: the token test's JSON does not depend on who drew."""
+    pytest.importorskip("ray")
+    from specproof.properties.shard.engine import RayDrawer
+
+    spec = with_options(resolve_engine("reference.draft.token"), prompts=[(0, 6)], samplings=[T1])
+    config = EngineAuditConfig(samples=120, test="tokens", report_samples=0)
+    here = audit_engine(spec, config).token_test
+    with RayDrawer.for_spec(spec, 2) as drawer:
+        there = audit_engine(spec, config, drawer=drawer).token_test
+    assert here == there
+
+
+def test_block_indices_from_the_steps():
+    assert block_indices((2, 1, 3), 5).tolist() == [0, 1, 0, 0, 1]
+    assert block_indices(None, 3) is None and block_indices((1, 1), 3) is None  # steps short of M

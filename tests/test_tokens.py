@@ -1,0 +1,283 @@
+"""The token test: its null is exact (proved in proofs_notes/token_audit.md, checked here), its
+e-processes are test martingales, its plan has the power it states, and its statistics see the
+bug classes they are aimed at.
+
+Every statistical check names its seed and alpha; each is a fixed outcome of its seed (no
+flakes): the uniformity of the transforms under the null (seed 20261202, Kolmogorov-Smirnov at
+alpha 1e-6), false alarms of the whole family with random stopping (seed 11, 400 runs at alpha
+0.05: at most 44 allowed, a count with probability below 1e-6 under the bound), the power at the
+plan (seed 12, 60 runs: at least 53 crossings where 0.99 is planned; fewer has probability below
+1e-6 at power 0.99).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from specproof.properties.tokens import power
+from specproof.properties.tokens.case import Sample, TokenTest
+from specproof.properties.tokens.eprocess import BinBettor, MeanBettor
+from specproof.properties.tokens.family import Family, position_bins
+from specproof.properties.tokens.law import TokenLaw
+from specproof.properties.tokens.transform import Observations, observe, observe_dense, seeded_uniforms
+from specproof.reference.errors import SpecproofInputError
+
+
+def _laws(rng: np.random.Generator, m: int, v: int, zeros: bool = True) -> np.ndarray:
+    P = rng.dirichlet(np.full(v, 0.3), size=m)
+    if zeros:
+        P[P < 0.01] = 0.0
+        P /= P.sum(axis=1, keepdims=True)
+    return P
+
+
+def _draw(rng: np.random.Generator, P: np.ndarray) -> list[int]:
+    return [int(rng.choice(len(p), p=p)) for p in P]
+
+
+# --------------------------------------------------------------------------- the null, exactly
+
+
+@pytest.mark.parametrize("tail", [Fraction(0), Fraction(1, 4), Fraction(3, 7)])
+def test_the_transform_of_a_censored_law_is_exactly_uniform(tail):
+    """P(U <= u) = u for every u, in exact arithmetic, on the partition the law's known ids and
+    its tail make (claim 1 and claim 2 of the note): the randomized transform of the cell."""
+    known = {3: Fraction(1, 2) * (1 - tail), 7: Fraction(1, 3) * (1 - tail), 1: Fraction(1, 6) * (1 - tail)}
+    law = TokenLaw.top({k: float(v) for k, v in known.items()}, vocab=10)
+    assert law.censored == (tail > 0)
+    cells = [known[int(i)] for i in law.ids] + ([tail] if tail else [])
+    assert [float(c) for c in cells] == pytest.approx(list(law.cell_probs))
+    before = [sum(cells[:c], Fraction(0)) for c in range(len(cells))]
+
+    def cdf(u: Fraction) -> Fraction:  # sum over cells of p_c P(F_c + v p_c <= u), v uniform
+        return sum(
+            (p * min(Fraction(1), max(Fraction(0), (u - f) / p)) for f, p in zip(before, cells)), Fraction(0)
+        )
+
+    points = {Fraction(k, 97) for k in range(98)} | set(before) | {Fraction(1)}
+    assert all(cdf(u) == u for u in points)
+
+
+def test_the_transforms_are_uniform_under_the_law():
+    """Seed 20261202: tokens drawn from random laws (zeros included), their transforms by both
+    paths; Kolmogorov-Smirnov against uniform at alpha 1e-6, and a censored reading of the same
+    tokens (top 5 known, the rest a tail) uniform too."""
+    rng = np.random.default_rng(20261202)
+    us, cens = [], []
+    for s in range(300):
+        P = _laws(rng, 20, 30)
+        x = _draw(rng, P)
+        v = seeded_uniforms(1, 0, s, 20)
+        us.append(observe_dense(P, x, v).u)
+        top = [TokenLaw.top({int(i): float(p[i]) for i in np.argsort(-p)[:5]}, 30) for p in P]
+        cens.append(observe(top, x, v).u)
+    for u in (np.concatenate(us), np.concatenate(cens)):
+        assert sps.kstest(u, "uniform").pvalue > 1e-6
+
+
+def test_both_paths_give_the_same_numbers():
+    rng = np.random.default_rng(3)
+    P = _laws(rng, 40, 64)
+    x = _draw(rng, P)
+    v = rng.random(40)
+    Q = _laws(rng, 40, 64, zeros=False)
+    a = observe_dense(P, x, v, Q)
+    b = observe([TokenLaw.dense(p) for p in P], x, v, list(Q))
+    for name in ("u", "p_first", "surprisal", "expected_surprisal", "q", "expected_q"):
+        assert np.allclose(getattr(a, name), getattr(b, name), atol=1e-12), name
+
+
+def test_ties_are_ordered_by_id_on_both_paths():
+    P = np.array([[0.25, 0.25, 0.25, 0.25]] * 4)
+    v = np.full(4, 0.5)
+    u = observe_dense(P, [0, 1, 2, 3], v).u
+    assert np.allclose(u, [0.125, 0.375, 0.625, 0.875])
+    assert np.allclose(observe([TokenLaw.dense(p) for p in P], [0, 1, 2, 3], v).u, u)
+
+
+def test_a_token_outside_the_top_n_falls_in_the_tail_cell():
+    law = TokenLaw.top({4: 0.5, 9: 0.2}, vocab=100)
+    assert law.tail == pytest.approx(0.3) and law.cell(4) == 0 and law.cell(9) == 1 and law.cell(50) == 2
+    obs = observe([law], [50], np.array([0.5]))
+    assert obs.u[0] == pytest.approx(0.85) and obs.impossible is None
+
+
+def test_a_token_of_probability_zero_is_a_hard_witness():
+    P = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.0, 1.0, 0.0]])
+    obs = observe_dense(P, [1, 2, 0], np.full(3, 0.5))
+    assert obs.impossible == 2 and len(obs.u) == 2
+    law = TokenLaw.sparse({0: 0.5, 1: 0.5}, vocab=3)
+    assert observe([law], [2], np.array([0.5])).impossible == 0  # no tail to hold it
+
+
+def test_a_law_that_is_not_one_is_refused():
+    with pytest.raises(SpecproofInputError, match="sum"):
+        TokenLaw.dense([0.5, 0.2])
+    with pytest.raises(SpecproofInputError, match="> 1"):
+        TokenLaw.top({0: 0.7, 1: 0.6}, vocab=5)
+    with pytest.raises(SpecproofInputError, match="non-negative"):
+        TokenLaw.dense([1.5, -0.5])
+
+
+# --------------------------------------------------------------------------- the e-processes
+
+
+def test_every_bet_keeps_the_wealth_positive_and_fair():
+    """Each factor 1 + lambda g is at least 1/2 on the statistic's whole range, and its mean is 1
+    for any zero-mean g (the product is a nonnegative martingale)."""
+    b = MeanBettor(0.5)
+    for lam in b.bets:
+        for g in (-0.5, 0.5):
+            assert 1 + lam * g >= 0.5 - 1e-12
+        assert (0.5 * (1 + lam * 0.25) + 0.5 * (1 - lam * 0.25)) == pytest.approx(1.0)
+    with pytest.raises(Exception, match="bound"):
+        b.update(np.array([0.7]))
+
+
+def test_the_bin_bettor_is_a_likelihood_ratio_against_uniform():
+    """Its wealth after any sequence equals the Krichevsky-Trofimov estimator's probability of
+    the cell sequence times K^n (computed here by hand)."""
+    u = np.array([0.05, 0.05, 0.9, 0.05, 0.6])
+    b = BinBettor(4)
+    b.update(u[:2])
+    b.update(u[2:])
+    cells, counts, kt = [0, 0, 3, 0, 2], [0, 0, 0, 0], 1.0
+    for t, c in enumerate(cells):
+        kt *= (counts[c] + 0.5) / (t + 2.0)
+        counts[c] += 1
+    assert b.log_wealth == pytest.approx(math.log(kt * 4**5))
+
+
+def _null_family(horizon: int = 16) -> Family:
+    return Family(horizon, draft=True, blocks=True)
+
+
+def _feed_null(f: Family, rng: np.random.Generator, samples: int, horizon: int) -> None:
+    u = rng.random(samples * horizon)
+    pf = rng.uniform(0.05, 0.9, samples * horizon)
+    s = rng.uniform(0, 3, samples * horizon)
+    q, eq = rng.random(samples * horizon), np.full(samples * horizon, 0.5)
+    obs = Observations(u, pf, s, s.copy(), q, eq)
+    # null statistics with mean 0: greedy's indicator drawn as U < p_first, surprisal and q centred
+    obs.surprisal = s + rng.uniform(-1, 1, len(s))
+    obs.q = np.clip(eq + rng.uniform(-0.4, 0.4, len(s)), 0, 1)
+    pos = np.tile(np.arange(1, horizon + 1), samples)
+    block = np.tile(np.arange(horizon) % 3, samples)
+    f.update(obs, pos, block)
+
+
+def test_false_alarms_with_random_stopping_are_at_most_alpha():
+    """Seed 11: 400 null runs of a whole family (every statistic, positions and blocks),
+    each looked at after every chunk and stopped at a random time; how many ever crossed 1/alpha
+    at alpha 0.05. Ville bounds the rate by 0.05: at most 44 of 400 allowed (more has probability
+    below 1e-6 if the rate were 0.05)."""
+    rng = np.random.default_rng(11)
+    crossed = 0
+    for _ in range(400):
+        f, stop = _null_family(), int(rng.integers(1, 40))
+        for _ in range(stop):
+            _feed_null(f, rng, 8, 16)
+            if f.log_wealth >= math.log(1 / 0.05):
+                crossed += 1
+                break
+    assert crossed <= 44, crossed
+    assert sps.binom.sf(44, 400, 0.05) < 1e-6
+
+
+def _reference_sample(rng: np.random.Generator, n: int, tv: float, statistic: str) -> Observations:
+    """Transforms under the reference deviation of ``statistic`` (:mod:`.power`)."""
+    pf = np.full(n, 0.5)
+    if statistic == "mean":
+        low = rng.random(n) < 0.5 + tv
+        u = np.where(low, rng.random(n) * 0.5, 0.5 + rng.random(n) * 0.5)
+    elif statistic == "greedy":  # mass tv onto the argmax, whose probability is 0.5
+        first = rng.random(n) < 0.5 + tv
+        u = np.where(first, rng.random(n) * 0.5, 0.5 + rng.random(n) * 0.5)
+    else:
+        raise KeyError(statistic)
+    return Observations(u, pf, np.zeros(n), np.zeros(n))
+
+
+@pytest.mark.parametrize("statistic", ["mean", "greedy"])
+def test_the_plan_has_the_power_it_states(statistic):
+    """Seed 12: 60 runs of the reference deviation of per-token TV 0.05 for the planned tokens at
+    alpha 1e-4 (one case): at least 53 must cross (power 0.99 planned; 52 or fewer has
+    probability below 1e-6 at 0.99)."""
+    tv, alpha = 0.05, 1e-4
+    n = power.plan_tokens(tv, alpha, 0.99, cases=1)
+    rng = np.random.default_rng(12)
+    hits = 0
+    for _ in range(60):
+        f = Family(64)
+        for k in range(0, n, 4096):
+            f.update(
+                _reference_sample(rng, min(4096, n - k), tv, statistic), np.arange(min(4096, n - k)) % 64 + 1
+            )
+        hits += f.log_wealth >= math.log(1 / alpha)
+    assert hits >= 53, hits
+    assert sps.binom.cdf(52, 60, 0.99) < 1e-6
+
+
+def test_the_plan_states_its_distance_to_the_information_limit():
+    for tv in (0.05, 0.01, 0.003):
+        for s in ("mean", "greedy"):
+            need = power.tokens_needed(s, tv, math.log(1e4), 0.99)
+            limit = power.information_limit(s, tv, 1e-4, 0.99)
+            assert limit < need < 2.5 * limit, (s, tv, need, limit)  # within the documented factors
+    assert power.plan_tokens(0.01, 1e-4, 0.99, 1) < power.plan_tokens(0.01, 1e-4, 0.99, 4)
+
+
+def test_the_serial_statistic_sees_consecutive_tokens_move_together():
+    """Seed 13: consecutive transforms correlated by 0.3 (a uniform shared along a step)."""
+    rng = np.random.default_rng(13)
+    f = Family(32)
+    for _ in range(200):
+        z = rng.standard_normal(32)
+        z[1:] = 0.3 * z[:-1] + math.sqrt(1 - 0.09) * z[1:]
+        u = sps.norm.cdf(z)
+        f.update(Observations(u, np.full(32, 0.5), np.zeros(32), np.zeros(32)))
+    assert f.leader().family == "serial" and f.log_wealth > math.log(1e4)
+
+
+def test_position_bins_cover_the_horizon_in_dyadic_steps():
+    assert position_bins(1) == [(1, 1)]
+    assert position_bins(12) == [(1, 1), (2, 3), (4, 12)] and position_bins(4) == [(1, 1), (2, 4)]
+    for horizon in (2, 7, 64, 256, 1000, 1024):
+        bins = position_bins(horizon)
+        assert bins[0][0] == 1 and bins[-1][1] == horizon
+        assert all(b[0] == a[1] + 1 for a, b in zip(bins, bins[1:]))  # no gap, no overlap
+        assert all(b[1] - b[0] >= a[1] - a[0] for a, b in zip(bins, bins[1:]))  # never shorter
+    assert position_bins(1024)[-2:] == [(256, 511), (512, 1024)]
+
+
+def test_a_late_deviation_is_found_by_its_position_bin():
+    """Seed 14: uniform transforms up to position 40, sharpened after (a KV crop wrong past 40)."""
+    rng = np.random.default_rng(14)
+    f = Family(128)
+    for _ in range(300):
+        u = rng.random(128)
+        late = np.arange(1, 129) > 40
+        u[late] = u[late] ** 1.3  # toward the likeliest tokens
+        f.update(Observations(u, np.full(128, 0.3), np.zeros(128), np.zeros(128)))
+    assert f.log_wealth > math.log(1e4)
+    top = sorted(f.bets, key=lambda b: -(math.log(b.weight) + b.log_wealth))[:3]
+    assert any(b.name.startswith("position[64-127]") or b.family in ("mean", "uniform") for b in top)
+
+
+def test_the_token_test_over_cases_names_the_case_and_statistic():
+    rng = np.random.default_rng(15)
+    test = TokenTest(alpha=1e-3, seed=0)
+    good, bad = test.add_case(0, 8), test.add_case(1, 8)
+    for k in range(400):
+        P = _laws(rng, 8, 12, zeros=False)
+        test.score(good, [Sample(k, tuple(_draw(rng, P)), P)])
+        greedy = tuple(int(np.argmax(p)) if rng.random() < 0.3 else int(rng.choice(12, p=p)) for p in P)
+        test.score(bad, [Sample(k, greedy, P)])
+    assert test.rejected and test.pvalue() <= 1e-3
+    f = test.finding()
+    assert f is not None and f["case"] == 1 and f["family"] in ("greedy", "mean", "uniform", "surprisal")
