@@ -70,6 +70,7 @@ TIMING_LINE = re.compile(r"^\s*probe: .* ms per sample.*$", re.M)
 #: what a report or a URL quotes that a second run cannot repeat
 VOLATILE = [
     (re.compile(r"http://127\.0\.0\.1:\d+"), "http://127.0.0.1:PORT"),
+    (re.compile(r"\b\d\d:\d\d UTC\b"), "HH:MM UTC"),
     (re.compile(r"\d+(\.\d+)? (ms|s|min)\b"), "TIME"),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}\b"), "DATE"),
     (re.compile(r"[\d.]+ (samples|completions|tokens)/s"), "RATE"),
@@ -89,10 +90,29 @@ def normalize(value: Any) -> Any:
     return value
 
 
+#: the headers of report columns that hold timings
+TIMING_COLUMN = re.compile(r"^(s|seconds|ms/sample|ms per sample|time|s/run)$")
+
+
 def mask(text: str) -> str:
     for pattern, repl in VOLATILE:
         text = pattern.sub(repl, text)
-    return text
+    return _mask_timing_columns(text)
+
+
+def _mask_timing_columns(text: str) -> str:
+    """Markdown tables with their timing columns (by header) blanked."""
+    out, timing = [], set()
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            timing = set()
+            out.append(line)
+            continue
+        cells = line.strip().strip("|").split("|")
+        if not timing and not set(line) <= set("|-: "):
+            timing = {i for i, c in enumerate(cells) if TIMING_COLUMN.match(c.strip())} or {-1}
+        out.append("|".join("T" if i in timing else c for i, c in enumerate(cells)))
+    return "\n".join(out)
 
 
 def first_difference(a: Any, b: Any, path: str = "$") -> str | None:
