@@ -365,6 +365,53 @@ def audit_endpoint(
         return run_endpoint(endpoint, request, config, shard, bar)
 
 
+def audit_traffic(
+    records: str | Sequence[Any],
+    *,
+    twin: str | None = None,
+    engine: Any = None,
+    profile: str | None = None,
+    vocab: int | None = None,
+    token_map: Sequence[str] | None = None,
+    concurrency: int | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    progress: _Progress = "auto",
+    **options: Any,
+) -> Any:
+    """Score what a server served (``records``: a JSON-lines file of ``{"prompt": [...],
+    "tokens": [...], "sampling": {...}}``, or a list of ``specproof.properties.endpoint.traffic.Record``)
+    token by token against the laws of its speculation-off ``twin`` (a URL, by ``profile``'s
+    recipe) or of an ``engine`` object here (its ``target_laws_along`` or ``target_law``). No seeds
+    are needed; ``options`` are :class:`EngineAuditConfig` fields (alpha, tv, power, seed). Returns
+    the traffic result (``verdict``, ``summary()``, ``to_json()``)."""
+    from specproof.properties.endpoint.traffic import audit_traffic as _audit
+    from specproof.properties.endpoint.traffic import engine_laws, read_traffic
+    from specproof.properties.engine.config import EngineAuditConfig
+    from specproof.properties.options import build
+    from specproof.properties.run import EndpointOptions, EngineRequest, run_traffic
+
+    config = build(EngineAuditConfig, options)
+    with _bar(progress, "traffic") as bar:
+        if engine is not None:
+            if twin is not None:
+                raise UsageError("twin, engine: the laws come from one of them")
+            v = int(vocab or getattr(engine, "vocab", 0) or 0)
+            if v < 1:
+                raise UsageError("vocab: give the vocabulary size (the engine has no vocab attribute)")
+            recs = read_traffic(records, v) if isinstance(records, str) else list(records)
+            return _audit(recs, engine_laws(engine), v, config, progress=bar)
+        if not isinstance(records, str):
+            raise UsageError("records: from a twin URL, give the JSON-lines file's path")
+        endpoint = build(
+            EndpointOptions,
+            {"profile": profile, "twin": twin, "vocab": vocab, "concurrency": concurrency, "timeout": timeout,
+             "retries": retries},
+        )  # fmt: skip
+        request = build(EngineRequest, {"token_map": token_map})
+        return run_traffic(records, endpoint, config, request, bar)
+
+
 async def audit_endpoint_async(url: str | Sequence[str], **kwargs: Any) -> EngineAuditResult:
     """:func:`audit_endpoint` awaited from a running event loop (an async service, a notebook):
     the audit runs in a worker thread, the loop stays free. The same keywords."""
@@ -402,6 +449,7 @@ __all__ = [
     "audit_endpoint",
     "audit_endpoint_async",
     "audit_engine",
+    "audit_traffic",
     "audit_tree",
     "check",
     "strategies",

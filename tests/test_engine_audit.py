@@ -241,14 +241,20 @@ def test_false_alarms_of_exact_engines_are_at_most_alpha():
 def test_the_plan_comes_from_alpha_tv_power_and_cells_and_greedy_needs_few_samples():
     spec = with_options(resolve_engine("reference.draft.greedy"), prompts=[(0, 6)])
     res = audit_engine(spec, EngineAuditConfig(tv=0.2, power=0.99))
-    assert res.cases[0].point_mass and res.cases[0].planned == math.ceil(math.log(0.01) / math.log(0.8))
+    # a point mass: any deviation of per-token TV 0.2 at any of its M = 4 tokens is a hard failure
+    assert res.cases[0].point_mass and res.cases[0].planned == math.ceil(math.log(0.01) / (4 * math.log(0.8)))
     assert res.verdict == Verdict.PASS and "point mass" in res.plan_text
     from specproof.properties.audit.stats import plan_samples
+    from specproof.properties.tokens.power import plan_tokens
 
     spec = with_options(resolve_engine("mutant.greedy_draft_soft_law"), prompts=[(0, 6)], samplings=[T1])
-    res = audit_engine(spec, EngineAuditConfig(alpha=1e-4, tv=0.3, looks=4, max_cells=16))
-    assert res.cases[0].planned == plan_samples(0.3, 1e-4 / 4 / 2, 0.99, 15)
+    res = audit_engine(spec, EngineAuditConfig(alpha=1e-4, tv=0.3, looks=4, max_cells=16, test="cells"))
+    assert res.cases[0].planned == plan_samples(0.3, 1e-4 / 4 / 2, 0.99, 15)  # the cells test alone
     assert res.verdict == Verdict.LOSSY and res.cases[0].n < res.cases[0].planned  # stopped at an early look
+    res = audit_engine(spec, EngineAuditConfig(alpha=1e-4, tv=0.05))  # both tests: the token plan, in samples
+    assert res.cases[0].planned == math.ceil(
+        plan_tokens(0.05, 1e-4 / 2, 0.99, 1, draft=True, blocks=True) / 4
+    )
 
 
 def test_a_budget_too_small_for_the_plan_ends_underpowered_never_pass():
@@ -269,11 +275,12 @@ def test_json_report_and_cli(tmp_path, capsys):
     out_json, out_md = tmp_path / "e.json", tmp_path / "e.md"
     argv = ["audit", "engine", "mutant.greedy_draft_soft_law", "--prompt", "0 6", "--temperature", "1"]
     argv += ["--samples", "200", "--json", str(out_json), "--report", str(out_md), "--progress", "off"]
+    argv += ["--test", "cells"]  # the joint law's witness: the next token at a position
     config = engine_config(build_parser().parse_args(argv))
-    assert (config.alpha, config.tv, config.max_cells) == (1e-4, 0.1, 64)  # the engine defaults
+    assert (config.alpha, config.tv, config.max_cells) == (1e-4, 0.01, 64)  # the engine defaults
     assert main(argv) == 1
     printed = capsys.readouterr().out
-    assert "plan:" in printed and "LOSSY" in printed
+    assert "cells test of the joint law" in printed and "LOSSY" in printed
     doc = json.loads(out_json.read_text())
     assert doc["verdict"] == "lossy" and doc["witness"]["case"]["prompt"] == [0, 6]
     assert "Next token at position" in out_md.read_text()
@@ -433,7 +440,8 @@ def test_horizons_from_3_to_6_and_vocabularies_from_4_to_16():
 
 def test_a_joint_test_collapsed_to_one_cell_is_not_a_pass():
     """Two samples leave one cell of the joint law: it tested nothing, and says so."""
-    r = audit_engine(E.resolve_engine("reference.direct"), EngineAuditConfig(samples=2, report_samples=0))
+    cells = EngineAuditConfig(samples=2, report_samples=0, test="cells")
+    r = audit_engine(E.resolve_engine("reference.direct"), cells)
     assert all(c.test is not None and c.test.cells == 1 for c in r.cases)
     assert r.verdict == Verdict.UNDERPOWERED and all(c.collapsed for c in r.cases)
     assert "collapsed to one cell" in r.summary() and r.to_json()["cases"][0]["collapsed"] is True
@@ -441,3 +449,6 @@ def test_a_joint_test_collapsed_to_one_cell_is_not_a_pass():
         E.resolve_engine("reference.direct"), EngineAuditConfig(samples=200, report_samples=0)
     )
     assert enough.verdict == Verdict.PASS and not any(c.collapsed for c in enough.cases)
+    # beside the token test a collapsed joint test is said, and the token test's plan decides
+    both = audit_engine(E.resolve_engine("reference.direct"), EngineAuditConfig(samples=2, report_samples=0))
+    assert both.verdict == Verdict.PASS and "collapsed to one cell" in both.summary()

@@ -70,8 +70,8 @@ def test_a_family_reads_back_what_its_stand_in_answers(name, standin):
                     and abs(p - float(si.model.law(context, s, joint=name == "sglang")[x])) < 1e-9
                 )
                 context += (x,)
-    seeds = {profile.read_generation(post(si, *profile.generation(PROMPT, 4, k, SETTINGS[0], False)), False).tokens
-             for k in range(20)}  # fmt: skip
+    path_of = [profile.generation(PROMPT, 4, k, SETTINGS[0], False) for k in range(20)]
+    seeds = {profile.read_generation(post(si, *pb), False).tokens for pb in path_of}
     assert len(seeds) > 1  # the seed is sent where the family takes it
 
 

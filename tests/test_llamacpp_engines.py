@@ -122,7 +122,8 @@ def test_stochastic_paths_are_lossy(built: Path, name: str) -> None:
     res = _audit(name, T1, samples=200)
     print(res.summary())
     assert res.verdict == Verdict.LOSSY, res.summary()
-    assert res.cases[0].pvalue < 1e-8
+    # the token test (anytime) or the cells test at its look: whichever saw it first stopped it
+    assert res.token_rejected or res.cases[0].pvalue < 1e-8
 
 
 def test_greedy_path_reproduces_greedy_decoding(built: Path) -> None:

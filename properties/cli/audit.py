@@ -58,11 +58,14 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("kind", nargs="?", choices=("chain", "tree", "engine", "endpoint"), help="what TARGET is")
+    a.add_argument(
+        "kind", nargs="?", choices=("chain", "tree", "engine", "endpoint", "traffic"), help="what TARGET is"
+    )
     a.add_argument(
         "target",
         nargs="?",
-        help="registered name, module:function or path/to/file.py:function; for endpoint, the server's URL",
+        help="registered name, module:function or path/to/file.py:function; for endpoint, the server's URL; "
+        "for traffic, a JSON-lines file of served requests (prompt, tokens, sampling)",
     )
     _add_plan_options(a)
     _add_verifier_options(a)
@@ -83,7 +86,7 @@ def _add_plan_options(a: argparse.ArgumentParser) -> None:
         f"a guard only (the main job's: {MAIN_JOB_GUARD:g} s per backend).",
     )
     add_flags(g, AuditConfig, only=tuple(flags(PlanConfig)), also=EngineAuditConfig)
-    add_flags(g, EngineAuditConfig, only=("looks", "report_samples"))
+    add_flags(g, EngineAuditConfig, only=("looks", "report_samples", "test"))
 
 
 def _add_verifier_options(a: argparse.ArgumentParser) -> None:
@@ -180,6 +183,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
         return cmd_audit_engine(args)
     if args.kind == "endpoint":
         return cmd_audit_endpoint(args)
+    if args.kind == "traffic":
+        return cmd_audit_traffic(args)
     if args.kind is None:
         if args.target or args.process:
             raise UsageError("TARGET and --process need a kind: specproof audit chain|tree TARGET")
@@ -431,6 +436,25 @@ def cmd_audit_endpoint(args: argparse.Namespace) -> int:
     write_json_to(args.json, res.to_json())
     if args.report:
         write_report(args.report, [res], f"specproof endpoint audit: {args.target}")
+    return res.exit_code
+
+
+def cmd_audit_traffic(args: argparse.Namespace) -> int:
+    """Recorded traffic scored against a twin's laws: its verdict's exit status."""
+    if not args.target:
+        raise UsageError("TRAFFIC: missing; usage: specproof audit traffic FILE.jsonl --twin URL")
+    options = built(EndpointOptions, from_args(args, EndpointOptions))
+    request = engine_request(args)
+    config = engine_config(args)
+    from specproof.properties.run import run_traffic
+
+    show = show_progress(args.progress)
+    res = run_traffic(args.target, options, config, request, progress_bar(show, "traffic"))
+    end_bar(show)
+    print(res.summary())
+    write_json_to(args.json, res.to_json())
+    if args.report:
+        write_text(args.report, "# specproof traffic audit\n\n```\n" + res.summary() + "\n```")
     return res.exit_code
 
 

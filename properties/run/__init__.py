@@ -131,6 +131,37 @@ def run_endpoint(
     return result
 
 
+def run_traffic(
+    path: str,
+    options: EndpointOptions,
+    plan: EngineAuditConfig | None = None,
+    request: EngineRequest | None = None,
+    progress: ProgressFn | None = None,
+    transports: dict[str, Any] | None = None,
+) -> Any:
+    """Recorded traffic (a JSON-lines file, :mod:`specproof.properties.endpoint.traffic`) scored
+    against the laws of ``options``' twin (or, with no twin, of its first URL: a server without
+    speculation)."""
+    import os
+    from dataclasses import replace as with_
+
+    from specproof.properties.endpoint.engine import Endpoint
+    from specproof.properties.endpoint.traffic import audit_traffic, read_traffic, twin_laws
+
+    if not os.path.isfile(path):
+        raise UsageError(f"TRAFFIC: no file {path!r}")
+    url = options.twin or (options.urls[0] if options.urls else None)
+    if url is None:
+        raise UsageError("--twin: give the speculation-off twin whose laws the recorded tokens are scored on")
+    request = request or EngineRequest()
+    law_options = with_(options, urls=(url,), twin=None)
+    with Endpoint(law_options, token_map=request.token_map, transports=transports) as endpoint:
+        records = read_traffic(path, endpoint.vocab)
+        return audit_traffic(
+            records, twin_laws(endpoint), endpoint.vocab, plan, source=path, progress=progress
+        )
+
+
 __all__ = [
     "DOOR_CLASSES",
     "EndpointOptions",
@@ -141,4 +172,5 @@ __all__ = [
     "open_endpoint",
     "run_endpoint",
     "run_engine",
+    "run_traffic",
 ]

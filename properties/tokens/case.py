@@ -113,8 +113,8 @@ class TokenTest:
         if not parts:
             return
         positions = np.concatenate([np.arange(1, len(o) + 1) for o in parts])
-        blocks = [o.block for o in parts]
-        block = np.concatenate(blocks) if all(b is not None for b in blocks) else None  # type: ignore[arg-type]
+        blocks = [o.block for o in parts if o.block is not None]
+        block: np.ndarray | None = np.concatenate(blocks) if len(blocks) == len(parts) else None
         case.family.update(joined(parts), positions, block)
         case.samples += len(parts)
 

@@ -31,6 +31,7 @@ from scipy.stats import norm
 
 from specproof.properties.tokens.eprocess import BINS, LEVELS
 from specproof.properties.tokens.family import WEIGHTS
+from specproof.reference.errors import InternalError
 
 #: the statistics the plan is stated for
 PLANNED = ("mean", "greedy")
@@ -60,7 +61,7 @@ def reference(statistic: str, tv: float) -> Reference:
         half = BINS // 2
         cells = np.array([1 + 2 * tv] * half + [1 - 2 * tv] * half) / BINS
         return Reference(0.0, 0.0, 1.0, cells)
-    raise KeyError(statistic)
+    raise InternalError(f"no reference deviation for statistic {statistic!r}")
 
 
 def _sqrt_n(growth: float, sd: float, need: float, z: float) -> float:
@@ -108,7 +109,7 @@ def information_limit(statistic: str, tv: float, alpha: float, power: float = 0.
     elif statistic == "uniform":
         cells = reference("uniform", tv).cells
     else:
-        raise KeyError(statistic)
+        raise InternalError(f"no reference deviation for statistic {statistic!r}")
     if cells is not None:
         w = cells
         lr = np.log(len(cells) * cells)

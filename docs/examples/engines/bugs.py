@@ -1,0 +1,110 @@
+"""The engine of ``tinylm.py`` with one bug each, as engines shipped them (each a one-method
+change of :class:`~tinylm.Speculative`, marked ``# bug:``). Audit one with
+``specproof audit engine docs/examples/engines/bugs.py:kv_crop``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tinylm import PagedCache, Speculative, _softmax, spec  # noqa: E402
+
+
+class KVCropPast40(Speculative):
+    """The KV cache rolled back one position short once it holds more than 40 (a crop off by one
+    past a length): a rejected draft's keys stay, and every later position is shifted by one."""
+
+    def keep(self, cache, length):  # type: ignore[no-untyped-def]
+        if 40 < length < cache.length:
+            length += 1  # bug: off by one past 40
+        cache.crop(length)
+
+
+class StalePage(Speculative):
+    """A paged KV cache (pages of 16) whose rollback, when it crosses a page boundary, releases
+    the page the kept positions end in too: its positions come back as zeros (a stale page after
+    a rejection across a page)."""
+
+    paged = True
+
+    def keep(self, cache: PagedCache, length):  # type: ignore[no-untyped-def,override]
+        crossed = (cache.length - 1) // cache.page > (length - 1) // cache.page
+        cache.length = length
+        if crossed:
+            del cache.pages[length // cache.page :]  # bug: floor where ceil is meant
+        else:
+            del cache.pages[-(-length // cache.page) :]
+
+
+class SlidingWindowBroken(Speculative):
+    """A target with a sliding window of 16: plain decoding and its laws honour it, the verify
+    forward of the speculative path attends to the whole context."""
+
+    def verify_forward(self, tokens, cache):  # type: ignore[no-untyped-def]
+        return self.target.forward(tokens, cache, window=None)  # bug: the window dropped
+
+
+class SharedUniform(Speculative):
+    """One uniform for every acceptance test of a step, instead of one per draft."""
+
+    def accept(self, rng, p, q, x, step):  # type: ignore[no-untyped-def]
+        if "u" not in step:
+            step["u"] = rng.random()  # bug: drawn once per step
+        return step["u"] < min(1.0, p[x] / q[x])
+
+
+class GreedyVerify(Speculative):
+    """Verification silently greedy at T > 0: a draft is kept when it is the target's argmax, and
+    the corrected and bonus tokens are the argmax."""
+
+    def accept(self, rng, p, q, x, step):  # type: ignore[no-untyped-def]
+        return x == int(np.argmax(p))  # bug: greedy verification
+
+    def residual(self, p, q):  # type: ignore[no-untyped-def]
+        out = np.zeros_like(p)
+        out[int(np.argmax(p))] = 1.0
+        return out
+
+    def bonus(self, rng, p):  # type: ignore[no-untyped-def]
+        return int(np.argmax(p))
+
+
+class TemperatureTwice(Speculative):
+    """The verifier's target law divided by the temperature twice (once by the sampler's logits
+    processor, once more in the verify kernel)."""
+
+    def verify_law(self, z):  # type: ignore[no-untyped-def]
+        return _softmax(z / self.temperature / self.temperature)  # bug: T applied twice
+
+
+class ResidualFloor(Speculative):
+    """The residual ``max(p - q, 0)`` given a small floor before it is normalized, so its sum is
+    never 0: a little mass goes to every token after a rejection."""
+
+    def residual(self, p, q):  # type: ignore[no-untyped-def]
+        r = np.maximum(p - q, 0.0) + 1.1e-5  # bug: a floor on the residual
+        return r / r.sum()
+
+
+kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256)
+stale_page = spec("tinylm.stale_page", StalePage, 4096, 256)
+sliding_window = spec("tinylm.sliding_window_16", SlidingWindowBroken, 4096, 256, window=16)
+shared_uniform = spec("tinylm.shared_uniform", SharedUniform, 4096, 256)
+greedy_verify = spec("tinylm.greedy_verify", GreedyVerify, 4096, 256)
+temperature_twice = spec("tinylm.temperature_twice", TemperatureTwice, 4096, 256, temperature=0.7)
+residual_floor = spec("tinylm.residual_floor", ResidualFloor, 512, 256)
+
+
+class PagedExact(Speculative):
+    """The same paged KV cache (pages of 16), rolled back right: the control of ``stale_page``."""
+
+    paged = True
+
+
+#: controls: the correct engines the bugs were planted in (exact, at V = 4,096 and M = 256)
+exact_paged = spec("tinylm.exact_paged", PagedExact, 4096, 256)
+exact_window = spec("tinylm.exact_window_16", Speculative, 4096, 256, window=16)

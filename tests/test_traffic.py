@@ -1,0 +1,133 @@
+"""Recorded traffic audited against a twin: what a server served, scored token by token, no seeds.
+
+The served requests come from the project's stand-in server (the reference loop behind
+llama.cpp's API, in process), correct or with its greedy-verification bug; the twin is the same
+model without speculation. Fixed seeds and plans: each verdict is a fixed outcome (alpha 1e-4,
+per-token TV 0.1 unless said).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import specproof
+from specproof.properties.endpoint.families.llamacpp import LlamaCpp
+from specproof.properties.endpoint.options import EndpointOptions
+from specproof.properties.endpoint.standin import InProcess, StandIn
+from specproof.properties.endpoint.traffic import Record, audit_traffic, engine_laws, read_traffic
+from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.engine.contract import Sampling
+from specproof.properties.engine.loops import direct_engine
+from specproof.properties.run import run_traffic
+from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
+
+PROMPTS = ((0, 6), (5, 2, 5, 2))
+
+
+def _serve(si: StandIn, n: int, tokens: int = 12, seed0: int = 0) -> list[dict]:
+    """``n`` requests served by ``si`` (prompts and settings alternating), as a deployer logs them."""
+    profile, out = LlamaCpp(), []
+    settings = (Sampling(1.0), Sampling(0.7))
+    for k in range(n):
+        prompt, s = PROMPTS[k % 2], settings[(k // 2) % 2]
+        path, body = profile.generation(prompt, tokens, seed0 + k, s, report=False)
+        status, answer = si.respond("POST", path, json.dumps(body).encode())
+        assert status == 200, answer
+        out.append(
+            {"prompt": list(prompt), "tokens": answer["tokens"], "sampling": {"temperature": s.temperature}}
+        )
+    return out
+
+
+def _write(tmp_path, rows: list[dict]) -> str:
+    path = tmp_path / "traffic.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def twin():
+    with StandIn(speculative=False, loop="laws", listen=False) as si:
+        yield si
+
+
+def _audit(path: str, twin: StandIn, tv: float = 0.1):
+    options = EndpointOptions(twin=twin.url, concurrency=4)
+    return run_traffic(path, options, EngineAuditConfig(tv=tv), transports={twin.url: InProcess(twin)})
+
+
+def test_correct_traffic_passes_against_its_twin(tmp_path, twin):
+    with StandIn(loop="laws", listen=False) as served:
+        rows = _serve(served, 1200)
+    r = _audit(_write(tmp_path, rows), twin)
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.records == 1200 and r.tokens == 1200 * 12 and len(r.settings) == 2
+    assert all(s["tokens"] >= s["planned"] for s in r.settings)
+    js = json.loads(json.dumps(r.to_json()))
+    assert js["verdict"] == "pass" and js["finding"] is None
+
+
+def test_traffic_from_a_greedy_verifier_is_lossy_with_its_witness(tmp_path, twin):
+    with StandIn("greedy_verify", loop="laws", listen=False) as served:
+        rows = _serve(served, 1200)
+    r = _audit(_write(tmp_path, rows), twin)
+    assert r.verdict == Verdict.LOSSY, r.summary()
+    assert r.records < 1200 and r.finding is not None  # stopped at the crossing
+    assert "statistic" in r.finding["text"] and r.exit_code == 1
+
+
+def test_too_little_traffic_is_underpowered_and_says_what_it_vouches_for(tmp_path, twin):
+    with StandIn(loop="laws", listen=False) as served:
+        rows = _serve(served, 40)
+    r = _audit(_write(tmp_path, rows), twin, tv=0.05)
+    assert r.verdict == Verdict.UNDERPOWERED, r.summary()
+    assert all(s["detects"]["mean"] > 0.05 for s in r.settings)
+
+
+def test_a_served_token_of_probability_zero_is_named(tmp_path, twin):
+    rows = [{"prompt": [0, 6], "tokens": [1, 2, 3], "sampling": {"temperature": 1.0, "top_k": 1}}]
+    r = _audit(_write(tmp_path, rows), twin)
+    assert (
+        r.verdict == Verdict.LOSSY and "probability 0" in r.finding["text"] and "line 1" in r.finding["text"]
+    )
+
+
+def test_bad_lines_are_usage_errors_naming_the_line(tmp_path):
+    for text, what in (
+        ('{"prompt": [0], "tokens": [1]}\nnot json\n', "line 2: not JSON"),
+        ('{"prompt": [0], "tokens": [99]}\n', "line 1: id 99 outside"),
+        ('{"prompt": [0], "tokens": [1], "sampling": {"temp": 1}}\n', "line 1: 'temp' is not a sampling"),
+        ('{"tokens": [1]}\n', "line 1: prompt and tokens"),
+        ("\n", "holds no record"),
+    ):
+        path = tmp_path / "bad.jsonl"
+        path.write_text(text)
+        with pytest.raises(UsageError, match=what):
+            read_traffic(str(path), vocab=8)
+
+
+def test_from_python_against_an_engine_here():
+    """An engine object as the law source: its own target_law (no server)."""
+    rng = np.random.default_rng(0)
+    e = direct_engine(Sampling(1.0))
+    recs = [
+        Record(k, (0, 6), tuple(e.generate([0, 6], 8, int(rng.integers(1 << 30)))), Sampling(1.0))
+        for k in range(600)
+    ]
+    r = audit_traffic(recs, engine_laws(e), 8, EngineAuditConfig(tv=0.1))
+    assert r.verdict == Verdict.PASS, r.summary()
+    r2 = specproof.audit_traffic(recs, engine=e, tv=0.1, progress="off")
+    assert r2.to_json()["token_test"] == r.to_json()["token_test"]
+
+
+def test_the_command_line_audits_a_traffic_file(tmp_path, capsys):
+    from specproof.properties.cli import main
+
+    assert main(["audit", "traffic", str(tmp_path / "none.jsonl"), "--twin", "http://127.0.0.1:9"]) == 4
+    assert "no file" in capsys.readouterr().err  # checked before any server is reached
+    assert main(["audit", "traffic", "--progress", "off"]) == 4
+    assert "TRAFFIC: missing" in capsys.readouterr().err
