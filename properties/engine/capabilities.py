@@ -92,7 +92,8 @@ CAPABILITIES: dict[str, Capability] = {
             "draft_law",
             ("draft_law",),
             "draft_law(context) -> the law the engine's drafts are drawn from after context (the token "
-            "test's drift toward the draft)",
+            "test's drift toward the draft); draft_laws_along(prompt_ids, tokens), where the engine has "
+            "it, gives them for every prefix at once, as target_laws_along does",
         ),
     )
 }

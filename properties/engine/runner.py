@@ -143,13 +143,18 @@ class CaseRunner:
         if draft is None:
             return None
         m = self.horizon(seq)
+        along = getattr(self.engine, "draft_laws_along", None)  # all at once, where offered
+        what = "draft_laws_along" if callable(along) else "draft_law"
         try:
-            rows = [draft(list(self.case.prompt + seq[:d])) for d in range(m)]
+            if callable(along):
+                rows = along(list(self.case.prompt), list(seq[:m]))
+            else:
+                rows = [draft(list(self.case.prompt + seq[:d])) for d in range(m)]
         except (EngineViolation, EngineUnavailable, UsageError):
             raise
         except Exception as e:
-            raise EngineViolation("exception", f"draft_law raised {type(e).__name__}: {e}", self.case) from e
-        return self._checked_laws(rows, m, "draft_law", seq)
+            raise EngineViolation("exception", f"{what} raised {type(e).__name__}: {e}", self.case) from e
+        return self._checked_laws(rows, m, what, seq)
 
     def _checked_laws(self, rows: object, m: int, what: str, seq: Seq) -> np.ndarray:
         """``m`` laws of V entries each, as one array, or the contract violation they are."""

@@ -179,6 +179,12 @@ class Speculative:
     def draft_law(self, context: list[int]) -> np.ndarray:
         return self.law_from_logits(self.draft.forward(list(context), Cache(self.draft.width))[-1])
 
+    def draft_laws_along(self, prompt_ids: list[int], tokens: list[int]) -> np.ndarray:
+        """The draft's law after ``prompt + tokens[:d]`` for each ``d``: one forward."""
+        seq = list(prompt_ids) + list(tokens)
+        z = self.draft.forward(seq[:-1] if tokens else seq, Cache(self.draft.width))
+        return self.law_from_logits(z[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(tokens)])
+
     # -- one generation -------------------------------------------------------------------------
 
     def accept(self, rng: np.random.Generator, p: np.ndarray, q: np.ndarray, x: int, step: dict) -> bool:
