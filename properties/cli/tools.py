@@ -211,6 +211,28 @@ def add_calibrate_parser(sub: Any) -> None:
         "one that verifies greedily",
     )
     c.add_argument(
+        "--tokens",
+        action="store_true",
+        help="the token test: power against the information limit, false alarms of whole engine audits, "
+        "stopping at any time, and the cells test beside it",
+    )
+    c.add_argument(
+        "--exact",
+        action="append",
+        metavar="ENGINE[@M]",
+        help="--tokens: an exact engine for the false alarms and stopping rows (repeatable; default the "
+        "calibration's own speculative engines, e.g. calibration.speculative[V=4096]@256)",
+    )
+    c.add_argument(
+        "--tv", type=float, default=0.05, help="--tokens: per-token TV the audits plan for (default 0.05)"
+    )
+    c.add_argument(
+        "--section",
+        action="append",
+        choices=("power", "false_alarms", "stopping", "side_by_side"),
+        help="--tokens: only these sections (repeatable; default all)",
+    )
+    c.add_argument(
         "--samples", type=int, default=None, help="steps per run (default 20000; --engine, --endpoint: 300)"
     )
     c.add_argument("--alpha", type=float, default=0.01, help="level of each run (default 0.01)")
@@ -222,7 +244,9 @@ def add_calibrate_parser(sub: Any) -> None:
         help="--engine: only the rows of this engine (repeatable), e.g. alternative.sampling_params",
     )
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    c.add_argument("--json", metavar="PATH", help="write the measurements as JSON (--engine, --endpoint)")
+    c.add_argument(
+        "--json", metavar="PATH", help="write the measurements as JSON (--tokens, --engine, --endpoint)"
+    )
     add_progress(c)
     c.set_defaults(func=cmd_calibrate)
 
@@ -232,7 +256,28 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     check_outputs(args, "markdown", "json")
     report = progress_lines(args.progress)
-    if args.endpoint:
+    if (args.exact or args.section) and not args.tokens:
+        raise UsageError("--exact and --section go with --tokens")
+    if args.tokens:
+        from specproof.properties.engine import token_calibration as tc
+
+        if not 0 < args.tv < 0.5:
+            raise UsageError(f"--tv: a per-token TV in (0, 0.5), not {args.tv}")
+        runs = 300 if args.runs is None else args.runs
+        if runs < 1 or args.power_runs < 1:
+            raise UsageError("--runs and --power-runs: at least 1")
+        doc = tc.calibrate_tokens(
+            runs,
+            args.alpha,
+            args.tv,
+            args.power_runs,
+            args.exact,
+            args.section or ("power", "false_alarms", "stopping", "side_by_side"),
+            report or (lambda s: None),
+        )
+        table = tc.markdown(doc)
+        write_json_to(args.json, doc)
+    elif args.endpoint:
         from specproof.properties.endpoint.calibration import calibrate_http
 
         runs = 300 if args.runs is None else args.runs
