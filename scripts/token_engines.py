@@ -32,11 +32,11 @@ ENGINES = [
     ("exact", tinylm.exact, "pass"),
     ("exact_paged", bugs.exact_paged, "pass"),
     ("exact_window", bugs.exact_window, "pass"),
-    ("kv_crop", bugs.kv_crop, "lossy"),
+    ("position_ids", bugs.position_ids, "lossy"),
     ("stale_page", bugs.stale_page, "lossy"),
     ("sliding_window", bugs.sliding_window, "lossy"),
     ("shared_uniform", bugs.shared_uniform, "lossy"),
-    ("greedy_verify", bugs.greedy_verify, "lossy"),
+    ("greedy_accept", bugs.greedy_accept, "lossy"),
     ("temperature_twice", bugs.temperature_twice, "lossy"),
     ("residual_floor", bugs.residual_floor, "lossy"),
 ]

@@ -103,7 +103,14 @@ def run_mypy(args: list[str], tree: Path = TREE, root: Path = ROOT) -> subproces
     translate = build_tree(tree, root)
     extra = [str(Path(a).resolve()) if not a.startswith("-") and Path(a).exists() else a for a in args]
     # the package as a folder of the tree (not `-p`, which cannot be combined with files)
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(root / "pyproject.toml"), "--explicit-package-bases"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(root / "pyproject.toml"),
+        "--explicit-package-bases",
+    ]
     cmd += [PACKAGE, *extra]
     # cwd is the tree: mypy puts the working directory first on its search path, so `specproof`
     # is the tree's package, not the repository's bare specproof/ folder

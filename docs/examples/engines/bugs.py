@@ -1,6 +1,6 @@
 """The engine of ``tinylm.py`` with one bug each, as engines shipped them (each a one-method
 change of :class:`~tinylm.Speculative`, marked ``# bug:``). Audit one with
-``specproof audit engine docs/examples/engines/bugs.py:kv_crop``.
+``specproof audit engine docs/examples/engines/bugs.py:position_ids``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tinylm import PagedCache, Speculative, _softmax, spec  # noqa: E402
 
 
-class KVCropPast40(Speculative):
-    """The KV cache rolled back one position short once it holds more than 40 (a crop off by one
-    past a length): a rejected draft's keys stay, and every later position is shifted by one."""
+class PositionsPast40(Speculative):
+    """The verify forward's position ids one past the cache's length once it holds more than 40
+    positions (an off-by-one in the position ids after a rollback): the first 40 tokens are
+    exact, every later one is scored at a shifted position."""
 
-    def keep(self, cache, length):  # type: ignore[no-untyped-def]
-        if 40 < length < cache.length:
-            length += 1  # bug: off by one past 40
-        cache.crop(length)
+    def verify_forward(self, tokens, cache):  # type: ignore[no-untyped-def]
+        offset = 1 if cache.length > 40 else 0  # bug: off by one past 40
+        return self.target.forward(tokens, cache, offset=offset)
 
 
 class StalePage(Speculative):
@@ -57,20 +57,14 @@ class SharedUniform(Speculative):
         return step["u"] < min(1.0, p[x] / q[x])
 
 
-class GreedyVerify(Speculative):
-    """Verification silently greedy at T > 0: a draft is kept when it is the target's argmax, and
-    the corrected and bonus tokens are the argmax."""
+class GreedyAccept(Speculative):
+    """A greedy acceptance check left on at T > 0: a draft is kept only when it is the target's
+    argmax; the corrected and bonus tokens are still sampled (from the residual and the target's
+    law). (With the corrected tokens greedy too the engine ignores its seed, and the audit says
+    so as a contract violation before any law test.)"""
 
     def accept(self, rng, p, q, x, step):  # type: ignore[no-untyped-def]
-        return x == int(np.argmax(p))  # bug: greedy verification
-
-    def residual(self, p, q):  # type: ignore[no-untyped-def]
-        out = np.zeros_like(p)
-        out[int(np.argmax(p))] = 1.0
-        return out
-
-    def bonus(self, rng, p):  # type: ignore[no-untyped-def]
-        return int(np.argmax(p))
+        return x == int(np.argmax(p))  # bug: greedy acceptance
 
 
 class TemperatureTwice(Speculative):
@@ -90,11 +84,11 @@ class ResidualFloor(Speculative):
         return r / r.sum()
 
 
-kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256)
+position_ids = spec("tinylm.position_ids_past_40", PositionsPast40, 4096, 256)
 stale_page = spec("tinylm.stale_page", StalePage, 4096, 256)
 sliding_window = spec("tinylm.sliding_window_16", SlidingWindowBroken, 4096, 256, window=16)
 shared_uniform = spec("tinylm.shared_uniform", SharedUniform, 4096, 256)
-greedy_verify = spec("tinylm.greedy_verify", GreedyVerify, 4096, 256)
+greedy_accept = spec("tinylm.greedy_accept", GreedyAccept, 4096, 256)
 temperature_twice = spec("tinylm.temperature_twice", TemperatureTwice, 4096, 256, temperature=0.7)
 residual_floor = spec("tinylm.residual_floor", ResidualFloor, 512, 256)
 

@@ -101,12 +101,17 @@ class AttentionLM:
         return 0.5 * pe
 
     def forward(
-        self, tokens: list[int], cache: Cache | PagedCache, window: int | None | str = "own"
+        self,
+        tokens: list[int],
+        cache: Cache | PagedCache,
+        window: int | None | str = "own",
+        offset: int = 0,
     ) -> np.ndarray:
-        """Logits after each of ``tokens`` (appended to ``cache``): ``[len(tokens), vocab]``."""
+        """Logits after each of ``tokens`` (appended to ``cache``): ``[len(tokens), vocab]``;
+        ``offset``: added to the position ids (0 in a correct engine)."""
         window = self.window if window == "own" else window
         start = cache.length
-        h = self.embed[tokens] + self.positions(start, len(tokens))
+        h = self.embed[tokens] + self.positions(start + offset, len(tokens))
         q, k, v = h @ self.wq, h @ self.wk, h @ self.wv
         cache.append(k, v)
         keys, values = cache.keys()
@@ -250,7 +255,7 @@ def spec(name: str, engine: type, vocab: int, tokens: int, temperature: float = 
         target = AttentionLM(vocab, seed=1, **kw)  # type: ignore[arg-type]
         return engine(target, target.draft_of(0.25, seed=2), temperature=sampling.temperature)
 
-    doc = (engine.__doc__ or "").split("\n")[0]
+    doc = " ".join((engine.__doc__ or "").split()).split(". ")[0].rstrip(".") + "."  # first sentence
     return EngineSpec(name, "user", doc, build, vocab, ((3, 17, 5),), (Sampling(temperature),), tokens=tokens)
 
 
