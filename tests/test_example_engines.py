@@ -87,3 +87,13 @@ def test_the_planted_bugs_are_flagged_at_the_reduced_plan(ref):
     r = audit(ref, 256)
     assert r.verdict == Verdict.LOSSY, r.verdict
     assert "token test" in r.short_witness()
+
+
+def test_the_cli_takes_long_horizons_for_the_token_test_and_refuses_them_for_the_cells_test(capsys):
+    from specproof.properties.cli import main
+
+    ref = HERE + "bugs.py:greedy_accept"
+    assert main(["audit", "engine", ref, "--test", "cells", "--tokens", "13"]) == 4
+    assert "cells test of the joint law takes M <= 12" in capsys.readouterr().err
+    assert main(["audit", "engine", ref, "--tokens", "256", "--tv", "0.05"]) == 1  # lossy
+    assert "statistic greedy" in capsys.readouterr().out

@@ -30,7 +30,7 @@ from specproof.properties.cli.common import (
     write_text,
 )
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.engine.config import MAX_TOKENS, EngineAuditConfig
+from specproof.properties.engine.config import MAX_HORIZON, MAX_TOKENS, EngineAuditConfig
 from specproof.properties.engine.request import EngineRequest
 from specproof.properties.options import flags
 from specproof.properties.plan import PlanConfig, defaults
@@ -334,8 +334,10 @@ def engine_config(args: argparse.Namespace) -> EngineAuditConfig:
 def engine_request(args: argparse.Namespace, target: Any = None) -> EngineRequest:
     """What the options ask of an engine audit (or of an endpoint audit's cases)."""
     values = from_args(args, EngineRequest)
-    if values.get("tokens") is not None and not 1 <= values["tokens"] <= MAX_TOKENS:
-        raise UsageError(f"--tokens: must lie in [1, {MAX_TOKENS}], got {values['tokens']}")
+    top = MAX_TOKENS if getattr(args, "test", None) in ("cells", "both") else MAX_HORIZON
+    if values.get("tokens") is not None and not 1 <= values["tokens"] <= top:
+        why = " (the cells test of the joint law takes M <= 12)" if top == MAX_TOKENS else ""
+        raise UsageError(f"--tokens: must lie in [1, {top:,}]{why}, got {values['tokens']:,}")
     return built(EngineRequest, {**values, "target": target})
 
 
