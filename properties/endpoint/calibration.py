@@ -89,7 +89,9 @@ def _audits(
         try:
             spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=TOKENS)
             for j, seed in enumerate(seeds):
-                r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=samples, seed=seed))
+                r = audit_engine(
+                    spec, EngineAuditConfig(alpha=alpha, samples=samples, seed=seed, test="cells")
+                )
                 verdicts[r.verdict.value] += 1
                 pvalues.append(r.cases[0].pvalue)
                 used.append(r.cases[0].n)

@@ -1,6 +1,7 @@
 """The engine audit measured: its false-alarm rate on exact engines and its power on the mutant
 loops (``specproof calibrate --engine`` writes docs/measurements/engine-audit-calibration.*;
-proofs_notes/engine_audit.md quotes it).
+proofs_notes/engine_audit.md quotes it): the cells test of the joint law alone, as it was measured;
+the token test has its own, `specproof calibrate --tokens`.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _rejections(
     t0 = time.perf_counter()
     hits, used = 0, []
     for s in range(runs):
-        r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=n, seed=seed0 + s))
+        r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=n, seed=seed0 + s, test="cells"))
         hits += r.verdict == Verdict.LOSSY
         used.append(r.cases[0].n)
     return hits, used, stats.clopper_pearson(hits, runs), time.perf_counter() - t0
