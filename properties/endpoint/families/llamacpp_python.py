@@ -210,6 +210,8 @@ class LlamaCppPython(Profile, family="llamacpp-python", recipe=RECIPE, counters=
         return choice, lp
 
     def read_generation(self, answer: Any, report: bool) -> Generation:
+        from specproof.properties.engine.contract import Generation
+
         choice, lp = self._logprobs(answer)
         ids = [self._id(t) for t in lp["tokens"]]
         emitted = (answer.get("usage") or {}).get("completion_tokens")
