@@ -104,8 +104,9 @@ def test_engine_audit_gives_the_local_json_on_any_number_of_workers(reference_lo
         stats = drawer.pool.stats
     assert text(res) == reference_local
     assert drawer.drawn == res.samples == 320 and stats.restarts == stats.rerun == 0
-    # what came back: 4 token bytes and 3 counter bytes per sample, and a header per shard
-    assert stats.bytes_up <= 7 * drawer.drawn + 100 * stats.jobs
+    # what came back: 4 token bytes, 3 counter bytes and the steps (a count and at most M = 4
+    # sizes, one byte each: the token test's index in a step) per sample, and a header per shard
+    assert stats.bytes_up <= (7 + 1 + REFERENCE.tokens) * drawer.drawn + 100 * stats.jobs
 
 
 def test_a_lossy_engine_has_the_same_witness_on_1_and_2_workers():
