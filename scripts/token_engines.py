@@ -32,6 +32,7 @@ ENGINES = [
     ("exact", tinylm.exact, "pass"),
     ("exact_paged", bugs.exact_paged, "pass"),
     ("exact_window", bugs.exact_window, "pass"),
+    ("kv_crop", bugs.kv_crop, "lossy"),
     ("position_ids", bugs.position_ids, "lossy"),
     ("stale_page", bugs.stale_page, "lossy"),
     ("sliding_window", bugs.sliding_window, "lossy"),

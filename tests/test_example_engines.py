@@ -73,6 +73,7 @@ def test_the_exact_controls_pass_the_reduced_plan(ref):
 @pytest.mark.parametrize(
     "ref",
     [
+        "bugs.py:kv_crop",
         "bugs.py:position_ids",
         "bugs.py:stale_page",
         "bugs.py:sliding_window",

@@ -14,6 +14,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tinylm import PagedCache, Speculative, _softmax, spec  # noqa: E402
 
 
+class KVCropPast40(Speculative):
+    """The target's KV cache rolled back one position short once it holds more than 40 (a crop
+    off by one past a length): the rejected draft's key and value stay in the cache, every later
+    token attends to them and is written one position further on."""
+
+    def keep(self, cache, length):  # type: ignore[no-untyped-def]
+        if 40 < length < cache.length:
+            length += 1  # bug: off by one past 40
+        cache.crop(length)
+
+
 class PositionsPast40(Speculative):
     """The verify forward's position ids one past the cache's length once it holds more than 40
     positions (an off-by-one in the position ids after a rollback): the first 40 tokens are
@@ -84,6 +95,7 @@ class ResidualFloor(Speculative):
         return r / r.sum()
 
 
+kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256)
 position_ids = spec("tinylm.position_ids_past_40", PositionsPast40, 4096, 256)
 stale_page = spec("tinylm.stale_page", StalePage, 4096, 256)
 sliding_window = spec("tinylm.sliding_window_16", SlidingWindowBroken, 4096, 256, window=16)

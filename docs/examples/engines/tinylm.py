@@ -225,7 +225,7 @@ class Speculative:
                 drafts.append(x)
                 qs.append(q)
                 tail = [x]
-            base = tcache.length
+            base = len(out) - 1  # positions committed before this step: the engine's own count
             ps = self.verify_law(self.verify_forward(out[base:] + drafts, tcache)[len(out) - base - 1 :])
             emitted = []
             for i, (x, q) in enumerate(zip(drafts, qs)):
