@@ -251,11 +251,12 @@ def test_prompt_lookup_drafts_on_the_repeating_prompt(lcp_files, tmp_path):
 
 @pytest.mark.slow
 def test_prompt_lookup_keeps_the_law_and_reports_the_raw_law(lcp_files):
-    """The default plan: the law holds at T = 1 (end of sequence banned, and allowed), the
+    """The table's plan (the cells test of the joint law of M = 4 at joint TV 0.1): the law holds
+    at T = 1 (end of sequence banned, and allowed), the
     probabilities it reports at T = 1 with end of sequence allowed are the law, its output is the
     output without speculation seed for seed; and the audit says speculation is not observable."""
     settings = [T1, Sampling(1.0, eos=gm.EOS_ID)]
-    (r,) = suite.audit_config(LOOKUP, EngineAuditConfig(seed=0), lcp_files, settings)
+    (r,) = suite.audit_config(LOOKUP, EngineAuditConfig(seed=0, test="cells", tv=0.1), lcp_files, settings)
     assert r.verdict == Verdict.PASS, r.summary()
     assert r.speculation.status == "unobservable" and "speculation: not observable" in r.summary()
     assert r.reports.status == "consistent" and r.reports.checked > 0, r.summary()
