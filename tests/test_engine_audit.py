@@ -259,7 +259,8 @@ def test_the_plan_comes_from_alpha_tv_power_and_cells_and_greedy_needs_few_sampl
 
 def test_a_budget_too_small_for_the_plan_ends_underpowered_never_pass():
     spec = with_options(resolve_engine("reference.direct"), prompts=[(0, 6)], samplings=[T1])
-    res = audit_engine(spec, EngineAuditConfig(tv=0.05, budget_seconds=1.0))
+    # a plan of about 590,000 samples at a per-token TV of 0.003: far past 1 s on any machine
+    res = audit_engine(spec, EngineAuditConfig(tv=0.003, budget_seconds=1.0))
     assert res.verdict == Verdict.UNDERPOWERED and res.exit_code == 3
     assert res.cases[0].budget_limited and "budget" in res.plan_text
     assert "ran short" in res.summary()
