@@ -437,7 +437,7 @@ def tilted_spec(vocab: int, tv: float, where: tuple[int, int], tokens: int) -> E
 
 
 def side_by_side_rows(
-    tvs: Sequence[float] = (0.03, 0.01), vocab: int = 64, say: Say = print
+    tvs: Sequence[float] = (0.03, 0.01, 0.003), vocab: int = 64, say: Say = print
 ) -> list[dict[str, Any]]:
     """The cells test and the token test on the same tilted engines (per-token TV ``tv`` toward
     the argmax at token 1, or at tokens 40 to 64), each audit planned for that TV (the cells test:
