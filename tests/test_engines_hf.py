@@ -162,3 +162,36 @@ def test_universal_first_call_draws_from_the_global_rng_while_pruning_the_head()
         prune_linear_layer(torch.nn.Linear(4, 6), torch.tensor([0, 2]))
         b = torch.rand(1)
     assert not torch.equal(a, b)
+
+
+def test_teacher_forced_laws_are_the_laws_one_prefix_at_a_time():
+    """``target_laws_along`` (one forward over the path) gives :meth:`target_law` at every prefix,
+    under a stateful option too (its processors called once per position, as ``generate`` does)."""
+    from specproof.properties.engine.adapters import hf_options as H
+
+    for option in ("repetition_penalty", "synthid"):
+        gen = next(g for g in H.GENERATORS if g.name == "plain")
+        engine = H.build(gen, next(o for o in H.OPTIONS if o.name == option), T1)
+        prompt = list(H.PROMPT)
+        tokens = engine.generate(prompt, 6, 1)
+        along = engine.target_laws_along(prompt, tokens)
+        engine._memo.clear()
+        for d, law in enumerate(along):
+            one = engine.target_law(prompt + tokens[:d], prompt_len=len(prompt))
+            assert torch.allclose(torch.tensor(law), torch.tensor(one), atol=1e-6), (option, d)
+
+
+def test_a_uniform_shared_by_a_steps_drafts_in_transformers_own_loop_is_lossy():
+    """The real-code mutant (hf_mutants.shared_uniform): transformers' ``_speculative_sampling``
+    with its acceptance uniforms replaced by one repeated uniform. The token test over 48 tokens
+    flags it (seed 0, alpha 1e-3, 160 samples: 7,680 tokens), and so does the cells test at M = 4
+    given enough samples; the unmutated path passes the same plan."""
+    spec = with_options(resolve_engine("hf.assisted[shared_uniform]"), prompts=[(5, 2, 5, 2)])
+    res = audit_engine(spec, EngineAuditConfig(alpha=ALPHA, samples=160, seed=0, test="tokens"))
+    assert res.verdict == Verdict.LOSSY, res.summary()
+    assert res.cases[0].token_finding is not None, res.summary()
+    control = with_options(
+        resolve_engine("hf.assisted[k=3]"), prompts=[(5, 2, 5, 2)], samplings=[T1], tokens=48
+    )
+    res = audit_engine(control, EngineAuditConfig(alpha=ALPHA, samples=160, seed=0, test="tokens"))
+    assert res.verdict == Verdict.PASS, res.summary()

@@ -87,9 +87,13 @@ def test_every_engine_of_the_group_declares_the_verdict_the_kept_run_found():
         if spec.expect != "pass":
             assert H.EXPECTED[name][1] and H.EXPECTED[name][1] in spec.notes, name
         if spec.expect == "lossy":
-            assert name.rpartition("+")[2] in stateful, name
+            assert name.rpartition("+")[2] in stateful or name.startswith("hf.assisted[stale]+"), name
         if name.startswith("hf.plain+"):
             assert spec.expect == "pass", name
+    # the planted stale-context mutant is required lossy exactly under the options that read the context
+    for opt in H.OPTIONS:
+        spec = specs.get(f"hf.assisted[stale]+{opt.name}")
+        assert spec is not None and (spec.expect == "lossy") == opt.context, opt.name
     kept = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "engine-audit-hf-options.json"
     results = {r["engine"]: r["verdict"] for r in json.loads(kept.read_text())["results"]}
     assert set(results) == set(specs)
@@ -266,3 +270,51 @@ def test_where_transformers_raises_instead(name, error):
     with pytest.raises(error):
         engine.generate([5, 2, 5, 2], 4, 0)
     assert abs(sum(engine.target_law([5, 2, 5, 2], prompt_len=4)) - 1) < 1e-9  # plain generate works
+
+
+# --------------------------------------------------------------------------- the stale-context mutant
+
+
+def _context_options() -> list[str]:
+    from specproof.properties.engine.adapters import hf_options as H
+
+    return [o.name for o in H.OPTIONS if o.context and not o.stateful]
+
+
+@pytest.mark.parametrize("option", _context_options())
+def test_each_context_option_is_configured_so_a_stale_context_would_show(option):
+    """Every option that reads the context is audited in a case where a verification handing it
+    a stale context (one token short past the first new token, the least such a bug can be)
+    moves the M-token law: ``stale_context_tv``, a lower bound by exact expansion, is stated in
+    ``describe()`` and is not 0 (a case with 0 could not catch the bug)."""
+    H, gen, opt = _pair("assisted", option)
+    engine = H.build(gen, opt, T1)
+    engine.generate(list(opt.prompt), 4, 0)
+    d = engine.describe()
+    assert d["stale_context_tv"] >= 0.1, d
+    assert d["option_effect_tv"] > 0.05, d
+
+
+def test_a_context_free_option_is_not_moved_by_a_stale_context():
+    """The control of the measure above: options whose processors ignore the context show 0."""
+    H, gen, opt = _pair("assisted", "suppress_tokens")
+    engine = H.build(gen, opt, T1)
+    assert engine.stale_context_effect(opt.prompt, 4) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "option", ["min_new_tokens", "sequence_bias[n]", "bad_words_ids[n]", "repetition_penalty"]
+)
+def test_the_planted_stale_context_is_lossy_where_the_option_reads_the_context(option):
+    """The real-code mutant (hf_mutants.stale_context) under the kept plan's test (cells, plan
+    for TV 0.2, alpha 1e-4, seed 0): lossy; the unmutated path under the same option passes
+    (test_stateless_options_pass_on_the_assisted_paths and the kept run)."""
+    spec = resolve_engine(f"hf.assisted[stale]+{option}")
+    res = audit_engine(spec, EngineAuditConfig(test="cells", tv=0.2, seed=0, budget_seconds=1800))
+    assert res.verdict == Verdict.LOSSY, res.summary()
+
+
+def test_the_planted_stale_context_changes_nothing_under_a_context_free_option():
+    res = _audit("hf.assisted[stale]+suppress_tokens", samples=300)
+    assert res.verdict == Verdict.PASS, res.summary()

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.contract import DEFAULT_TOKENS, GREEDY, T07, T1, EngineSpec, Sampling
 from specproof.reference.errors import UsageError
 
 VOCAB = 8
@@ -170,12 +170,28 @@ def hf_kwargs(s: Sampling) -> dict[str, Any]:
     return kw
 
 
-def hf_law(model: Any, context: Sequence[int], prompt_len: int, kwargs: dict[str, Any]) -> list[float]:
+def hf_law(
+    model: Any, context: Sequence[int], prompt_len: int, kwargs: dict[str, Any], lag: int = 0
+) -> list[float]:
     """Transformers' own next-token law after ``context`` (its first ``prompt_len`` tokens the
-    prompt) without speculation: ``model.generate(prompt, **kwargs)`` builds its processors (a
-    ``custom_generate`` hands them over and stops there); they are called on ``input_ids =
-    context[:j]`` for every j from the end of the prompt to the end of the context, as the
-    sampling loop calls them one position at a time, the last call's scores giving the law."""
+    prompt) without speculation: the last of :func:`hf_laws_along`."""
+    return hf_laws_along(model, context, prompt_len, kwargs, lag)[-1]
+
+
+def hf_laws_along(
+    model: Any, context: Sequence[int], prompt_len: int, kwargs: dict[str, Any], lag: int = 0
+) -> list[list[float]]:
+    """Transformers' own next-token laws without speculation after ``context[:j]`` for every j
+    from ``prompt_len`` to ``len(context)``: ``model.generate(prompt, **kwargs)`` builds its
+    processors (a ``custom_generate`` hands them over and stops there); they are called on
+    ``input_ids = context[:j]`` for each j in turn, as the sampling loop calls them one position
+    at a time, on the logits of one forward over the whole context (causal: the logits at j - 1
+    are those of a forward over ``context[:j]``).
+
+    ``lag`` > 0 plants a stale context: past the first new token the processors are given
+    ``context[:j - lag]`` (the context a draft position sees when verification hands the
+    processors the context from before the drafts: ``lag`` 1 is the least stale such a bug can
+    be); 0 is transformers' law."""
     captured: dict[str, Any] = {}
 
     def capture(model: Any, input_ids: Any, logits_processor: Any, **_: Any) -> Any:
@@ -184,19 +200,26 @@ def hf_law(model: Any, context: Sequence[int], prompt_len: int, kwargs: dict[str
 
     ids = torch.tensor([list(context)], dtype=torch.long)
     prompt = ids[:, :prompt_len]
+    laws = []
     with torch.no_grad():
         model.generate(prompt, attention_mask=torch.ones_like(prompt), custom_generate=capture, **kwargs)
         logits = model(ids).logits[0].to(torch.float32)
         processors = captured["processors"]
-        scores = logits[None, -1]
         for j in range(prompt_len, len(context) + 1):
-            scores = processors(ids[:, :j], logits[None, j - 1].clone())
-    row = scores[0].double()
-    if not kwargs.get("do_sample", False):
-        p = torch.zeros_like(row)
-        p[int(torch.argmax(scores[0]))] = 1.0
+            seen = max(prompt_len, j - lag)
+            scores = processors(ids[:, :seen], logits[None, j - 1].clone())
+            laws.append(_law_of(scores[0], kwargs.get("do_sample", False)))
+    return laws
+
+
+def _law_of(scores: Any, sampled: bool) -> list[float]:
+    """The law a sampling step draws from its processed scores: softmax, or one-hot at the argmax
+    when greedy."""
+    if not sampled:
+        p = torch.zeros(scores.shape, dtype=torch.float64)
+        p[int(torch.argmax(scores))] = 1.0
         return p.tolist()
-    return torch.softmax(row, -1).tolist()
+    return torch.softmax(scores.double(), -1).tolist()
 
 
 class HFEngine:
@@ -223,6 +246,9 @@ class HFEngine:
         self.horizon = horizon  # max_new_tokens of the law (forced_eos_token_id reads max_length)
         #: law options to measure the engine's own options against (``describe``: their effect)
         self.baseline: dict[str, Any] | None = None
+        #: whether ``describe`` also measures :meth:`stale_context_effect` (set for options whose
+        #: processors read the context and keep no state)
+        self.probe_stale = False
         self.last_prompt: tuple[int, ...] | None = None
         self.vocab = int(target.config.get_text_config().vocab_size)
         self.last_forwards = 0
@@ -276,10 +302,32 @@ class HFEngine:
         """Transformers' own law without speculation (:func:`hf_law`) with this engine's options."""
         return self._law(tuple(context), len(context) if prompt_len is None else prompt_len, self.law_options)
 
-    def _law(self, context: tuple[int, ...], prompt_len: int, options: dict[str, Any]) -> list[float]:
+    def target_laws_along(
+        self, prompt_ids: Sequence[int], tokens: Sequence[int], prompt_len: int | None = None
+    ) -> list[list[float]]:
+        """Teacher forcing: :meth:`target_law` after ``prompt_ids + tokens[:d]`` for every
+        ``d < len(tokens)``, from one forward over the path (:func:`hf_laws_along`)."""
+        context = tuple(prompt_ids) + tuple(tokens[:-1])
+        n = len(prompt_ids) if prompt_len is None else prompt_len
+        if not 0 < n <= len(prompt_ids):
+            raise UsageError(
+                f"prompt_len: must be between 1 and len(prompt_ids) = {len(prompt_ids)}, got {n}"
+            )
+        if not tokens:
+            return []
+        laws = hf_laws_along(self.target, context, n, {**self.law_options, "max_new_tokens": self.horizon})[
+            len(prompt_ids) - n :
+        ]
+        for d, law in enumerate(laws):
+            self._memo.setdefault((context[: len(prompt_ids) + d], n), law)
+        return laws
+
+    def _law(
+        self, context: tuple[int, ...], prompt_len: int, options: dict[str, Any], lag: int = 0
+    ) -> list[float]:
         key = (context, prompt_len)
-        if options is not self.law_options:
-            return hf_law(self.target, context, prompt_len, {**options, "max_new_tokens": self.horizon})
+        if options is not self.law_options or lag:
+            return hf_law(self.target, context, prompt_len, {**options, "max_new_tokens": self.horizon}, lag)
         if key not in self._memo:
             self._memo[key] = hf_law(
                 self.target, context, prompt_len, {**options, "max_new_tokens": self.horizon}
@@ -296,6 +344,8 @@ class HFEngine:
             torch.set_num_threads(1)
             try:
                 out["option_effect_tv"] = self.option_effect(self.last_prompt, self.horizon, self.baseline)
+                if self.probe_stale:
+                    out["stale_context_tv"] = self.stale_context_effect(self.last_prompt, self.horizon)
             finally:
                 torch.set_num_threads(threads)
         return out
@@ -305,7 +355,28 @@ class HFEngine:
     ) -> float:
         """A lower bound on the TV distance between the engine's M-token law after ``prompt`` and
         the same law under the law options ``base`` (:attr:`baseline`: without the one audited): an option
-        that changes nothing there cannot be caught ignored. Branches whose probability is below
+        that changes nothing there cannot be caught ignored (:meth:`law_distance`)."""
+        return self.law_distance(prompt, tokens, lambda c: self._law(c, len(prompt), base), floor)
+
+    def stale_context_effect(self, prompt: tuple[int, ...], tokens: int, floor: float = 1e-2) -> float:
+        """A lower bound on the TV distance between the engine's M-token law after ``prompt`` and
+        the law whose processors, past the first new token, see the context one token short
+        (``hf_law``'s ``lag`` 1): the least a verification handing its processors the context from
+        before the drafts can move the law in this configuration; 0 means a case in which that
+        bug cannot show (:meth:`law_distance`)."""
+        return self.law_distance(
+            prompt, tokens, lambda c: self._law(c, len(prompt), self.law_options, 1), floor
+        )
+
+    def law_distance(
+        self,
+        prompt: tuple[int, ...],
+        tokens: int,
+        other: Callable[[tuple[int, ...]], list[float]],
+        floor: float = 1e-2,
+    ) -> float:
+        """A lower bound on the TV distance between the engine's M-token law after ``prompt`` and
+        the law whose next-token laws are ``other(context)``. Branches whose probability is below
         ``floor`` under both laws are not expanded (they count with what they differ by)."""
         n, eos = len(prompt), getattr(self, "eos_id", None)
         total = 0.0
@@ -316,7 +387,7 @@ class HFEngine:
                 total += abs(pa - pb)
                 continue
             la = self._law(prompt + prefix, n, self.law_options)
-            lb = self._law(prompt + prefix, n, base)
+            lb = other(prompt + prefix)
             stack.extend(
                 (prefix + (x,), pa * la[x], pb * lb[x]) for x in range(self.vocab) if la[x] + lb[x] > 0
             )
@@ -499,10 +570,29 @@ def _spec(
     expect: str = "pass",
     vocab: int = VOCAB,
     notes: str = "",
+    tokens: int = DEFAULT_TOKENS,
 ) -> EngineSpec:
     return EngineSpec(
-        name, "hf", doc, build, vocab, PROMPTS, samplings, expect=expect, available=available, notes=notes
+        name,
+        "hf",
+        doc,
+        build,
+        vocab,
+        PROMPTS,
+        samplings,
+        expect=expect,
+        available=available,
+        notes=notes,
+        tokens=tokens,
     )
+
+
+def shared_uniform(sampling: Sampling) -> HFEngine:
+    """The assistant path (3 drafts a step) with one acceptance uniform shared by a step's drafts
+    planted in ``_speculative_sampling`` (:func:`.hf_mutants.shared_uniform`)."""
+    from specproof.properties.engine.adapters import hf_mutants
+
+    return hf_mutants.shared_uniform(assisted(sampling))
 
 
 def engines() -> list[EngineSpec]:
@@ -550,6 +640,16 @@ def _paths() -> list[EngineSpec]:
             "hf.assisted[threshold=0.7]",
             p(assisted, tokens=4, threshold=0.7),
             "assistant_confidence_threshold=0.7: drafting stops at the first draft the assistant gives < 0.7",
+        ),
+        _spec(
+            "hf.assisted[shared_uniform]",
+            shared_uniform,
+            "a planted bug (hf_mutants): _speculative_sampling draws one acceptance uniform and "
+            "repeats it at every draft position of a step (num_assistant_tokens=3); 48 tokens",
+            (T1,),
+            expect="lossy",
+            notes="a real-code mutant: right marginal acceptance per draft, wrong joint law of a step",
+            tokens=48,
         ),
         _spec(
             "hf.assisted[ensemble=0.5]",

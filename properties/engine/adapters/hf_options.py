@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specproof.properties.engine.adapters import hf
+from specproof.properties.engine.adapters import hf, hf_mutants
 from specproof.properties.engine.contract import GREEDY, T1, EngineSpec, Sampling
 
 #: the one prompt of these audits: repeated bigrams, so that prompt lookup drafts and the n-gram
@@ -69,13 +69,19 @@ Kwargs = Callable[[int, int], dict[str, Any]]
 @dataclass(frozen=True)
 class Option:
     """One law-shaping option of ``generate`` as audited: its keyword arguments, whether it is a
-    warper (applied only when sampling), and whether its processor keeps state across calls."""
+    warper (applied only when sampling), whether its processor keeps state across calls, and
+    whether it reads the context past the prompt (its tokens or its length: a verification that
+    hands it a stale context changes its law; its case is chosen so that it does inside drafts,
+    ``stale_context_tv`` in ``describe()``)."""
 
     name: str
     doc: str
     kwargs: Kwargs
     warper: bool = False
     stateful: bool = False
+    context: bool = False
+    #: the audited prompt (:data:`PROMPT` unless the option needs another to take effect in drafts)
+    prompt: tuple[int, ...] = PROMPT
 
 
 def _kw(**kw: Any) -> Kwargs:
@@ -98,17 +104,24 @@ def _synthid(a: int, b: int) -> dict[str, Any]:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("repetition_penalty", "repetition_penalty=4.0", _kw(repetition_penalty=4.0)),
+    Option(
+        "repetition_penalty",
+        "repetition_penalty=8.0, prompt (7, 7) (tokens the models rarely draft: each draft is new to the context)",
+        _kw(repetition_penalty=8.0),
+        context=True,
+        prompt=(7, 7),
+    ),
     Option(
         "encoder_repetition_penalty",
         "encoder_repetition_penalty=0.5 (the prompt's tokens penalized)",
         _kw(encoder_repetition_penalty=0.5),
     ),
-    Option("no_repeat_ngram_size", "no_repeat_ngram_size=2", _kw(no_repeat_ngram_size=2)),
+    Option("no_repeat_ngram_size", "no_repeat_ngram_size=2", _kw(no_repeat_ngram_size=2), context=True),
     Option(
         "encoder_no_repeat_ngram_size",
         "encoder_no_repeat_ngram_size=2 (no bigram of the prompt)",
         _kw(encoder_no_repeat_ngram_size=2),
+        context=True,
     ),
     Option(
         "sequence_bias[1]",
@@ -117,43 +130,54 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "sequence_bias[n]",
-        "sequence_bias [[[2, a], -3.0], [[a, 1], 2.5], [[2, a, 0], 2.0]] (two and three tokens)",
-        lambda a, b: {"sequence_bias": [[[2, a], -3.0], [[a, 1], 2.5], [[2, a, 0], 2.0]]},
+        "sequence_bias [[[a, a], -3.0], [[a, b], 2.5], [[2, a, a], 2.0]] (two and three tokens, "
+        "after the likeliest token)",
+        lambda a, b: {"sequence_bias": [[[a, a], -3.0], [[a, b], 2.5], [[2, a, a], 2.0]]},
+        context=True,
     ),
     Option("bad_words_ids[1]", "bad_words_ids [[a]]", lambda a, b: {"bad_words_ids": [[a]]}),
     Option(
-        "bad_words_ids[n]", "bad_words_ids [[2, a], [a, 0]]", lambda a, b: {"bad_words_ids": [[2, a], [a, 0]]}
+        "bad_words_ids[n]",
+        "bad_words_ids [[a, a], [a, 2]] (after the likeliest token)",
+        lambda a, b: {"bad_words_ids": [[a, a], [a, 2]]},
+        context=True,
     ),
     Option("suppress_tokens", "suppress_tokens [a, 1]", lambda a, b: {"suppress_tokens": [a, 1]}),
     Option(
         "begin_suppress_tokens",
-        "begin_suppress_tokens [a] (the first new token only)",
-        lambda a, b: {"begin_suppress_tokens": [a]},
+        "begin_suppress_tokens [a, b] (the first new token only)",
+        lambda a, b: {"begin_suppress_tokens": [a, b]},
+        context=True,
     ),
     Option(
         "prefix_allowed_tokens_fn",
         "prefix_allowed_tokens_fn: odd after even, even after odd",
         _kw(prefix_allowed_tokens_fn=alternate_parity),
+        context=True,
     ),
     Option(
         "min_new_tokens",
-        "min_new_tokens=3, eos_token_id=a",
-        lambda a, b: {"min_new_tokens": 3, "eos_token_id": a},
+        "min_new_tokens=1, eos_token_id=a",
+        lambda a, b: {"min_new_tokens": 1, "eos_token_id": a},
+        context=True,
     ),
     Option(
         "min_length",
-        f"min_length={P + 3} (the prompt + 3), eos_token_id=a",
-        lambda a, b: {"min_length": P + 3, "eos_token_id": a},
+        f"min_length={P + 1} (the prompt + 1), eos_token_id=a",
+        lambda a, b: {"min_length": P + 1, "eos_token_id": a},
+        context=True,
     ),
     Option(
         "exponential_decay_length_penalty",
-        "exponential_decay_length_penalty=(1, 3.0), eos_token_id=b",
-        lambda a, b: {"exponential_decay_length_penalty": (1, 3.0), "eos_token_id": b},
+        "exponential_decay_length_penalty=(0, 5.0), eos_token_id=2 (a token of the prompt's bigrams)",
+        lambda a, b: {"exponential_decay_length_penalty": (0, 5.0), "eos_token_id": 2},
+        context=True,
     ),
     Option(
         "forced_eos_token_id",
         "forced_eos_token_id=b (at max_length: the 4th new token), eos_token_id=b",
         lambda a, b: {"forced_eos_token_id": b, "eos_token_id": b},
+        context=True,
     ),
     Option("min_p", "min_p=0.12", _kw(min_p=0.12), warper=True),
     Option("top_h", "top_h=0.7", _kw(top_h=0.7), warper=True),
@@ -165,9 +189,18 @@ OPTIONS: tuple[Option, ...] = (
         "guidance_scale=3.0 (classifier-free guidance; unconditional branch: the prompt's last token)",
         _kw(guidance_scale=3.0),
         stateful=True,
+        context=True,
     ),
-    Option("watermark", "WatermarkingConfig (lefthash, greenlist_ratio 0.25, bias 2.5)", _watermark),
-    Option("synthid", "SynthIDTextWatermarkingConfig (6 keys, ngram_len 2)", _synthid, stateful=True),
+    Option(
+        "watermark", "WatermarkingConfig (lefthash, greenlist_ratio 0.25, bias 2.5)", _watermark, context=True
+    ),
+    Option(
+        "synthid",
+        "SynthIDTextWatermarkingConfig (6 keys, ngram_len 2)",
+        _synthid,
+        stateful=True,
+        context=True,
+    ),
 )
 
 #: the options listed but not audited, and why
@@ -203,9 +236,20 @@ def plain(sampling: Sampling) -> hf.HFEngine:
     return hf.HFEngine(hf.llama(0), sampling, {})
 
 
+def stale_assisted(sampling: Sampling, **kwargs: Any) -> hf.HFEngine:
+    """The assistant path with the stale-context bug planted (:func:`.hf_mutants.stale_context`)."""
+    return hf_mutants.stale_context(hf.assisted(sampling, **kwargs))
+
+
 GENERATORS: tuple[Generator, ...] = (
     Generator("plain", "no candidate generator (the control)", plain),
     Generator("assisted", "AssistedCandidateGenerator", hf.assisted),
+    Generator(
+        "assisted[stale]",
+        "AssistedCandidateGenerator, stale context planted in the verification (hf_mutants)",
+        stale_assisted,
+        notes="a planted bug: the verification's processors get the context from before the drafts",
+    ),
     Generator("prompt_lookup", "PromptLookupCandidateGenerator", hf.prompt_lookup),
     Generator("early_exit", "EarlyExitCandidateGenerator", hf.early_exit),
     Generator(
@@ -231,12 +275,13 @@ def build(gen: Generator, opt: Option, sampling: Sampling) -> hf.HFEngine:
     from the target's most likely token after PROMPT; ``baseline`` is the same without the
     option (its end-of-sequence id kept), for ``option_effect_tv``."""
     engine = gen.build(sampling, **gen.kwargs)
-    first = hf.hf_law(engine.target, PROMPT, P, {"do_sample": False, "max_new_tokens": 1})
+    first = hf.hf_law(engine.target, opt.prompt, len(opt.prompt), {"do_sample": False, "max_new_tokens": 1})
     a = max(range(len(first)), key=first.__getitem__)
     options = opt.kwargs(a, (a + 5) % hf.VOCAB)
     engine.set_law_options({k: v for k, v in options.items() if k == "eos_token_id"})
     engine.baseline = dict(engine.law_options)
     engine.set_law_options(options)
+    engine.probe_stale = opt.context and not opt.stateful
     return engine
 
 
@@ -319,8 +364,18 @@ EXPECTED: dict[str, tuple[str, str]] = {
 }
 
 
+#: why the planted stale-context mutant is lossy under an option that reads the context
+STALE = (
+    "planted: the verification gives {what}'s processor the context from before the drafts, so at "
+    "a draft position it acts as if the drafts before it were not there"
+)
+
+
 def expectation(gen: Generator, opt: Option) -> tuple[str, str]:
-    """The declared verdict of ``gen`` under ``opt`` and why (``""`` for ``pass``)."""
+    """The declared verdict of ``gen`` under ``opt`` and why (``""`` for ``pass``): the planted
+    stale-context mutant is required lossy under every option that reads the context."""
+    if gen.name == "assisted[stale]" and opt.context:
+        return "lossy", STALE.format(what=opt.name)
     return EXPECTED.get(engine_name(gen, opt), ("pass", ""))
 
 
@@ -340,7 +395,7 @@ def engines() -> list[EngineSpec]:
                     f"{gen.cls}: {opt.doc}",
                     functools.partial(build, gen, opt),
                     gen.vocab,
-                    (PROMPT,),
+                    (opt.prompt,),
                     (gen.sampling,),
                     expect=expect,
                     available=hf.available,
