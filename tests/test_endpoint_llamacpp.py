@@ -288,3 +288,27 @@ def test_the_table_lists_llama_cpp_python_as_skipped_where_it_is_not_installed(m
     assert (
         f"| `{LOOKUP.name}` | | skipped: llama-cpp-python {llamacpp_python.VERSION} is not installed" in text
     )
+
+
+@pytest.mark.slow
+def test_the_draft_model_server_keeps_the_law_token_by_token_over_128_tokens_and_in_its_traffic(
+    tmp_path, llamacpp_bin
+):
+    """llama-server with its draft model, 128 tokens a request, through the token test (seed 0,
+    alpha 1e-4, 17 samples a setting: 2,176 tokens, past the plan for a per-token TV of 0.1); then
+    17 requests a setting it served, recorded as a deployer logs them (no seeds) and audited as
+    traffic against the twin: the law held in both, and both say what they vouch for."""
+    traffic = tmp_path / "traffic.jsonl"
+    found = suite.long_audit(EngineAuditConfig(samples=17, report_samples=8, tv=0.1, seed=0), 17, traffic)
+    r = found.endpoint
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # the law held; its drafts' probabilities are wrong
+    assert not r.token_rejected and all(c.observed_tokens == 17 * 128 for c in r.cases), r.summary()
+    assert all(c.token_detects["mean"] <= 0.1 for c in r.cases), r.summary()
+    assert r.speculation.drafted > 0 and r.speculation.accepted > 0
+    rows = [json.loads(line) for line in traffic.read_text().splitlines()]
+    assert len(rows) == 34 and all(len(row["tokens"]) == 128 for row in rows)
+    t = found.traffic
+    assert t.verdict == Verdict.PASS, t.summary()
+    assert t.records == 34 and t.tokens == 34 * 128
+    assert all(s["detects"]["mean"] <= 0.1 for s in t.settings), t.summary()
+    assert "llama-server.draft@128" in suite.long_markdown(found, EngineAuditConfig(tv=0.1))

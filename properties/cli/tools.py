@@ -14,6 +14,7 @@ from specproof.properties.cli.common import (
     add_progress,
     check_outputs,
     counter,
+    progress_bar,
     progress_lines,
     show_progress,
     write_json_to,
@@ -512,12 +513,27 @@ def add_llamacpp_parser(sub: Any) -> None:
         help="the pinned llama.cpp the served-engine tests run: build it, say where it is, audit it",
         description="build: the pinned llama.cpp, once, cached outside the clone (about 12 to 15 min cold "
         "on 2 cores); info: version, commit, cache; table: every served configuration audited on loopback; "
-        "install-python: llama-cpp-python's server on the same pinned library (12 min cold).",
+        "install-python: llama-cpp-python's server on the same pinned library (12 min cold); tokens: the "
+        "draft-model server at 128 tokens a request through the token test, and a recorded-traffic audit "
+        "of what it served.",
     )
-    g.add_argument("action", choices=("build", "info", "table", "install-python"))
+    g.add_argument("action", choices=("build", "info", "table", "install-python", "tokens"))
     g.add_argument("--only", action="append", metavar="NAME", help="table: only this configuration")
-    g.add_argument("--tv", type=float, help="table: the joint TV the cells test's plan detects (default 0.1)")
-    g.add_argument("--samples", type=int, help="table: fixed samples per case instead of the plan")
+    g.add_argument(
+        "--tv",
+        type=float,
+        help="table: the joint TV the cells test's plan detects (default 0.1); tokens: the per-token TV "
+        "(default 0.01)",
+    )
+    g.add_argument("--samples", type=int, help="table, tokens: fixed samples per case instead of the plan")
+    g.add_argument(
+        "--records",
+        type=int,
+        help="tokens: requests per setting recorded as traffic (default: the plan's samples)",
+    )
+    g.add_argument(
+        "--traffic", metavar="PATH", help="tokens: where to write the recorded traffic (JSON lines)"
+    )
     g.add_argument("--markdown", metavar="PATH", help="table: write it as Markdown")
     g.add_argument("--json", metavar="PATH", help="table: write every audit as JSON")
     add_progress(g)
@@ -545,6 +561,8 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.plan import build_config
 
+    if args.action == "tokens":
+        return _llamacpp_tokens(args)
     unknown = [n for n in args.only or () if n not in suite.BY_NAME]
     if unknown:
         raise UsageError(f"--only: unknown {unknown[0]!r}; configurations: {', '.join(suite.BY_NAME)}")
@@ -560,6 +578,32 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     skipped = [{"configuration": name, "reason": why} for name, why in getattr(results, "skipped", ())]
     write_json_to(args.json, {"audits": [r.to_json() for r in results], "skipped": skipped})
     return 0
+
+
+def _llamacpp_tokens(args: argparse.Namespace) -> int:
+    """``specproof llamacpp tokens``: exit 0 when the law held in both audits (the endpoint's
+    verdict may still be ``misreported``: the server reports wrong probabilities for drafts)."""
+    import tempfile
+    from pathlib import Path
+
+    from specproof.properties.endpoint import llamacpp_suite as suite
+    from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.plan import build_config
+    from specproof.properties.verdicts import Verdict
+
+    tv = 0.01 if args.tv is None else args.tv
+    config = build_config(EngineAuditConfig, {"tv": tv, "samples": args.samples, "test": "tokens"})
+    bar = progress_bar(show_progress(args.progress), suite.LONG.name)
+    with tempfile.TemporaryDirectory(prefix="specproof-traffic-") as tmp:
+        where = args.traffic or str(Path(tmp) / "llama-server-traffic.jsonl")
+        found = suite.long_audit(config, args.records, where, bar)
+    text = suite.long_markdown(found, config)
+    print(text)
+    print(found.summary())
+    write_text(args.markdown, text)
+    write_json_to(args.json, found.to_json())
+    lossy = Verdict.LOSSY in (found.endpoint.verdict, found.traffic.verdict)
+    return Verdict.LOSSY.exit_code if lossy else 0
 
 
 def add_backends_parser(sub: Any) -> None:

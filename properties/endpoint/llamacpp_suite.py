@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import math
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +41,7 @@ from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import GREEDY, T07, T1, Sampling, Seq
 from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.servers import gguf_models, llamacpp, llamacpp_python
+from specproof.reference.errors import UsageError
 from specproof.reference.sampling import Grammar
 
 PLAIN: tuple[Seq, ...] = ((1, 2),)
@@ -262,6 +264,91 @@ def _servers(config: ServerConfig, files: dict[str, Any]) -> Iterator[tuple[str,
         yield url, twin
 
 
+#: the long-horizon audit (``specproof llamacpp tokens``): the draft-model server generating 128
+#: tokens a request, through the token test (the cells test stops at M = 12)
+LONG = ServerConfig(
+    "llama-server.draft@128",
+    "draft model, --spec-type draft-simple, 4 drafts per step, 128 tokens a request",
+    ("--spec-draft-n-max", "4"),
+    draft=True,
+    prompts=((1, 2),),
+    samplings=(T1, T07),
+    tokens=128,
+)
+
+
+def served(engine: Any, prompt: Seq, tokens: int, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Requests served by ``engine`` (one setting of a served engine), as a deployer logs them: the
+    prompt, the tokens served and the setting, one traffic record each (no seed recorded)."""
+    s = engine.sampling
+    setting = {"temperature": s.temperature}
+    setting.update({k: v for k, v in (("top_k", s.top_k), ("top_p", s.top_p), ("min_p", s.min_p)) if v})
+    return [
+        {"prompt": list(prompt), "tokens": list(g.tokens), "sampling": setting}
+        for g in engine.generate_many(list(prompt), tokens, seeds)
+    ]
+
+
+@dataclass
+class LongAudit:
+    """What :func:`long_audit` found: the endpoint audit at M = 128 and the traffic audit."""
+
+    endpoint: EngineAuditResult
+    traffic: Any  # TrafficResult
+    traffic_file: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "configuration": LONG.name,
+            "doc": LONG.doc,
+            "endpoint": self.endpoint.to_json(),
+            "traffic": self.traffic.to_json(),
+        }
+
+    def summary(self) -> str:
+        return self.endpoint.summary() + "\n" + self.traffic.summary()
+
+
+def long_audit(
+    audit: EngineAuditConfig,
+    records: int | None,
+    traffic_file: Path | str,
+    progress: Callable[[str, float], None] | None = None,
+) -> LongAudit:
+    """:data:`LONG` and its twin on loopback: the endpoint audit at M = 128 under ``audit``; then
+    ``records`` requests per setting (None: as many as the audit drew per case) served by the
+    speculative server (seeds 1,000,000 on, none of
+    the audit's), written to ``traffic_file`` (JSON lines) and audited as recorded traffic against
+    the twin, with the same plan."""
+    from specproof.properties.engine.request import EngineRequest
+    from specproof.properties.run import run_traffic
+
+    if records is not None and records < 1:
+        raise UsageError(f"records: at least 1 request per setting, got {records}")
+    path = Path(traffic_file)
+    with tempfile.TemporaryDirectory(prefix="specproof-gguf-") as tmp:
+        files = models(tmp)
+        with _servers(LONG, files) as (url, twin):
+            endpoint = Endpoint(
+                EndpointOptions((url,), LONG.profile, twin=twin, concurrency=4), token_map=gguf_models.VOCAB
+            )
+            try:
+                spec = endpoint_spec(endpoint, LONG.prompts, LONG.samplings, LONG.tokens, LONG.name)
+                result = audit_engine(spec, audit, progress=progress)
+                rows: list[dict[str, Any]] = []
+                n = max(c.n for c in result.cases) if records is None else records
+                seeds = range(1_000_000, 1_000_000 + n)
+                for s in LONG.samplings:
+                    engine = spec.build(s)
+                    rows += [r for p in LONG.prompts for r in served(engine, p, LONG.tokens, seeds)]
+            finally:
+                endpoint.close()
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            options = EndpointOptions((twin,), LONG.profile, concurrency=4)
+            traffic = run_traffic(str(path), options, audit, EngineRequest(token_map=gguf_models.VOCAB))
+    return LongAudit(result, traffic, str(path))
+
+
 def table(
     audit: EngineAuditConfig,
     names: Sequence[str] | None = None,
@@ -284,6 +371,42 @@ def table(
                 progress(f"{config.name}: {config.doc}")
             out += audit_config(config, audit, files, each=True)
     return out
+
+
+def long_markdown(found: LongAudit, audit: EngineAuditConfig) -> str:
+    """The long-horizon audit as a dated paragraph and table (``specproof llamacpp tokens``)."""
+    info = llamacpp.info()
+    r, t = found.endpoint, found.traffic
+    lines = [
+        f"llama.cpp commit {info['llama_cpp_commit']}, audited {datetime.date.today().isoformat()} through "
+        f"HTTP on loopback, tiny target and draft models (V = 16, seed 0): `{LONG.name}` ({LONG.doc}); "
+        f"the token test, alpha {audit.alpha:g}, planned for a per-token TV of {audit.tv:g} at power "
+        f"{audit.power:g}, seed {audit.seed}.",
+        "",
+        "| audit | verdict | samples / records | tokens | detects a per-token TV of | witness |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for c in r.cases:
+        det = c.token_detects or {}
+        lines.append(
+            f"| endpoint `{c.case.name}` | **{r.verdict.value}** | {c.n:,} | {c.observed_tokens:,} | "
+            f"{det.get('mean', 1):.3g} (sharpening), {det.get('greedy', 1):.3g} (to the argmax) | "
+            f"{r.short_witness()} |"
+        )
+    for s in t.settings:
+        lines.append(
+            f"| traffic `{s['setting']}` | **{t.verdict.value}** | {s['records']:,} | {s['tokens']:,} | "
+            f"{s['detects']['mean']:.3g} (sharpening), {s['detects']['greedy']:.3g} (to the argmax) | "
+            f"{(t.finding or {}).get('text', '')} |"
+        )
+    sp = r.speculation
+    lines += [
+        "",
+        f"Speculation: {sp.drafted:,} tokens drafted, {sp.accepted:,} accepted. Reported probabilities: "
+        f"{r.reports.status}. Traffic: {t.records:,} requests served by the speculative server, "
+        f"scored against the twin's laws in {t.seconds:.0f} s.",
+    ]
+    return "\n".join(lines)
 
 
 def markdown(results: Sequence[EngineAuditResult], audit: EngineAuditConfig) -> str:
