@@ -147,7 +147,7 @@ def test_the_control_without_speculation_passes_under_stateful_options(name):
 def test_stateless_options_pass_on_the_assisted_paths(name, samples):
     res = _audit(name, samples)
     assert res.verdict == Verdict.PASS, res.summary()
-    assert res.description["option_effect_tv"] > 0.5  # the option moves the law: not a vacuous pass
+    assert res.description["option_effect_tv"] > 0.2  # moves the law past the kept plan's TV
 
 
 def test_an_option_the_path_ignored_would_be_lossy():

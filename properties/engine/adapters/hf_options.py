@@ -106,7 +106,8 @@ def _synthid(a: int, b: int) -> dict[str, Any]:
 OPTIONS: tuple[Option, ...] = (
     Option(
         "repetition_penalty",
-        "repetition_penalty=8.0, prompt (7, 7) (tokens the models rarely draft: each draft is new to the context)",
+        "repetition_penalty=8.0, prompt (7, 7) "
+        "(tokens the models rarely draft: each draft is new to the context)",
         _kw(repetition_penalty=8.0),
         context=True,
         prompt=(7, 7),
@@ -422,14 +423,22 @@ def verdict_cell(result: dict[str, Any]) -> str:
 def markdown_grid(doc: dict[str, Any]) -> str:
     """The option x candidate generator table of an ``--engine-group hf-options --json`` output:
     each cell the verdict and the samples it took (a lossy verdict stops at the first look that
-    rejects); the option's effect (``option_effect_tv`` on the control) beside each option."""
+    rejects); beside each option its effect (``option_effect_tv`` on the control) and, for the
+    options that read the context, ``stale_context_tv`` on the assisted path: the least a stale
+    context moves the law in the option's case (``scripts/hf_options_grid.py`` prints it)."""
     by_name = {r["engine"]: r for r in doc["results"]}
-    head = ["option", "effect (TV)"] + [g.name for g in GENERATORS]
+    head = ["option", "effect (TV)", "stale context (TV)"] + [g.name for g in GENERATORS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for opt in OPTIONS:
         control = by_name.get(engine_name(GENERATORS[0], opt), {})
         effect = (control.get("description") or {}).get("option_effect_tv")
-        cells = [opt.name, "" if effect is None else f"{effect:.2f}"]
+        assisted = by_name.get(engine_name(GENERATORS[1], opt), {})
+        stale = (assisted.get("description") or {}).get("stale_context_tv")
+        cells = [
+            opt.name,
+            "" if effect is None else f"{effect:.2f}",
+            "stateful" if opt.stateful else "" if stale is None else f"{stale:.2f}",
+        ]
         for gen in GENERATORS:
             r = by_name.get(engine_name(gen, opt))
             cells.append(
