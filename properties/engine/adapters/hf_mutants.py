@@ -90,10 +90,10 @@ def stale_context(engine: hf.HFEngine) -> hf.HFEngine:
     step = _Step()
 
     class StaleList(LogitsProcessorList):
-        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kw: Any) -> Any:
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kw: Any) -> Any:
             if not step.drafting:
                 input_ids = input_ids[:, : step.start]  # the bug: the context from before the drafts
-            return super().__call__(input_ids, scores, **kw)
+            return super().__call__(input_ids, scores, **kw)  # type: ignore[arg-type]
 
     spied = engine.target._get_candidate_generator
 
@@ -104,7 +104,7 @@ def stale_context(engine: hf.HFEngine) -> hf.HFEngine:
             processors.__class__ = StaleList
         real_get = cg.get_candidates
 
-        def get_candidates(input_ids: torch.LongTensor, *a: Any, **k: Any) -> Any:
+        def get_candidates(input_ids: torch.Tensor, *a: Any, **k: Any) -> Any:
             step.start, step.drafting = input_ids.shape[1], True
             try:
                 return real_get(input_ids, *a, **k)
