@@ -90,10 +90,10 @@ def stale_context(engine: hf.HFEngine) -> hf.HFEngine:
     step = _Step()
 
     class StaleList(LogitsProcessorList):
-        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kw: Any) -> Any:
+        def __call__(self, input_ids: Any, scores: torch.Tensor, **kw: Any) -> Any:
             if not step.drafting:
                 input_ids = input_ids[:, : step.start]  # the bug: the context from before the drafts
-            return super().__call__(input_ids, scores, **kw)  # type: ignore[arg-type]
+            return super().__call__(input_ids, scores, **kw)
 
     spied = engine.target._get_candidate_generator
 
