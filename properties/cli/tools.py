@@ -527,9 +527,15 @@ def add_llamacpp_parser(sub: Any) -> None:
     )
     g.add_argument("--samples", type=int, help="table, tokens: fixed samples per case instead of the plan")
     g.add_argument(
+        "--budget-seconds",
+        type=float,
+        help="tokens: the endpoint audit's time guard (default 3600 s; what cannot finish in it is "
+        "underpowered, never pass)",
+    )
+    g.add_argument(
         "--records",
         type=int,
-        help="tokens: requests per setting recorded as traffic (default: the plan's samples)",
+        help="tokens: requests per setting recorded as traffic (default: the plan's samples per case)",
     )
     g.add_argument(
         "--traffic", metavar="PATH", help="tokens: where to write the recorded traffic (JSON lines)"
@@ -592,7 +598,9 @@ def _llamacpp_tokens(args: argparse.Namespace) -> int:
     from specproof.properties.verdicts import Verdict
 
     tv = 0.01 if args.tv is None else args.tv
-    config = build_config(EngineAuditConfig, {"tv": tv, "samples": args.samples, "test": "tokens"})
+    budget = 3600.0 if args.budget_seconds is None else args.budget_seconds
+    values = {"tv": tv, "samples": args.samples, "test": "tokens", "budget_seconds": budget}
+    config = build_config(EngineAuditConfig, values)
     bar = progress_bar(show_progress(args.progress), suite.LONG.name)
     with tempfile.TemporaryDirectory(prefix="specproof-traffic-") as tmp:
         where = args.traffic or str(Path(tmp) / "llama-server-traffic.jsonl")

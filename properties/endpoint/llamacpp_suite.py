@@ -316,7 +316,7 @@ def long_audit(
     progress: Callable[[str, float], None] | None = None,
 ) -> LongAudit:
     """:data:`LONG` and its twin on loopback: the endpoint audit at M = 128 under ``audit``; then
-    ``records`` requests per setting (None: as many as the audit drew per case) served by the
+    ``records`` requests per setting (None: as many as the audit planned per case) served by the
     speculative server (seeds 1,000,000 on, none of
     the audit's), written to ``traffic_file`` (JSON lines) and audited as recorded traffic against
     the twin, with the same plan."""
@@ -336,7 +336,7 @@ def long_audit(
                 spec = endpoint_spec(endpoint, LONG.prompts, LONG.samplings, LONG.tokens, LONG.name)
                 result = audit_engine(spec, audit, progress=progress)
                 rows: list[dict[str, Any]] = []
-                n = max(c.n for c in result.cases) if records is None else records
+                n = max(c.planned for c in result.cases) if records is None else records
                 seeds = range(1_000_000, 1_000_000 + n)
                 for s in LONG.samplings:
                     engine = spec.build(s)
