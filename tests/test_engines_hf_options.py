@@ -85,7 +85,10 @@ def test_every_engine_of_the_group_declares_the_verdict_the_kept_run_found():
         assert spec.expect in ("pass", "lossy", "contract_violation"), name
         assert spec.group == "hf-options"
         if spec.expect != "pass":
-            assert H.EXPECTED[name][1] and H.EXPECTED[name][1] in spec.notes, name
+            gen = next(g for g in H.GENERATORS if name.startswith(f"hf.{g.name}+"))
+            opt = next(o for o in H.OPTIONS if name.endswith(f"+{o.name}"))
+            why = H.expectation(gen, opt)[1]
+            assert why and why in spec.notes, name
         if spec.expect == "lossy":
             assert name.rpartition("+")[2] in stateful or name.startswith("hf.assisted[stale]+"), name
         if name.startswith("hf.plain+"):
