@@ -320,8 +320,7 @@ def long_audit(
     speculative server (seeds 1,000,000 on, none of
     the audit's), written to ``traffic_file`` (JSON lines) and audited as recorded traffic against
     the twin, with the same plan."""
-    from specproof.properties.engine.request import EngineRequest
-    from specproof.properties.run import run_traffic
+    from specproof.properties.endpoint.traffic import audit_traffic, read_traffic, twin_laws
 
     if records is not None and records < 1:
         raise UsageError(f"records: at least 1 request per setting, got {records}")
@@ -345,7 +344,9 @@ def long_audit(
                 endpoint.close()
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
             options = EndpointOptions((twin,), LONG.profile, concurrency=4)
-            traffic = run_traffic(str(path), options, audit, EngineRequest(token_map=gguf_models.VOCAB))
+            with Endpoint(options, token_map=gguf_models.VOCAB) as laws:
+                records = read_traffic(str(path), laws.vocab)
+                traffic = audit_traffic(records, twin_laws(laws), laws.vocab, audit, source=str(path))
     return LongAudit(result, traffic, str(path))
 
 
