@@ -587,8 +587,9 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
 
 
 def _llamacpp_tokens(args: argparse.Namespace) -> int:
-    """``specproof llamacpp tokens``: exit 0 when the law held in both audits (the endpoint's
-    verdict may still be ``misreported``: the server reports wrong probabilities for drafts)."""
+    """``specproof llamacpp tokens``: exit 0 when the law held in both audits at their plan (the
+    endpoint's verdict may still be ``misreported``: the server reports wrong probabilities for
+    drafts); lossy's exit code when either is lossy, else underpowered's when either ran short."""
     import tempfile
     from pathlib import Path
 
@@ -610,8 +611,11 @@ def _llamacpp_tokens(args: argparse.Namespace) -> int:
     print(found.summary())
     write_text(args.markdown, text)
     write_json_to(args.json, found.to_json())
-    lossy = Verdict.LOSSY in (found.endpoint.verdict, found.traffic.verdict)
-    return Verdict.LOSSY.exit_code if lossy else 0
+    verdicts = (found.endpoint.verdict, found.traffic.verdict)
+    for worst in (Verdict.LOSSY, Verdict.UNDERPOWERED):  # a short run never exits as a pass
+        if worst in verdicts:
+            return worst.exit_code
+    return 0
 
 
 def add_backends_parser(sub: Any) -> None:
