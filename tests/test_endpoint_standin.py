@@ -392,3 +392,43 @@ def test_http_false_alarms_are_calibrated():
     assert doc["exact"]["other_than_pass_or_lossy"] == 0, doc["exact"]["verdicts"]
     assert doc["power"]["rejected"] == 5, doc["power"]["verdicts"]
     assert "| correct (false alarms) | 40 |" in doc["markdown"]
+
+
+def test_a_crash_is_named_not_only_the_refusals_after_it(twin):
+    """The server answers one request HTTP 500 and exits (vLLM's CPU build on top_k under
+    speculation): the requests in flight and after it meet refused connections, and the fault
+    the audit states names the HTTP 500 that caused them."""
+    with StandIn("crashes", loop="laws", dies_after=10**9) as si:
+
+        def crash_soon(plan: str) -> None:
+            si.dies_after = si.requests + 10
+
+        r = audit(si.url, twin=twin.url, endpoint_options={"retries": 1}, announce=crash_soon)
+    assert r.verdict == Verdict.UNDERPOWERED, r.summary()
+    assert r.fault and "HTTP 500" in r.fault and "EngineCore died" in r.fault, r.fault
+    assert 0 < r.samples < SAMPLES
+
+
+def test_a_deviation_found_first_is_not_overridden_by_a_later_refusal(twin):
+    """Verification is lossy and, after the law test rejected it, the reports stage's requests
+    are refused HTTP 400: the verdict stays lossy, the refusal is stated after it, and the report
+    check says it stopped (not that it was not offered)."""
+    with StandIn("nan_reports", loop="laws") as si:
+        r = audit(si.url, twin=twin.url)
+    assert r.verdict == Verdict.LOSSY, r.summary()
+    assert r.violation is not None and r.violation["stage"] == "checks"
+    assert "JSON compliant" in r.violation["detail"]
+    assert r.reports.status == "stopped" and "JSON compliant" in (r.reports.stopped or "")
+    text = r.summary()
+    assert "the rejection stands" in text and "NOT CHECKED" in text
+    assert r.witness is not None and "JSON" not in r.short_witness()
+    assert text.index("witness:") < text.index("the rejection stands")
+    assert r.per_sample_seconds is not None and r.per_sample_seconds > 0
+
+
+def test_no_time_per_sample_is_claimed_when_none_was_drawn():
+    with StandIn("ignores_seed", loop="laws") as si:
+        r = audit(si.url)
+    assert r.verdict == Verdict.CONTRACT_VIOLATION
+    assert r.per_sample_seconds is None and r.to_json()["per_sample_seconds"] is None
+    assert r.per_sample_text() == "no law-test sample drawn, so no time per sample"

@@ -90,7 +90,8 @@ def _audit_bug(bug: str) -> Verdict:
     transport fault), against a correct twin."""
     entry = BUGS[bug]
     listen = bug in TRANSPORT_FAULTS
-    options = {"dies_after": 40, "die": "refuse"} if bug == "dies" else {}
+    retries = 1 if bug in ("dies", "crashes") else 3
+    options = {"dies_after": 40, "die": "refuse"} if bug in ("dies", "crashes") else {}
     with (
         StandIn(bug, loop="laws", listen=listen, **options) as si,  # type: ignore[arg-type]
         StandIn(speculative=False, loop="laws", listen=listen) as twin,
@@ -98,7 +99,7 @@ def _audit_bug(bug: str) -> Verdict:
         transports = None if listen else {si.url: InProcess(si), twin.url: InProcess(twin)}
         ep = Endpoint(
             # a dead server is not waited for; a flaky one is retried
-            EndpointOptions((si.url,), twin=twin.url, concurrency=4, retries=1 if bug == "dies" else 3),
+            EndpointOptions((si.url,), twin=twin.url, concurrency=4, retries=retries),
             transports=transports,
         )
         try:

@@ -8,7 +8,10 @@ times with a growing pause; the same request gives the same sample, so a retry n
 sample twice. When a request still fails, :meth:`Client.post_many` raises
 :class:`~specproof.properties.engine.contract.EngineUnavailable` holding the answers that
 completed before it, in order: nothing drawn is lost. An answer the server gives deliberately
-(HTTP 4xx other than 429) is not retried: :class:`RequestRefused` carries its message.
+(HTTP 4xx other than 429) is not retried: :class:`RequestRefused` carries its message. A
+failure states the request's first and last errors and the first error the client met on any
+request: a server that crashed on one request refuses the connections of the rest, and the crash
+is the cause worth reading.
 
 The client's event loop runs in a thread of its own, so its blocking calls work from any caller,
 one that is itself inside a running event loop (an async service, a notebook) included; a
@@ -75,6 +78,8 @@ class Client:
         self._http: httpx.AsyncClient | None = None
         self.requests = 0  # requests sent, retries included
         self.retried = 0
+        #: the first failed attempt of any request (kept to name the cause of later failures)
+        self.first_error: str | None = None
 
     # -- the event loop this client owns, in its own thread ------------------------------------
 
@@ -132,8 +137,23 @@ class Client:
 
     # -- requests ------------------------------------------------------------------------------
 
+    def _note(self, what: str) -> str:
+        """Record a failed attempt; the first one this client met is kept, since a server that
+        crashed on one request answers the next ones with refused connections only."""
+        if self.first_error is None:
+            self.first_error = what
+        return what
+
+    def _failed(self, method: str, url: str, first: str, last: str) -> EngineUnavailable:
+        text = f"{method} {url} failed {self.retries + 1} times; last: {last}"
+        if first != last:
+            text += f"; first: {first}"
+        if self.first_error not in (None, first, last):
+            text += f"; the first error this client met (another request): {self.first_error}"
+        return EngineUnavailable(text)
+
     async def _send(self, method: str, url: str, body: Any) -> Any:
-        last = ""
+        first = last = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 self.retried += 1
@@ -142,19 +162,23 @@ class Client:
             try:
                 r = await self._client().request(method, url, json=body)
             except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e or 'no answer'}"
+                last = self._note(f"{type(e).__name__}: {e or 'no answer'}")
+                first = first or last
                 continue
             if r.status_code in RETRY_STATUS:
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                last = self._note(f"HTTP {r.status_code}: {r.text[:200]}")
+                first = first or last
                 continue
             if r.status_code >= 400:
+                self._note(f"HTTP {r.status_code}: {r.text[:200]}")
                 raise RequestRefused(url, r.status_code, r.text)
             try:
                 return r.json()
             except json.JSONDecodeError:
-                last = f"an answer that is not JSON: {r.text[:200]!r}"
+                last = self._note(f"an answer that is not JSON: {r.text[:200]!r}")
+                first = first or last
                 continue
-        raise EngineUnavailable(f"{method} {url} failed {self.retries + 1} times; last: {last}")
+        raise self._failed(method, url, first, last)
 
     def get(self, path: str, replica: int = 0) -> Any:
         """``GET`` of one replica's ``path``, decoded."""

@@ -62,6 +62,10 @@ zero_logprobs        misreported           every emitted token reported with pro
 first_token_only     misreported           only the first token's reported probability is the
                                            target's; later ones are the draft's (PR#27196)
 ignores_seed         contract_violation    a fixed private seed whatever the request says
+nan_reports          lossy                 greedy_verify, and requests asking for probabilities
+                                           of several tokens refused HTTP 400 (a NaN at a
+                                           drafted position, not writable as JSON): the
+                                           rejection found first stays the verdict
 ignores_top_k        usage error           ``top_k`` accepted but not applied, in the law and in
                                            sampling alike (the audit refuses before sampling)
 flaky                pass                  every ``flaky_every``-th request fails, HTTP 503 and a
@@ -69,6 +73,9 @@ flaky                pass                  every ``flaky_every``-th request fail
 dies                 underpowered          after ``dies_after`` requests it stops answering:
                                            connections refused (``die="refuse"``) or hung
                                            until the stand-in stops (``die="hang"``)
+crashes              underpowered          request ``dies_after + 1`` gets HTTP 500, then the
+                                           server is gone (connections refused): the fault
+                                           names the HTTP 500, not only the refusals after it
 ===================  ====================  ==================================================
 """
 
@@ -150,10 +157,23 @@ BUGS: dict[str, Planted] = planted(
         Verdict.UNDERPOWERED,
         "stops answering after dies_after requests (connections refused, or hung past the timeout)",
     ),
+    Planted(
+        "crashes",
+        Verdict.UNDERPOWERED,
+        "request dies_after + 1 is answered HTTP 500 and the server exits: every later connection "
+        "is refused (vLLM's CPU build and top_k under speculation); the audit names the HTTP 500",
+    ),
+    Planted(
+        "nan_reports",
+        Verdict.LOSSY,
+        "greedy_verify's lossy verification, and every request asking for probabilities of more "
+        "than one token refused HTTP 400 (a NaN the server cannot write as JSON, as vLLM's CPU "
+        "build): the law's rejection, found first, stays the verdict",
+    ),
 )
 
 #: the planted faults that live in the transport (a socket's): only a listening stand-in has them
-TRANSPORT_FAULTS = ("flaky", "dies")
+TRANSPORT_FAULTS = ("flaky", "dies", "crashes")
 #: the private seed of ``ignores_seed``
 FIXED_SEED = 1234
 
@@ -359,11 +379,13 @@ class StandIn:
             if self.bug == "flaky" and n % self.flaky_every == 0:
                 self.failed += 1
                 return "503" if (n // self.flaky_every) % 2 else "drop"  # bug: flaky
-            if self.bug == "dies" and (self._dead or n > self.dies_after):
+            if self.bug in ("dies", "crashes") and (self._dead or n > self.dies_after):
                 self.failed += 1
-                first, self._dead = not self._dead, True  # bug: dies
+                first, self._dead = not self._dead, True  # bug: dies, crashes
             else:
                 return None
+        if self.bug == "crashes":
+            return "500" if first else "drop"
         if self.die == "hang":
             return "hang"
         if first:  # stop accepting connections: new ones are refused
@@ -388,6 +410,8 @@ class StandIn:
         if not ask.prompt or bad:
             raise RequestError(f"prompt: ids must lie in [0, {m.vocab}), got {list(ask.prompt)}")
         seed = FIXED_SEED if bug == "ignores_seed" else ask.seed  # bug: ignores_seed
+        if bug == "nan_reports" and ask.report and ask.tokens > 1:  # drafted positions: garbage
+            raise RequestError("Out of range float values are not JSON compliant")  # bug: nan_reports
         try:
             return self._draws(ask, np.random.default_rng(seed))
         except SpecproofError as e:  # an ambiguous top-p cut, say
@@ -406,8 +430,8 @@ class StandIn:
         rest = ask.tokens - 1
         if rest > 0 and speculate:
             rule = "greedy" if s.greedy else "token"
-            if bug == "greedy_verify":
-                rule = "greedy"  # bug: greedy_verify
+            if bug in ("greedy_verify", "nan_reports"):
+                rule = "greedy"  # bug: greedy_verify, nan_reports
             context = ask.prompt + (out[0],)
             if self.loop_kind == "kv" and not s.truncated:
                 loop = m.loop(s.temperature, rule)
@@ -563,6 +587,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return False
         if what == "503":
             self._send(503, {"error": {"code": 503, "message": "Service Unavailable (planted)"}})
+            return True
+        if what == "500":  # the request that crashed the engine; the server exits after it
+            self._send(500, {"error": {"code": 500, "message": "EngineCore died (planted crash)"}})
+            self.wfile.flush()
+            http_server = self.si._http
+            assert http_server is not None
+            http_server.shutdown()
+            http_server.socket.close()
+            with self.si._lock:
+                others = [c for c in self.si._connections if c is not self.connection]
+            for sock in others:  # the connections kept alive die with the server
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
             return True
         if what == "hang":
             self.si.hang()

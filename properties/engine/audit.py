@@ -176,25 +176,37 @@ class EngineAudit:
         )
         self.runners: list[CaseRunner] = []
         self.per_sample = 0.0  # seconds, estimated by the contract stage (only for the plan's estimate)
+        self.stage = "contract"  # the stage running (named in a violation)
         self.out_of_time = False
 
     def run(self) -> EngineAuditResult:
         res = self.result
         with torch_threads(self.config.threads):
             try:
-                self.contract()
-                self.plan()
-                self.sample()
-                self.checks()
-                self.verdict()
+                steps = (
+                    ("contract", self.contract),
+                    ("plan", self.plan),
+                    ("sample", self.sample),
+                    ("checks", self.checks),
+                    ("verdict", self.verdict),
+                )
+                for name, step in steps:
+                    self.stage = name
+                    step()
             except EngineViolation as v:
-                res.verdict = Verdict.CONTRACT_VIOLATION
-                res.violation = {"kind": v.kind, "detail": v.detail, "case": v.case.name}
+                res.violation = {"kind": v.kind, "detail": v.detail, "case": v.case.name, "stage": self.stage}
+                if self._law_rejected():
+                    # a deviation found first is the verdict; the later fault is stated beside it
+                    self.verdict()
+                else:
+                    res.verdict = Verdict.CONTRACT_VIOLATION
             except EngineUnavailable as e:
                 res.fault = e.detail
                 self.verdict()
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
+        drawn = sum(r.seconds for r in res.cases)
+        res.per_sample_seconds = drawn / res.samples if res.samples else None
         describe = self.runners[0].optional("describe") if self.runners else None
         if callable(describe):
             res.description = dict(describe())  # after every stage, so its counts are the audit's
@@ -461,7 +473,11 @@ class EngineAudit:
                 gens = rn.draw(seeds, report=True)
             except EngineUnavailable as e:
                 res.fault = f"{e.detail} (while drawing samples with probabilities requested)"
+                res.reports.stop(res.fault)
                 return
+            except EngineViolation as v:
+                res.reports.stop(f"[{v.kind}] {v.detail}")
+                raise
             for g in gens:
                 counts.add(g)
             compare_reports(gens, rn.law, res.reports, rn.eos)
@@ -548,7 +564,6 @@ class EngineAudit:
                 lead = self.tokens.test.finding()
                 if lead is not None:
                     res.cases[lead["case"]].token_finding = lead
-        res.per_sample_seconds = sum(r.seconds for r in res.cases) / max(1, res.samples)
         # a case whose joint test had one cell tested nothing of the joint law: said; not a pass
         # unless the token test, which needs no cells, ran its plan
         untested = [r for r in res.cases if r.collapsed and self.tokens is None]
@@ -562,6 +577,11 @@ class EngineAudit:
             res.verdict = Verdict.UNDERPOWERED
         else:
             res.verdict = Verdict.PASS
+
+    def _law_rejected(self) -> bool:
+        """Whether some look already rejected the law (Holm at the verdict can only add to it)."""
+        res = self.result
+        return res.token_rejected or any(r.rejected for r in res.cases)
 
     def _power(self, r: EngineCaseResult) -> None:
         c = self.config

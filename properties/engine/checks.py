@@ -50,6 +50,9 @@ class Speculation:
     accepted: int = 0
     #: the same counts over the samples drawn with probabilities requested (None: none drawn)
     reported: dict[str, int] | None = None
+    #: samples whose counters contradict themselves (more accepted than drafted), and the first
+    contradictory: int = 0
+    first_contradiction: dict[str, int] | None = None
 
     def add(self, g: Generation) -> None:
         self.samples += 1
@@ -57,6 +60,14 @@ class Speculation:
             self.counted += 1
             self.drafted += g.drafted
             self.accepted += g.accepted or 0
+            if (g.accepted or 0) > g.drafted:
+                self.contradictory += 1
+                if self.first_contradiction is None:
+                    self.first_contradiction = {
+                        "sample": self.samples - 1,
+                        "drafted": g.drafted,
+                        "accepted": g.accepted or 0,
+                    }
 
     @property
     def status(self) -> str:
@@ -72,6 +83,14 @@ class Speculation:
         r = self.reported
         return self.status == "ran" and r is not None and r["counted"] > 0 and r["drafted"] == 0
 
+    @property
+    def idle(self) -> str:
+        """Why speculation was not tested, where it was not: ``nothing drafted`` or ``drafts never
+        accepted`` (empty when it ran or cannot be seen)."""
+        if self.status != "none":
+            return ""
+        return "nothing drafted" if self.drafted == 0 else "drafts never accepted"
+
     def line(self) -> str:
         if self.status == "unobservable":
             return "speculation: not observable (the engine reports no draft or acceptance counters)"
@@ -81,8 +100,22 @@ class Speculation:
             f"speculation {head}: {self.drafted:,} tokens drafted, {self.accepted:,} accepted "
             f"({rate:.1%}) over {self.counted:,} samples"
         )
+        if self.idle == "drafts never accepted":
+            text += (
+                "; drafts were made but none was accepted: the draft and the target disagree on "
+                "every token (another vocabulary or tokenizer, a draft of another model, a draft "
+                "read at the wrong position), or the samples are too short to reach a drafted token "
+                "(M not above the first token plus the draft length)"
+            )
         if self.off_with_reports:
             text += "; switched OFF when probabilities are requested"
+        if self.contradictory:
+            f = self.first_contradiction or {}
+            text += (
+                f"; COUNTERS CONTRADICT THEMSELVES in {self.contradictory:,} samples: more accepted "
+                f"than drafted (sample {f.get('sample')}: {f.get('drafted')} drafted, "
+                f"{f.get('accepted')} accepted)"
+            )
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -94,6 +127,9 @@ class Speculation:
             "accepted": self.accepted,
             "with_probabilities_requested": self.reported,
             "off_when_probabilities_requested": self.off_with_reports,
+            "idle": self.idle or None,
+            "contradictory": self.contradictory,
+            "first_contradiction": self.first_contradiction,
         }
 
 
@@ -101,7 +137,7 @@ class Speculation:
 class Reports:
     """Reported probabilities of emitted tokens against the law."""
 
-    status: str = "not_offered"  # consistent, wrong, absent, not_offered
+    status: str = "not_offered"  # consistent, wrong, absent, not_offered, stopped
     samples: int = 0
     checked: int = 0  # tokens whose reported probability was compared
     missing: int = 0  # emitted tokens with no reported probability
@@ -109,8 +145,19 @@ class Reports:
     tolerance: float = TOLERANCE_FLOOR
     tolerance_from: str = "floor"  # "control" when the twin's measured difference set it
     worst: dict[str, Any] | None = None
+    #: why the check stopped before its samples were read (status ``stopped``): it was offered
+    #: but did not run to the end, which is neither ``not_offered`` nor a pass
+    stopped: str | None = None
+
+    def stop(self, why: str) -> None:
+        self.status, self.stopped = "stopped", why
 
     def line(self) -> str:
+        if self.status == "stopped":
+            return (
+                f"reported probabilities: NOT CHECKED: the check stopped after {self.samples} samples: "
+                f"{self.stopped}"
+            )
         if self.status == "not_offered":
             return "reported probabilities: not offered by this engine (not checked)"
         if self.status == "absent":
@@ -140,6 +187,7 @@ class Reports:
             "tolerance": self.tolerance,
             "tolerance_from": self.tolerance_from,
             "worst": self.worst,
+            "stopped": self.stopped,
         }
 
 

@@ -82,7 +82,7 @@ def _power(results: Sequence[EngineAuditResult]) -> list[Any]:
                 r.speculation.status,
                 r.reports.status,
                 "" if r.control is None or r.control.tolerance is None else f"{r.control.tolerance:.2g}",
-                f"{1000 * r.per_sample_seconds:.1f}",
+                "" if r.per_sample_seconds is None else f"{1000 * r.per_sample_seconds:.1f}",
                 f"{r.seconds:.1f}",
             ]
         )
@@ -99,12 +99,13 @@ def _details(r: EngineAuditResult) -> list[Any]:
             (
                 "p",
                 f"Plan: {planned:,} samples over {len(r.cases)} cases (M = {r.tokens}, V = {r.vocab}); "
-                f"drawn: {r.samples:,} at {1000 * r.per_sample_seconds:.1f} ms per sample.",
+                f"drawn: {r.samples:,} ({r.per_sample_text()}).",
             )
         )
     if r.violation:
-        v = r.violation
-        return [*out, ("p", f"Contract violation [{v['kind']}] in {v['case']}: {v['detail']}")]
+        out.append(("p", r.violation_text()))
+        if r.verdict == Verdict.CONTRACT_VIOLATION:
+            return out
     out += [("p", r.speculation.line()), ("p", r.reports.line())]
     if r.control is not None:
         out.append(("p", r.control.line()))

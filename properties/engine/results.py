@@ -107,7 +107,8 @@ class EngineAuditResult:
     violation: dict[str, Any] | None = None
     cases: list[EngineCaseResult] = field(default_factory=list)
     seconds: float = 0.0
-    per_sample_seconds: float = 0.0
+    #: seconds per law-test sample, over the samples drawn (None: none was drawn)
+    per_sample_seconds: float | None = None
     plan_text: str = ""
     #: the engine's own counters over every case (:mod:`.checks`)
     speculation: Speculation = field(default_factory=Speculation)
@@ -137,6 +138,22 @@ class EngineAuditResult:
     @property
     def samples(self) -> int:
         return sum(c.n for c in self.cases)
+
+    def violation_text(self) -> str:
+        """The contract violation in a line; after a deviation found first (the verdict stays
+        ``lossy``), said as what happened next."""
+        v = self.violation or {}
+        where = f" in {v.get('case')}" + (f", {v['stage']} stage" if v.get("stage") else "")
+        text = f"contract violation [{v.get('kind')}]{where}: {v.get('detail')}"
+        if self.verdict == Verdict.LOSSY:
+            return f"then, after the law was rejected, a {text} (the rejection stands)"
+        return text
+
+    def per_sample_text(self) -> str:
+        """``12.3 ms per sample``, or why there is no such figure."""
+        if self.per_sample_seconds is None:
+            return "no law-test sample drawn, so no time per sample"
+        return f"{1000 * self.per_sample_seconds:.1f} ms per sample"
 
     @property
     def short(self) -> list[EngineCaseResult]:
@@ -174,7 +191,7 @@ class EngineAuditResult:
     def witness_text(self) -> str:
         """One line: where the deviation is (the prefix and the next-token law that deviates)."""
         w = self.witness
-        if self.violation:
+        if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             return f"[{self.violation['kind']}] {self.violation['detail']}"
         if w is None:
             return ""
@@ -191,12 +208,14 @@ class EngineAuditResult:
                 f"; most deviating cell (prefix of the M tokens) {cell['cell']}: "
                 f"{cell['observed']} vs {cell['expected']:.1f}"
             )
+        if w.rejected and w.test.size_text():
+            text += f"; seen: {w.test.size_text()}"
         return text
 
     def short_witness(self) -> str:
         """The witness in one short line: the case, p, and where the law deviates (the prefix and
         the next-token counts observed vs expected), or the violation."""
-        if self.violation:
+        if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             return f"[{self.violation['kind']}] {self.violation['detail']}"
         w = self.witness
         if w is None:
@@ -212,10 +231,16 @@ class EngineAuditResult:
         if pos is not None and pos.worst is not None and pos.pvalue <= t.p_joint:
             g = pos.worst
             cells = ", ".join(f"{lab}: {o} vs {e:.1f}" for lab, o, e in zip(g.labels, g.observed, g.expected))
-            where = f"next token at position {pos.position} after {g.label}: {cells}"
+            tv, floor = g.size()
+            where = (
+                f"next token at position {pos.position} after {g.label}: {cells} (plug-in TV {tv:.3f}; "
+                f"an exact engine shows about {floor:.3f} at {g.n} samples)"
+            )
         elif t.worst:
             cell = t.worst[0]
             where = f"cell {cell['cell']}: {cell['observed']} vs {cell['expected']:.1f}"
+            if t.seen is not None and t.floor is not None:
+                where += f" (plug-in TV {t.seen.estimate:.3f} on the cells; exact about {t.floor:.3f})"
         else:
             where = ""
         return f"{w.case.name}, {w.n} samples, p = {w.pvalue:.2g}; {where}"
@@ -227,19 +252,20 @@ class EngineAuditResult:
         if self.expected is not None:
             head += f" (expected {self.expected})"
         lines = [head]
-        if self.violation:
-            v = self.violation
-            lines.append(f"  contract violation [{v['kind']}] in {v['case']}: {v['detail']}")
+        if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
+            lines.append(f"  {self.violation_text()}")
             return "\n".join(lines)
         lines += self._short_lines()
         lines += [f"  note: {n}" for n in self.notes]
         if self.witness is not None:
             lines.append(f"  witness: {self.witness_text()}")
+        if self.violation:
+            lines.append(f"  {self.violation_text()}")
         lines += self._power_lines()
         lines.append(f"  {self.speculation.line()}")
-        idle = [r.case.name for r in self.cases if r.speculation.status == "none"]
+        idle = [f"{r.case.name} ({r.speculation.idle})" for r in self.cases if r.speculation.idle]
         if idle:
-            lines.append(f"    nothing drafted or accepted in: {', '.join(idle)}")
+            lines.append(f"    speculation not tested in: {', '.join(idle)}")
         if self.reports.status != "not_offered":
             lines.append(f"  {self.reports.line()}")
         if self.control is not None:
@@ -247,7 +273,7 @@ class EngineAuditResult:
         c = self.config
         lines.append(
             f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
-            f"{self.seconds:.1f} s ({1000 * self.per_sample_seconds:.1f} ms per sample); "
+            f"{self.seconds:.1f} s ({self.per_sample_text()}); "
             f"family-wise alpha {c.alpha:g} (Holm), {c.looks} looks"
         )
         return "\n".join(lines)
