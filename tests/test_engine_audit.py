@@ -171,6 +171,10 @@ def test_the_mutant_loops_are_flagged_lossy_with_a_witness(name, prompt, samplin
     assert w is not None and w.pvalue <= ALPHA
     assert "deviat" in res.witness_text() or "probability 0" in res.witness_text()
     assert w.test is not None and w.test.conditional is not None and w.test.conditional.witness() is not None
+    # the verdict states the size of what it saw, beside the noise an exact engine shows
+    assert w.test.seen is not None and w.test.floor is not None
+    assert w.test.seen.estimate > w.test.floor and "plug-in TV" in res.witness_text()
+    assert "plug-in TV" in res.short_witness()
 
 
 def test_temperature_on_the_target_only_is_harmless_at_temperature_one():
@@ -201,6 +205,34 @@ def test_contract_faults_are_violations_named_by_kind(name, kind):
     res = _audit(name, None, None, samples=50)
     assert res.verdict == Verdict.CONTRACT_VIOLATION and res.exit_code == 2
     assert res.violation is not None and res.violation["kind"] == kind, res.summary()
+
+
+def test_sampling_replaced_by_greedy_decoding_is_named():
+    """An engine that decodes greedily whatever the setting says ignores its seeds, and the
+    violation says why: every sample is the law's argmax path (mistral.rs 0.6.0 with a draft
+    model on a CPU). An engine that ignores its seed another way is not called greedy."""
+
+    class Greedy(DirectEngine):
+        def generate(self, prompt_ids, max_new_tokens, seed):
+            out: list[int] = []
+            for _ in range(max_new_tokens):
+                law = self.target_law(tuple(prompt_ids) + tuple(out))
+                out.append(max(range(self.vocab), key=lambda x: (law[x], -x)))
+            return out
+
+    class FixedSeed(DirectEngine):
+        def generate(self, prompt_ids, max_new_tokens, seed):
+            return super().generate(prompt_ids, max_new_tokens, 12345)
+
+    lm = ToyLM(6, 3, styles=("random",), exact=False)
+    texts = {}
+    for cls in (Greedy, FixedSeed):
+        spec = EngineSpec("x", "user", "", lambda s, c=cls: c(lm), 6, ((0,),), (T1,), tokens=3)
+        res = audit_engine(spec, EngineAuditConfig(samples=20))
+        assert res.verdict == Verdict.CONTRACT_VIOLATION and res.violation["kind"] == "ignores_seed"
+        texts[cls] = res.violation["detail"]
+    assert texts[Greedy].startswith("sampling replaced by greedy decoding")
+    assert not texts[FixedSeed].startswith("sampling replaced")
 
 
 def test_an_engine_that_raises_or_returns_a_bad_law_is_a_violation():
@@ -453,3 +485,34 @@ def test_a_joint_test_collapsed_to_one_cell_is_not_a_pass():
     # beside the token test a collapsed joint test is said, and the token test's plan decides
     both = audit_engine(E.resolve_engine("reference.direct"), EngineAuditConfig(samples=2, report_samples=0))
     assert both.verdict == Verdict.PASS and "collapsed to one cell" in both.summary()
+
+
+def test_counters_that_contradict_or_never_accept_are_named():
+    """Drafts made but none accepted is said as such (not "nothing drafted"), with its likely
+    causes; counters reporting more accepted than drafted are flagged."""
+
+    def counting(drafted: int, accepted: int) -> type[DirectEngine]:
+        class Counting(DirectEngine):
+            last_counters: dict[str, int] = {}
+
+            def generate(self, prompt_ids, max_new_tokens, seed):
+                self.last_counters = {"drafted": drafted, "accepted": accepted}
+                return super().generate(prompt_ids, max_new_tokens, seed)
+
+        return Counting
+
+    lm = ToyLM(4, 1, exact=False)
+    results = {}
+    for counts in ((3, 0), (1, 2)):
+        cls = counting(*counts)
+        spec = EngineSpec("x", "user", "", lambda s, c=cls: c(lm), 4, ((0,),), (T1,), tokens=2)
+        results[counts] = audit_engine(spec, EngineAuditConfig(samples=30))
+    never = results[(3, 0)]
+    assert never.verdict == Verdict.NO_SPECULATION
+    assert never.speculation.idle == "drafts never accepted"
+    assert "none was accepted" in never.summary() and "(drafts never accepted)" in never.summary()
+    odd = results[(1, 2)]
+    assert odd.speculation.contradictory == odd.samples > 0
+    assert odd.speculation.first_contradiction == {"sample": 0, "drafted": 1, "accepted": 2}
+    assert "COUNTERS CONTRADICT THEMSELVES" in odd.summary()
+    assert odd.to_json()["speculation"]["contradictory"] == odd.samples

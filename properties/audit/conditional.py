@@ -44,6 +44,7 @@ import numpy as np
 from scipy import stats as st
 
 from specproof.properties.audit.partition import split_children
+from specproof.properties.audit.stats import plugin_floor
 from specproof.reference.errors import UsageError
 
 
@@ -57,6 +58,13 @@ class GroupTest:
     observed: list[int]
     expected: list[float]
     statistic: float
+
+    def size(self) -> tuple[float, float]:
+        """The plug-in TV of the next-token counts against the law at this prefix, and the one an
+        exact sampler shows at this many samples (:func:`.stats.plugin_floor`)."""
+        n = max(1, self.n)
+        p = np.asarray(self.expected, dtype=float) / n
+        return 0.5 * float(np.abs(np.asarray(self.observed) / n - p).sum()), plugin_floor(p, n)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -37,7 +37,7 @@ import numpy as np
 
 from specproof.properties.audit.conditional import ConditionalResult, sequence_tests
 from specproof.properties.audit.partition import TrieCells, expand_trie
-from specproof.properties.audit.stats import detectable_tv, pearson
+from specproof.properties.audit.stats import TVInterval, detectable_tv, pearson, plugin_floor, tv_interval
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
 from specproof.reference.models import LM, greedy_sequence
@@ -109,6 +109,20 @@ class SequenceTest:
     conditional: ConditionalResult | None = None
     worst: list[dict[str, Any]] = field(default_factory=list)  # most deviating cells
     zero: dict[str, Any] | None = None  # a sequence the law gives probability 0
+    #: the size of what was seen: the plug-in TV on the cells with its 95% interval, and the
+    #: plug-in TV an exact sampler shows at this size (:func:`.stats.plugin_floor`)
+    seen: TVInterval | None = None
+    floor: float | None = None
+
+    def size_text(self) -> str:
+        """The deviation's size on the cells in a phrase (empty where it was not measured)."""
+        if self.seen is None or self.floor is None:
+            return ""
+        s = self.seen
+        return (
+            f"plug-in TV {s.estimate:.3f} on the cells (95% interval [{s.low:.3f}, {s.high:.3f}]; an "
+            f"exact engine shows about {self.floor:.3f} at {self.runs} samples)"
+        )
 
     @property
     def lossless(self) -> bool:
@@ -166,6 +180,8 @@ class SequenceTest:
             "unresolved_mass": self.unresolved,
             "worst_cells": self.worst,
             "zero": self.zero,
+            "plugin_tv": None if self.seen is None else self.seen.to_json(),
+            "plugin_floor": self.floor,
             "per_position": None if self.conditional is None else self.conditional.to_json(),
         }
 
@@ -236,6 +252,8 @@ def check_sequences(
         p_joint=float(p_joint),
         conditional=cond,
         worst=worst,
+        seen=tv_interval(counts, cells.probs),
+        floor=plugin_floor(cells.probs, runs),
     )
 
 

@@ -136,6 +136,15 @@ def tv_interval(counts: np.ndarray, probs: np.ndarray, confidence: float = 0.95)
     return TVInterval(t, max(0.0, t - half), min(1.0, t + half), confidence)
 
 
+def plugin_floor(probs: np.ndarray, n: int) -> float:
+    """The plug-in TV an exact sampler shows on these cells at ``n`` samples, in expectation:
+    ``E|p_hat - p| ~ sqrt(2 p (1 - p) / (pi n))`` per cell (the normal approximation of the
+    binomial's mean absolute deviation), halved and summed. A plug-in TV near it is noise; one
+    well above it is the deviation's size."""
+    p = np.clip(np.asarray(probs, dtype=float), 0.0, 1.0)
+    return 0.5 * float(np.sqrt(2.0 * p * (1.0 - p) / (math.pi * max(1, n))).sum())
+
+
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper-Pearson) two-sided interval of a binomial rate: ``k`` of ``n``."""
     a = 1 - level

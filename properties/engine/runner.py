@@ -339,6 +339,15 @@ class CaseRunner:
         return True
 
 
+def argmax_path(runner: CaseRunner, tokens: int) -> Seq:
+    """The law's greedy sequence of ``tokens`` tokens (ties to the smallest id)."""
+    out: list[int] = []
+    for _ in range(tokens):
+        row = runner.law(tuple(out))
+        out.append(max(range(len(row)), key=lambda x: (row[x], -x)))
+    return tuple(out)
+
+
 def check_seed_use(runner: CaseRunner, seed: int, clock: Callable[[], float]) -> list[float]:
     """Determinism and seed use on one case (module docstring, stage 1); returns call times."""
     times, outs = [], []
@@ -364,10 +373,13 @@ def check_seed_use(runner: CaseRunner, seed: int, clock: Callable[[], float]) ->
     if 0 < p < 0.5:
         k = math.ceil(math.log(1e-9) / math.log(p))
         if all(runner.generate(sample_seed(seed, 8, j)) == outs[0] for j in range(k)):
+            lead = ""
+            if outs[0] == argmax_path(runner, len(outs[0])):
+                lead = "sampling replaced by greedy decoding: every seed returned the law's argmax path. "
             raise EngineViolation(
                 "ignores_seed",
-                f"{k + 1} different seeds all returned {list(outs[0])}, a sequence of probability {p:.3g} "
-                f"under the law (all equal by chance: below {p**k:.1e})",
+                f"{lead}{k + 1} different seeds all returned {list(outs[0])}, a sequence of probability "
+                f"{p:.3g} under the law (all equal by chance: below {p**k:.1e})",
                 runner.case,
             )
     return times
