@@ -516,3 +516,33 @@ def test_counters_that_contradict_or_never_accept_are_named():
     assert odd.speculation.first_contradiction == {"sample": 0, "drafted": 1, "accepted": 2}
     assert "COUNTERS CONTRADICT THEMSELVES" in odd.summary()
     assert odd.to_json()["speculation"]["contradictory"] == odd.samples
+
+
+def test_the_time_probe_times_a_chunk_drawn_as_sampling_draws_it():
+    """An engine that serves 8 samples in the time of one call: the plan's estimate is read from
+    a chunk drawn many at once (1/8 of a call per sample), not from single calls. The clock is
+    the engine's own (1 s per call, whatever its size), so nothing here is timed."""
+    now = [0.0]
+
+    class Batched(DirectEngine):
+        batch = 8
+
+        def generate(self, prompt_ids, max_new_tokens, seed):
+            now[0] += 1.0
+            return super().generate(prompt_ids, max_new_tokens, seed)
+
+        def generate_many(self, prompt_ids, max_new_tokens, seeds, report=False):
+            from specproof.properties.engine.contract import Generation
+
+            now[0] += 1.0
+            return [
+                Generation(tuple(DirectEngine.generate(self, prompt_ids, max_new_tokens, s))) for s in seeds
+            ]
+
+    lm = ToyLM(4, 1, exact=False)
+    spec = EngineSpec("x", "user", "", lambda s: Batched(lm), 4, ((0,),), (T1,), tokens=2)
+    res = audit_engine(spec, EngineAuditConfig(samples=64, looks=1), clock=lambda: now[0])
+    assert res.verdict == Verdict.PASS, res.summary()
+    assert "125.0 ms per sample, 8 drawn at once" in res.plan_text
+    assert "about 8 s" in res.plan_text  # 64 samples at 1/8 s, where single calls said 64 s
+    assert res.per_sample_seconds == pytest.approx(1 / 8)
