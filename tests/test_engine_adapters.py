@@ -15,6 +15,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from specproof.properties.engine.adapters import sglang as sglang_engine
 from specproof.properties.engine.adapters import vllm as vllm_engine
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
@@ -51,7 +53,8 @@ class FakeLLM:
 
     def generate(self, prompts: list[dict[str, Any]], params: FakeParams, use_tqdm: bool) -> list[Any]:
         assert len(prompts) == 1 and set(prompts[0]) == {"prompt_token_ids"} and not use_tqdm
-        assert params.ignore_eos and params.min_tokens == params.max_tokens and params.n == 1
+        # exactly max_tokens by ignore_eos; min_tokens would mask the end of sequence
+        assert params.ignore_eos and not hasattr(params, "min_tokens") and params.n == 1
         e = self.engines.setdefault(params.temperature, _reference(self.lossy, params.temperature))
         tokens = e.generate(prompts[0]["prompt_token_ids"], params.max_tokens, params.seed)
         return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens)])]
@@ -106,7 +109,7 @@ def test_vllm_adapter_builds_the_users_request_and_the_audit_sees_through_it():
     assert made["model"] == PATHS["target"] and made["skip_tokenizer_init"]
     assert made["speculative_config"] == {**vllm_engine.DRAFT, "model": PATHS["draft"]}
     p = FakeParams.last
-    assert p["max_tokens"] == p["min_tokens"] == 4 and p["ignore_eos"] and isinstance(p["seed"], int)
+    assert p["max_tokens"] == 4 and "min_tokens" not in p and p["ignore_eos"] and isinstance(p["seed"], int)
     assert p["top_k"] == 0 and p["top_p"] == 1.0 and not p["detokenize"]
     bad = audit_engine(_vllm_spec({**vllm_engine.DRAFT, "rejection_sample_method": "synthetic"}), CONFIG)
     assert bad.verdict == Verdict.LOSSY, bad.summary()
@@ -148,3 +151,32 @@ def test_without_cuda_the_engines_are_listed_unavailable_with_the_install_line()
         ok, why = specs[0].available()
         if not torch.cuda.is_available():
             assert not ok and ("CUDA" in why or module.INSTALL in why), why
+
+
+def test_knobs_spell_off_and_greedy_as_each_engine_does():
+    """Top-k off is 0, -1, None or 2**31 - 1 by engine; greedy is temperature 0 or do_sample
+    False; a parameter an engine's knobs cannot say is refused, naming it, never dropped."""
+    from specproof.properties.engine.knobs import KNOBS, OPENVINO_TOP_K_OFF
+    from specproof.reference.errors import BadParameterError
+
+    plain = Sampling(0.7)
+    assert KNOBS["vllm"].of(plain) == {"temperature": 0.7, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+    assert KNOBS["sglang"].of(plain)["top_k"] == -1
+    assert KNOBS["hf"].of(plain) == {
+        "temperature": 0.7,
+        "top_k": None,
+        "top_p": None,
+        "min_p": None,
+        "do_sample": True,
+    }
+    assert KNOBS["openvino_genai"].of(plain)["top_k"] == OPENVINO_TOP_K_OFF
+    assert KNOBS["vllm"].of(Sampling(1.0, top_k=3, top_p=0.9))["top_k"] == 3
+    greedy = KNOBS["hf"].of(Sampling(0.0))
+    assert greedy["do_sample"] is False and greedy["temperature"] == 1.0
+    assert KNOBS["vllm"].of(Sampling(0.0))["temperature"] == 0.0 and "do_sample" not in KNOBS["vllm"].of(
+        plain
+    )
+    with pytest.raises(BadParameterError, match="min_p"):
+        KNOBS["openvino_genai"].of(Sampling(1.0, min_p=0.1))
+    with pytest.raises(BadParameterError, match="frequency_penalty"):
+        KNOBS["vllm"].of(Sampling(1.0, frequency_penalty=0.5))

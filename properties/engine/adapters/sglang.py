@@ -32,6 +32,7 @@ from specproof.properties.engine.adapters.hf import (
     checkpoints,
 )
 from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.knobs import KNOBS
 
 INSTALL = 'pip install "sglang[all]==0.5.23", on a machine with an NVIDIA GPU (its engine runs on CUDA)'
 
@@ -86,11 +87,11 @@ class SGLangEngine:
         )
 
     def sampling_params(self, max_new_tokens: int, seed: int) -> dict[str, Any]:
-        s = self.sampling
+        k = KNOBS["sglang"].of(self.sampling)
         return {
-            "temperature": s.temperature,
-            "top_k": s.top_k or -1,
-            "top_p": 1.0 if s.top_p is None else s.top_p,
+            "temperature": k["temperature"],
+            "top_k": k["top_k"],
+            "top_p": k["top_p"],
             "max_new_tokens": max_new_tokens,
             "min_new_tokens": max_new_tokens,
             "ignore_eos": True,

@@ -35,6 +35,7 @@ from specproof.properties.engine.adapters.hf import (
     checkpoints,
 )
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.knobs import KNOBS
 
 INSTALL = "pip install vllm==0.33.0, on a machine with an NVIDIA GPU (its engine runs on CUDA)"
 
@@ -95,14 +96,15 @@ class VLLMEngine:
         )
 
     def params(self, max_new_tokens: int, seed: int) -> Any:
-        s = self.sampling
+        k = KNOBS["vllm"].of(self.sampling)
+        # exactly max_new_tokens by ignore_eos alone: min_tokens would also mask the end of
+        # sequence at every position, which changes the law of a model that has one
         return self.params_cls(
             n=1,
-            temperature=s.temperature,
-            top_k=s.top_k or 0,
-            top_p=1.0 if s.top_p is None else s.top_p,
+            temperature=k["temperature"],
+            top_k=k["top_k"],
+            top_p=k["top_p"],
             max_tokens=max_new_tokens,
-            min_tokens=max_new_tokens,
             ignore_eos=True,
             seed=seed,
             detokenize=False,
