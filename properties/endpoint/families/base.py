@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from specproof.properties.engine.knobs import Knobs
 from specproof.reference.errors import SpecproofError, UsageError
 from specproof.reference.sampling import Sampling
 
@@ -59,15 +60,22 @@ def law_from_pairs(pairs: Sequence[tuple[int, float]], vocab: int, where: str) -
     return [float(v) for v in law]
 
 
+#: every parameter of a setting: a profile says what its family takes before the body is built
+SAYS_ALL = frozenset(f.name for f in dataclasses.fields(Sampling))
+
+
 def knobs(s: Sampling, top_k_off: Any) -> dict[str, Any]:
     """The sampling fields most servers share, each at the setting's value or at its neutral one
     (so a setting means what it says, never a server's default): ``top_k_off`` is the family's
-    spelling of top-k off (llama.cpp 0, vLLM and SGLang -1)."""
+    spelling of top-k off (llama.cpp 0, vLLM and SGLang -1); the cut-offs as
+    :class:`~specproof.properties.engine.knobs.Knobs` spells them, the penalties beside them (what
+    else a family takes, its profile checks: :meth:`Profile.check_offered`)."""
+    cut = Knobs(top_k_off=top_k_off, says=SAYS_ALL).of(s)
     return {
-        "temperature": s.temperature,
-        "top_k": s.top_k or top_k_off,
-        "top_p": 1.0 if s.top_p is None else s.top_p,
-        "min_p": s.min_p or 0.0,
+        "temperature": cut["temperature"],
+        "top_k": cut["top_k"],
+        "top_p": cut["top_p"],
+        "min_p": cut["min_p"],
         "repetition_penalty": s.repetition_penalty or 1.0,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,
