@@ -546,3 +546,20 @@ def test_the_time_probe_times_a_chunk_drawn_as_sampling_draws_it():
     assert "125.0 ms per sample, 8 drawn at once" in res.plan_text
     assert "about 8 s" in res.plan_text  # 64 samples at 1/8 s, where single calls said 64 s
     assert res.per_sample_seconds == pytest.approx(1 / 8)
+
+
+def test_a_horizon_with_no_room_for_a_whole_step_is_said():
+    """An engine that drafts 3 tokens per step, audited at M = 2, is told that no whole step
+    fits in its samples (the verdict stands; the note says what it did not test); at M = 5
+    nothing is said."""
+
+    class Drafts3(DirectEngine):
+        draft_tokens = 3
+
+    lm = ToyLM(4, 1, exact=False)
+    notes = {}
+    for m in (2, 5):
+        spec = EngineSpec("x", "user", "", lambda s: Drafts3(lm), 4, ((0,),), (T1,), tokens=m)
+        notes[m] = audit_engine(spec, EngineAuditConfig(samples=20)).notes
+    assert any("no whole speculative step fits" in n and "M >= 5" in n for n in notes[2]), notes[2]
+    assert not any("speculative step" in n for n in notes[5])

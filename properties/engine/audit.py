@@ -231,6 +231,7 @@ class EngineAudit:
             self.runners.append(CaseRunner(engines[case.sampling], case, self.spec.vocab))
         for rn in self.runners:
             self._check_applied(rn, engines)
+            self._check_room(rn)
             if rn.case.sampling.output_scoped and not rn._with_prompt:
                 self.result.notes.append(
                     f"{rn.case.name}: parameters that count only the generated tokens are asked, and the "
@@ -253,6 +254,22 @@ class EngineAudit:
             n = self._planned(pm)
             schedule = [n] if pm else look_schedule(n, self.config.looks)
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
+
+    def _check_room(self, rn: CaseRunner) -> None:
+        """Say so when M leaves no room for a whole speculative step: the first token comes from
+        the prompt's forward pass, so a step of ``k`` drafts needs ``M >= k + 2`` to be verified
+        and its bonus token emitted within the samples; an engine that drafts only when k tokens
+        remain never speculates inside them (OpenVINO GenAI at M = 2), and passes untested."""
+        k = rn.optional("draft_tokens")
+        if not isinstance(k, int) or k < 1 or rn.case.tokens >= k + 2:
+            return
+        note = (
+            f"M = {rn.case.tokens} is not above the first token plus the engine's {k} drafted tokens: "
+            f"no whole speculative step fits in the samples (use M >= {k + 2}); what is not "
+            "drafted inside them is not tested"
+        )
+        if note not in self.result.notes:
+            self.result.notes.append(note)
 
     def _probe_chunk(self, rn: CaseRunner) -> None:
         """Time one chunk drawn as sampling draws it (many at once, with its laws read), on seeds

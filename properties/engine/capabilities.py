@@ -59,6 +59,12 @@ CAPABILITIES: dict[str, Capability] = {
         ),
         Capability("batch", ("batch",), "how many samples generate_many is best asked for at once (an int)"),
         Capability(
+            "draft_tokens",
+            ("draft_tokens",),
+            "draft_tokens: the most tokens one speculative step drafts (an int); the audit warns when "
+            "M leaves no room for a whole step",
+        ),
+        Capability(
             "target_laws", ("target_laws",), "target_laws(contexts) -> one law per context, read at once"
         ),
         Capability(
