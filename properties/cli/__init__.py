@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_e2e_parser(sub)
     tools.add_conform_parser(sub)
     tools.add_llamacpp_parser(sub)
+    tools.add_vllm_parser(sub)
+    tools.add_tiny_models_parser(sub)
     tools.add_backends_parser(sub)
     return parser
 

