@@ -331,6 +331,17 @@ class VLLMServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def wait_exit(self, timeout: float) -> bool:
+        """Whether the server's process exits within ``timeout`` seconds (after a crash, vLLM
+        shuts its API server down on its own)."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM to the server's process group (its engine core and worker with it), then
         SIGKILL after ``grace`` seconds."""
