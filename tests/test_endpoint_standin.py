@@ -15,6 +15,7 @@ import json
 import socket
 
 import httpx
+import numpy as np
 import pytest
 
 from specproof.properties.endpoint import families
@@ -432,3 +433,30 @@ def test_no_time_per_sample_is_claimed_when_none_was_drawn():
     assert r.verdict == Verdict.CONTRACT_VIOLATION
     assert r.per_sample_seconds is None and r.to_json()["per_sample_seconds"] is None
     assert r.per_sample_text() == "no law-test sample drawn, so no time per sample"
+
+
+def test_vllm_reads_the_laws_along_a_sample_in_one_request(correct):
+    """Under temperature and cut-offs alone the vLLM profile reads the laws after every prefix
+    of a sample from one request (the sample as a prompt, prompt_logprobs: -1, rebuilt by the
+    setting's law): the same laws as one request per prefix, from one request per longest
+    context; a setting with a penalty keeps the per-prefix recipe."""
+    from specproof.properties.endpoint.families import vllm as vllm_family
+
+    ep = endpoint(correct.url, "vllm")
+    try:
+        for s in (T1, Sampling(0.7, top_k=3)):
+            engine = ep.engine(s)
+            prompt = list(PROMPT)
+            samples = [(1, 5, 2, 7), (1, 5, 3), (4, 4, 4, 4), (1, 5, 2, 7)]
+            contexts = sorted({tuple(prompt) + x[:d] for x in samples for d in range(len(x) + 1)})
+            before = engine._laws.requests
+            along = engine.target_laws([list(c) for c in contexts], prompt_len=len(prompt))
+            assert engine._laws.requests - before == 3 and engine.along_requests == 3  # the longest ones
+            for c, law in zip(contexts, along):
+                alone = engine.target_law(list(c), len(prompt))  # one context: the per-prefix recipe
+                assert np.abs(np.asarray(law) - np.asarray(alone)).max() < 1e-12, c
+        penalty = Sampling(1.0, frequency_penalty=0.5)
+        assert not vllm_family.rebuilt_from_raw(penalty)
+        assert ep.profile.laws_along_request(list(PROMPT) + [1], penalty, 8, len(PROMPT)) is None
+    finally:
+        ep.close()

@@ -60,6 +60,7 @@ class EndpointEngine:
         self.eos_id = sampling.eos  # a request that names an end of sequence lets samples end on it
         self.batch = client.concurrency * 4
         self.last_counters: dict[str, int] = {}
+        self.along_requests = 0  # teacher-forced law requests (each the laws along one sample)
 
     # -- the engine contract -------------------------------------------------------------------
 
@@ -89,7 +90,12 @@ class EndpointEngine:
         self, contexts: Sequence[Sequence[int]], prompt_len: int | None = None
     ) -> list[list[float]]:
         """The laws after each context (its first ``prompt_len`` tokens the prompt), read
-        concurrently by the profile's recipe."""
+        concurrently by the profile's recipe; where the family reads the laws along a context in
+        one request (:meth:`Profile.laws_along_request`), one request per longest context."""
+        if prompt_len is not None and len(contexts) > 1:
+            along = self._laws_along(contexts, prompt_len)
+            if along is not None:
+                return along
         requests = [self.profile.law_request(c, self.sampling, self.vocab, prompt_len) for c in contexts]
         if not requests:
             return []
@@ -101,6 +107,35 @@ class EndpointEngine:
             out.append(self.profile.read_law_after(answer, self.sampling, self.vocab, ctx, prompt_len))
         return out
 
+    def _laws_along(self, contexts: Sequence[Sequence[int]], prompt_len: int) -> list[list[float]] | None:
+        """Teacher forcing: the contexts no other one extends, one request each; every context
+        read off the chain that holds it. None where the family or the setting has no such read."""
+        wanted = [tuple(c) for c in contexts]
+        if any(len(c) < prompt_len for c in wanted):
+            return None
+        chains: list[tuple[int, ...]] = []
+        covered: set[tuple[int, ...]] = set()
+        for c in sorted(set(wanted), key=len, reverse=True):
+            if c not in covered:
+                chains.append(c)
+                covered.update(c[:j] for j in range(prompt_len, len(c) + 1))
+        requests = []
+        for c in chains:
+            r = self.profile.laws_along_request(c, self.sampling, self.vocab, prompt_len)
+            if r is None:
+                return None
+            requests.append(r)
+        answers = self._laws.post_many(requests[0][0], [b for _, b in requests])
+        laws: dict[tuple[int, ...], list[float]] = {}
+        for chain, answer in zip(chains, answers):
+            if self.profile.counters and self.profile.law_drafted(answer):
+                raise AnswerError(f"the law request along {list(chain)} was answered with drafted tokens")
+            rows = self.profile.read_laws_along(answer, self.sampling, self.vocab, chain, prompt_len)
+            for j, row in zip(range(prompt_len, len(chain) + 1), rows):
+                laws.setdefault(chain[:j], row)
+        self.along_requests += len(chains)
+        return [laws[c] for c in wanted]
+
     def describe(self) -> dict[str, Any]:
         return {
             **self.profile.describe(),
@@ -110,6 +145,7 @@ class EndpointEngine:
             "concurrency": self.client.concurrency,
             "retries": self.client.retries,
             "requests": self.client.requests,
+            "teacher_forced_law_requests": self.along_requests,
             "retried": self.client.retried,
         }
 

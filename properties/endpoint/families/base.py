@@ -60,6 +60,13 @@ def law_from_pairs(pairs: Sequence[tuple[int, float]], vocab: int, where: str) -
     return [float(v) for v in law]
 
 
+def rebuilt_from_raw(s: Sampling) -> bool:
+    """Whether the setting's law is a function of the raw next-token law alone (temperature and
+    the cut-offs; no penalty, bias, ban or grammar), so a server's raw log-probabilities give it
+    exactly through :meth:`Sampling.law`."""
+    return not s.contextual and not s.logit_bias and s.eos is None
+
+
 #: every parameter of a setting: a profile says what its family takes before the body is built
 SAYS_ALL = frozenset(f.name for f in dataclasses.fields(Sampling))
 
@@ -160,6 +167,22 @@ class Profile(abc.ABC):
         ``prompt_len`` tokens the prompt): a family whose server reports its law before the
         penalties applies them here. By default the answer alone says it all."""
         return self.read_law(answer, s, vocab)
+
+    def laws_along_request(
+        self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The request whose one answer gives the law after every prefix of ``context`` from
+        ``prompt_len`` tokens on (the family's teacher forcing: the context sent as a prompt, the
+        raw law at each of its positions), or None where the family has none or the setting's law
+        cannot be rebuilt from the raw one (:func:`rebuilt_from_raw`)."""
+        return None
+
+    def read_laws_along(
+        self, answer: Any, s: Sampling, vocab: int, context: Sequence[int], prompt_len: int
+    ) -> list[list[float]]:
+        """The laws after ``context[:j]`` for ``j`` from ``prompt_len`` to ``len(context)``, read
+        from the answer to :meth:`laws_along_request`."""
+        raise NotImplementedError(f"profile {self.name} reads no laws along a context")
 
     def law_drafted(self, answer: Any) -> int:
         """Draft tokens the answer to a law request says were proposed (0 when it says none)."""

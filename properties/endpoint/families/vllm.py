@@ -9,11 +9,19 @@ output; the cut-offs are sent as their neutral values (top-k off is -1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from specproof.properties.endpoint.families import wire
-from specproof.properties.endpoint.families.base import AnswerError, Profile, knobs, law_from_pairs, prob
+from specproof.properties.endpoint.families.base import (
+    AnswerError,
+    Profile,
+    knobs,
+    law_from_pairs,
+    prob,
+    rebuilt_from_raw,
+)
 from specproof.properties.endpoint.families.openai import completions_head
 from specproof.reference.sampling import Sampling
 
@@ -27,7 +35,10 @@ if TYPE_CHECKING:
 RECIPE = (
     "POST /v1/completions, one new token, logprobs: -1 with token ids as keys: the processed log-"
     "probability of every id (the server must run with --logprobs-mode processed_logprobs "
-    "--max-logprobs -1); the first token is sampled before any draft exists"
+    "--max-logprobs -1); the first token is sampled before any draft exists. Under temperature and "
+    "cut-offs alone, the laws along a sample come from one request: the sample as the prompt with "
+    "prompt_logprobs: -1 (the raw law at each position, processed here by the setting's law) and the "
+    "processed law after it"
 )
 #: the request parameters beyond the cut-offs it takes
 OFFERS: tuple[str, ...] = (
@@ -68,6 +79,46 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
         body = {**self._base(), "prompt": list(context), "max_tokens": 1, "seed": 0, "logprobs": -1}
         body.update(self._sampling(s))
         return "/v1/completions", {**body, **self.extra}
+
+    def laws_along_request(
+        self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The context as a prompt with ``prompt_logprobs: -1`` (every id's raw log-probability
+        at each of its positions) and one new token with ``logprobs: -1`` (the processed law
+        after the whole context): one request for the laws after every prefix of a sample."""
+        if not rebuilt_from_raw(s) or s.greedy:
+            return None
+        path, body = self.law_request(context, s, vocab, prompt_len)
+        return path, {**body, "prompt_logprobs": -1}
+
+    def read_laws_along(
+        self, answer: Any, s: Sampling, vocab: int, context: Sequence[int], prompt_len: int
+    ) -> list[list[float]]:
+        try:
+            rows = answer["choices"][0]["prompt_logprobs"]
+            raw = [rows[j] for j in range(prompt_len, len(context))]
+            pairs = [[(int(k), float(v["logprob"])) for k, v in row.items()] for row in raw]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            raise AnswerError(
+                f"vLLM answer without prompt_logprobs keyed by token ids: {str(answer)[:200]}"
+            ) from e
+        out = []
+        for j, row in zip(range(prompt_len, len(context)), pairs):
+            logits = [-math.inf] * vocab
+            for i, lp in row:
+                if not 0 <= i < vocab:
+                    raise AnswerError(
+                        f"vLLM's prompt_logprobs name id {i}, outside the vocabulary [0, {vocab})"
+                    )
+                logits[i] = lp
+            if len(row) < vocab:
+                raise AnswerError(
+                    f"vLLM's prompt_logprobs after {list(context[:j])} give {len(row)} of {vocab} ids "
+                    "(the server must run with --max-logprobs -1)"
+                )
+            out.append([float(x) for x in s.law(logits, tuple(context[:j]), prompt_len)])
+        out.append(self.read_law(answer, s, vocab))  # after the whole context: the processed law
+        return out
 
     def read_generation(self, answer: Any, report: bool) -> Generation:
         from specproof.properties.engine.contract import Generation
@@ -125,6 +176,22 @@ def completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
     choice["token_ids"] = d.tokens
     if body.get("return_token_ids"):
         choice["prompt_token_ids"] = list(ask.prompt)
+    if body.get("prompt_logprobs") is not None:  # the raw law at each position of the prompt
+        rows: list[dict[str, Any] | None] = [None]
+        for j in range(1, len(ask.prompt)):
+            raw = si.model.law(ask.prompt[:j], Sampling(1.0))
+            ranked = sorted(range(len(raw)), key=lambda i: -float(raw[i]))
+            rows.append(
+                {
+                    str(i): {
+                        "logprob": wire.logprob(float(raw[i])),
+                        "rank": r + 1,
+                        "decoded_token": si.texts[i],
+                    }
+                    for r, i in enumerate(ranked)
+                }
+            )
+        choice["prompt_logprobs"] = rows
     if ask.report:
         tops = []
         for x, shown in zip(d.tokens, d.shown):
