@@ -643,7 +643,7 @@ def cmd_vllm(args: argparse.Namespace) -> int:
             print(r.summary())
         write_text(args.markdown, text)
         write_json_to(args.json, {"audits": [r.to_json() for r in results], "started": results.started})
-        return 0 if all(r.agrees for r in results) else 1
+        return 0 if results.agree() else 1
     if not args.method:
         raise UsageError(f"serve: name a method ({', '.join(vllm_cpu.METHODS)})")
     with vllm_cpu.VLLMServer(args.method, fixes=tuple(args.fix or ())) as server:
