@@ -278,6 +278,7 @@ class VLLMServer:
             HF_HUB_OFFLINE="1",
             TRANSFORMERS_OFFLINE="1",
             SPECPROOF_VLLM_FIX=",".join(self.fixes),
+            SPECPROOF_PARENT_PID=str(os.getpid()),  # the launcher ends the server when we are gone
         )
         env.pop("PYTHONPATH", None)  # the server's Python is its own environment's
         env.update(METHODS[self.method][1] if self.method in METHODS else {})

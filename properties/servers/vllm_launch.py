@@ -151,8 +151,26 @@ _patches = wanted(os.environ.get("SPECPROOF_VLLM_FIX", ""))
 if _patches:
     sys.meta_path.insert(0, PatchOnImport(_patches))
 
+def follow_parent(pid: int) -> None:
+    """End the server's process group when the process that started it is gone (a test run
+    killed before its teardown leaves no server behind)."""
+    import signal
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(1.0)
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="specproof-follow-parent").start()
+
+
 if __name__ == "__main__":
     from vllm.entrypoints.cli.main import main
+
+    if os.environ.get("SPECPROOF_PARENT_PID", "").isdigit():
+        follow_parent(int(os.environ["SPECPROOF_PARENT_PID"]))
 
     sys.argv[0] = "vllm"
     sys.exit(main())
