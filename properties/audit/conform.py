@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from specproof.properties.audit.stages import AuditConfig, audit
-from specproof.properties.conformance.backends import REGISTRY, Backend, thirdparty
+from specproof.properties.conformance.backends import REGISTRY, Backend, ensure_registered, thirdparty
 from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
 from specproof.properties.conformance.buffers import BuilderResult, builtin_builders, conform
 from specproof.properties.verdicts import Verdict
@@ -279,6 +279,7 @@ def run(
             continue
         module = importlib.import_module(f"{thirdparty.__name__}.{adapter.module}")
         for spec in module.backends():
+            ensure_registered()
             backend = REGISTRY[(str(spec["kind"]), str(spec["name"]))]
             if wanted is not None and backend.name not in wanted:
                 continue

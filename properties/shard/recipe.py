@@ -249,9 +249,10 @@ def backend_recipe(backend: Any) -> BackendRecipe:
     """The recipe for a verifier backend; raises :class:`NotShippable` with the reason."""
     from dataclasses import fields as dc_fields
 
-    from specproof.properties.conformance.backends import REGISTRY
+    from specproof.properties.conformance.backends import REGISTRY, ensure_registered
 
     kept = {f.name: getattr(backend, f.name) for f in dc_fields(backend) if f.name != "fn"}
+    ensure_registered()
     own = REGISTRY.get((backend.kind, backend.name))
     if own is not None and own.fn is backend.fn:
         return BackendRecipe("registered", backend.name, kept)

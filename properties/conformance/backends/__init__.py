@@ -16,7 +16,7 @@ import functools
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -64,7 +64,50 @@ class Backend:
         }
 
 
-REGISTRY: dict[tuple[str, str], Backend] = {}
+class _Registry(dict[tuple[str, str], Backend]):
+    """The backends by (kind, name). Reading it first registers the mutants and the installed
+    third-party adapters (:func:`ensure_registered`): importing this module probes no package."""
+
+    def _fill(self) -> None:
+        if not _FILLING:
+            _FILLING.append(True)
+            ensure_registered()
+
+    def __getitem__(self, key: tuple[str, str]) -> Backend:
+        self._fill()
+        return super().__getitem__(key)
+
+    def get(self, key: tuple[str, str], default: Any = None) -> Any:
+        self._fill()
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._fill()
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._fill()
+        return super().__len__()
+
+    def values(self) -> Any:
+        self._fill()
+        return super().values()
+
+    def items(self) -> Any:
+        self._fill()
+        return super().items()
+
+    def keys(self) -> Any:
+        self._fill()
+        return super().keys()
+
+
+_FILLING: list[bool] = []  # set once the lazy part of the registry has been asked for
+REGISTRY: dict[tuple[str, str], Backend] = _Registry()
 
 
 def register(backend: Backend) -> Backend:
@@ -190,7 +233,7 @@ def _register_optimized() -> None:
         ("tree", "typical", "typical", "typical_verifier", "typical acceptance (not lossless)"),
     ]
     for kind, rule, module, attr, what in kernels:
-        ref = REGISTRY[(kind, f"reference.{rule}")]
+        ref = dict.__getitem__(REGISTRY, (kind, f"reference.{rule}"))  # no lazy fill while importing
         register(
             Backend(
                 f"optimized.{rule}",
@@ -207,18 +250,32 @@ def _register_optimized() -> None:
         )
 
 
+_THIRDPARTY_DONE: list[bool] = []
+
+
 def _register_thirdparty() -> None:
-    """Adapters of installed third-party packages (:mod:`.thirdparty`), group "thirdparty"."""
+    """Adapters of installed third-party packages (:mod:`.thirdparty`), group "thirdparty": on
+    first use (:func:`ensure_registered`), since finding them imports the packages."""
+    if _THIRDPARTY_DONE:
+        return
+    _THIRDPARTY_DONE.append(True)
     from specproof.properties.conformance.backends.thirdparty import backend_specs
 
     for _adapter, spec in backend_specs():
         register(Backend(group="thirdparty", **spec))  # type: ignore[arg-type]
 
 
+def ensure_registered() -> None:
+    """Every backend in :data:`REGISTRY`: the mutants and the installed third-party adapters,
+    which importing this module leaves out (importing probes no installed package)."""
+    from specproof.properties.conformance import mutants  # noqa: F401  (registers mutant.*)
+
+    _register_thirdparty()
+
+
 _register_reference()
 _register_alternatives()
 _register_optimized()
-_register_thirdparty()
 
 
 class TargetError(SpecproofError, ValueError):
@@ -256,7 +313,7 @@ def target_name(fn: Any) -> str | None:
 
 
 def _ensure_mutants() -> None:
-    from specproof.properties.conformance import mutants  # noqa: F401  (registers mutant.*)
+    ensure_registered()
 
 
 def resolve(target: str, kind: str, processes: tuple[str, ...] | None = None) -> Backend:
