@@ -53,6 +53,18 @@ def audit(url: str, twin_url: str, samples: int, samplings=(T1, T07), tokens: in
         ep.close()
 
 
+def seeded_tokens(url: str, seeds: list[int]) -> list[list[int]]:
+    """One request per seed, one at a time: the tokens of each (T = 1, M = 6, ignoring EOS)."""
+    out = []
+    for s in seeds:
+        body = {"model": "tiny", "prompt": list(PROMPT), "max_tokens": 6, "temperature": 1.0, "seed": s}
+        answer = vllm_cpu.post(
+            f"{url}/v1/completions", {**body, "return_token_ids": True, "ignore_eos": True}
+        )
+        out.append(answer["choices"][0]["token_ids"])
+    return out
+
+
 def test_the_served_law_is_the_numpy_law(twin):
     """The plain server's processed law after the prompt (every id's log-probability) equals the
     exact float64 law of the tiny target within float32 rounding, at T = 1 and 0.7."""
@@ -123,19 +135,22 @@ def test_block_verification_is_silently_standard_verification_on_the_v1_runner(t
     standard rule. The law holds; the option does nothing."""
     seeds = list(range(24))
 
-    def tokens(url: str) -> list[list[int]]:
-        out = []
-        for s in seeds:
-            body = {"model": "tiny", "prompt": list(PROMPT), "max_tokens": 6, "temperature": 1.0, "seed": s}
-            answer = vllm_cpu.post(
-                f"{url}/v1/completions", {**body, "return_token_ids": True, "ignore_eos": True}
-            )
-            out.append(answer["choices"][0]["token_ids"])
-        return out
-
     with vllm_cpu.VLLMServer("draft_model", fixes=FIXED) as standard:
-        a = tokens(standard.url)
+        a = seeded_tokens(standard.url, seeds)
     with vllm_cpu.VLLMServer("draft_model[block]", fixes=FIXED) as block:
-        b = tokens(block.url)
+        b = seeded_tokens(block.url, seeds)
     assert a == b
     assert len({tuple(x) for x in a}) > 1  # sampled, not one sequence
+
+
+def test_probabilistic_drafts_do_not_follow_the_request_seed(twin):
+    """With ``draft_sample_method: probabilistic`` (and the fixes), the drafts are drawn from a
+    generator the request's seed does not set: the same 24 seeds, asked twice with other
+    requests in between, do not all give the same tokens, where the standard greedy drafts do
+    (every sample a function of its seed). The law itself is not what this shows."""
+    seeds = list(range(24))
+
+    with vllm_cpu.VLLMServer("draft_model[probabilistic]", fixes=FIXED) as server:
+        first, second = seeded_tokens(server.url, seeds), seeded_tokens(server.url, seeds)
+    assert first != second
+    assert [a[0] for a in first] == [b[0] for b in second]  # the first token, before any draft, does

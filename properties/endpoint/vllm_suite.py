@@ -50,7 +50,7 @@ class VLLMConfig:
 
     def agrees(self, result: EngineAuditResult) -> bool:
         v = result.verdict.value
-        if v in self.also and v == "contract_violation":
+        if v == "contract_violation" and v in (self.expect, *self.also):
             return (result.violation or {}).get("kind") == "nondeterministic"
         return v == self.expect
 
@@ -76,8 +76,9 @@ CONFIGS: tuple[VLLMConfig, ...] = (
         "draft_model[probabilistic]",
         FIXED,
         (T1, T07),
-        "pass",
-        "drafts sampled from the draft's law, with the fixes",
+        "contract_violation",
+        "drafts sampled from the draft's law, with the fixes: the drafts do not follow the request's "
+        "seed (the same seed gives other tokens once another request ran in between)",
     ),
     VLLMConfig(
         "draft_model[block]+fix",
