@@ -29,7 +29,8 @@ The arguments are those of the ``vllm`` command. Why a launcher:
 Where the fixes take effect: the model and its sampler run in a worker process that vLLM's CPU
 build always starts with multiprocessing's ``spawn``, and a spawned child runs its parent's main
 script again (as ``__mp_main__``) before it unpickles its work. So the hook is installed at this
-file's top level, outside the ``__main__`` guard: every process of the server installs it. The
+file's top level, when it runs as ``__main__`` or ``__mp_main__``: every process of the server
+installs it (and importing the file as a module installs nothing). The
 hook is a ``sys.meta_path`` finder that patches each module the moment it has executed, before
 anything can hold the old function (the worker registers its kernel overrides at start-up, from
 ``cpu_triton_utils``). Each patched process writes ``[specproof] fix <name> installed (pid N)``
@@ -144,12 +145,15 @@ def alias_version() -> None:
     importlib.metadata.version = version
 
 
-# At the top level on purpose: spawned children run it again (module docstring).
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-alias_version()
-_patches = wanted(os.environ.get("SPECPROOF_VLLM_FIX", ""))
-if _patches:
-    sys.meta_path.insert(0, PatchOnImport(_patches))
+# At the top level on purpose: spawned children run this file again as ``__mp_main__``
+# (module docstring). Imported as a module (a test walking the package), it changes nothing.
+if __name__ in ("__main__", "__mp_main__"):
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    alias_version()
+    _patches = wanted(os.environ.get("SPECPROOF_VLLM_FIX", ""))
+    if _patches:
+        sys.meta_path.insert(0, PatchOnImport(_patches))
+
 
 def follow_parent(pid: int) -> None:
     """End the server's process group when the process that started it is gone (a test run
@@ -165,6 +169,32 @@ def follow_parent(pid: int) -> None:
 
     threading.Thread(target=watch, daemon=True, name="specproof-follow-parent").start()
 
+
+def probe_expand() -> dict[str, list[float]]:
+    """The stock ``_expand_kernel_impl`` and :func:`fixed_expand_kernel_impl` on a 6-slot output
+    filled with -7, two rows (2 and 4 tokens) of values 0.7 and 3.0, in each dtype the sampler
+    expands: stock leaves a float32 or int32 output untouched (it fills a copy), the fix writes
+    it. Deterministic, unlike what a server reads from the untouched buffer."""
+    import torch
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.utils import cpu_triton_utils
+
+    CpuPlatform.import_kernels()  # the build of torch.ops._C this CPU runs
+    out: dict[str, list[float]] = {}
+    for name, fn in (("stock", cpu_triton_utils._expand_kernel_impl), ("fixed", fixed_expand_kernel_impl)):
+        for dtype in ("float32", "int32", "int64"):
+            dt = getattr(torch, dtype)
+            output = torch.full((6,), -7, dtype=dt)
+            fn(output, torch.tensor([0.7, 3.0]).to(dt), torch.tensor([2, 6], dtype=torch.int32), 0, 1)
+            out[f"{name}.{dtype}"] = [float(x) for x in output.tolist()]
+    return out
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["probe-expand"]:
+    import json
+
+    print(json.dumps(probe_expand()))
+    sys.exit(0)
 
 if __name__ == "__main__":
     from vllm.entrypoints.cli.main import main
