@@ -276,12 +276,12 @@ class EngineAudit:
         of its own: one call at a time overstates the time of an engine that serves many at
         once (a server at concurrency 8 announced 2,816 s for a run of 609 s). Only the plan's
         estimate reads it; no sample of the probe is tested."""
-        chunk = self.drawer.chunk(rn)
+        chunk = Drawer().chunk(rn)  # here, by the case's own engine: workers draw only the law test's
         if chunk <= 1:
             return
         seeds = [sample_seed(self.config.seed, rn.case.index, 4 * 10**6 + j) for j in range(chunk)]
         t0 = self.clock()
-        gens = self.drawer.draw(rn, seeds)
+        gens = rn.draw(seeds)
         rn.prefetch([g.tokens for g in gens])
         self.per_sample = (self.clock() - t0) / len(seeds)
         self.probe_chunk = len(seeds)
