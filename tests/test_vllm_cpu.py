@@ -30,7 +30,15 @@ from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
 
 OK, WHY = vllm_cpu.installed()
-pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+#: the tier runs apart, one process (its servers take the cores): under xdist's workers (the
+#: default run, README's command) it is skipped; `python -m pytest tests/test_vllm_cpu.py -p no:xdist`
+APART = "PYTEST_XDIST_WORKER" in os.environ
+pytestmark = [
+    pytest.mark.skipif(not OK, reason=WHY),
+    pytest.mark.skipif(
+        APART, reason="the vLLM tier runs apart: python -m pytest tests/test_vllm_cpu.py -p no:xdist"
+    ),
+]
 
 #: a prompt that repeats itself, so that n-gram lookup finds matches and drafts
 PROMPT = (1, 2, 3, 1, 2, 3, 1, 2)
