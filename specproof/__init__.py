@@ -314,6 +314,7 @@ def audit_endpoint(
     concurrency: int | None = None,
     timeout: float | None = None,
     retries: int | None = None,
+    loads: Sequence[int] | None = None,
     name: str | None = None,
     expect: str | None = None,
     progress: _Progress = "auto",
@@ -328,7 +329,8 @@ def audit_endpoint(
     same model served with speculation off, where the law is read and the control runs (else the
     law is read from the server itself, one token at a time). The cases as for
     :func:`audit_engine` (T = 1 and 0.7 by default); ``vocab``, ``concurrency``, ``timeout``,
-    ``retries`` as :class:`EndpointOptions` says; ``options`` are :class:`EngineAuditConfig`
+    ``retries`` as :class:`EndpointOptions` says; ``loads``: requests in flight to audit every case
+    at (docs/endpoint-audit.md, "Under load"); ``options`` are :class:`EngineAuditConfig`
     fields. The result is the engine audit's, with the server's counters (``speculation``), its
     reported probabilities checked (``reports``) and the control (``control``);
     docs/endpoint-audit.md says how to launch each family. ``workers``/``ray``: each Ray actor
@@ -353,6 +355,7 @@ def audit_endpoint(
             "concurrency": concurrency,
             "timeout": timeout,
             "retries": retries,
+            "loads": None if loads is None else tuple(loads),
         },
     )
     request = _engine_request(

@@ -188,14 +188,18 @@ class Client:
         """One ``POST``, its JSON answer decoded."""
         return self._run(self._send("POST", self.urls[replica % len(self.urls)] + path, body))
 
-    def post_many(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[Any]:
-        """Every body POSTed (at most ``concurrency`` at once, request ``i`` to replica ``i mod
-        replicas``); the answers in order. A request that fails after its retries raises
-        :class:`EngineUnavailable` with the answers before it."""
-        return list(self._run(self._post_many(path, list(bodies))))
+    def post_many(
+        self, path: str, bodies: Sequence[dict[str, Any]], concurrency: int | None = None
+    ) -> list[Any]:
+        """Every body POSTed (at most ``concurrency`` at once, the client's own by default, request
+        ``i`` to replica ``i mod replicas``); the answers in order. A request that fails after its
+        retries raises :class:`EngineUnavailable` with the answers before it."""
+        if concurrency is not None and not 1 <= concurrency <= self.concurrency:
+            raise UsageError(f"concurrency: {concurrency} is not in [1, {self.concurrency}] (the client's)")
+        return list(self._run(self._post_many(path, list(bodies), concurrency or self.concurrency)))
 
-    async def _post_many(self, path: str, bodies: list[dict[str, Any]]) -> list[Any]:
-        gate = asyncio.Semaphore(self.concurrency)
+    async def _post_many(self, path: str, bodies: list[dict[str, Any]], concurrency: int) -> list[Any]:
+        gate = asyncio.Semaphore(concurrency)
         out: list[Any] = [None] * len(bodies)
         failed: dict[int, BaseException] = {}
 

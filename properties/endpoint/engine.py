@@ -22,6 +22,7 @@ from specproof.properties.endpoint.client import Client, RequestRefused
 from specproof.properties.endpoint.families import make_profile
 from specproof.properties.endpoint.families.base import AnswerError, Profile
 from specproof.properties.endpoint.options import EndpointOptions
+from specproof.properties.endpoint.traffic import Record, twin_laws
 from specproof.properties.engine.contract import (
     DEFAULT_PROMPTS,
     DEFAULT_TOKENS,
@@ -61,6 +62,7 @@ class EndpointEngine:
         self.batch = client.concurrency * 4
         self.last_counters: dict[str, int] = {}
         self.along_requests = 0  # teacher-forced law requests (each the laws along one sample)
+        self.endpoint: Endpoint | None = None  # the servers it belongs to (set by Endpoint.engine)
 
     # -- the engine contract -------------------------------------------------------------------
 
@@ -136,6 +138,12 @@ class EndpointEngine:
         self.along_requests += len(chains)
         return [laws[c] for c in wanted]
 
+    def at_load(self, level: int) -> LoadedEngine:
+        """This setting with ``level`` requests in flight at each call (the load axis)."""
+        if self.endpoint is None:
+            raise UsageError("loads: this engine was made without its Endpoint (Endpoint.engine makes it)")
+        return LoadedEngine(self, level, self.endpoint)
+
     def describe(self) -> dict[str, Any]:
         return {
             **self.profile.describe(),
@@ -154,6 +162,102 @@ class EndpointEngine:
         if report and g.reported is not None and len(g.reported) > len(g.tokens):
             g = Generation(g.tokens, g.drafted, g.accepted, g.forwards, g.reported[: len(g.tokens)])
         return g
+
+
+class LoadedEngine(EndpointEngine):
+    """One setting at a load level (:mod:`specproof.properties.engine.load`): at level 1 every
+    request is sent alone; above, each call's requests are sent interleaved with background
+    requests, ``max(level - n, n)`` of them for ``n`` of the audit's, ``level`` in flight at once.
+    A background request has a prompt of 1 to ``2 x len(prompt) + 2`` random ids, asks for 1 to
+    ``M + 2`` tokens under one of the audit's settings (or temperature 0.5), and is seeded or
+    unseeded by turns; all of it is drawn from a generator seeded by the level, the call's number
+    and the call's first seed, so a run is reproducible up to the server's own scheduling."""
+
+    def __init__(self, base: EndpointEngine, level: int, endpoint: Endpoint) -> None:
+        super().__init__(base.client, base.profile, base.sampling, base.vocab, base.twin, base._laws)
+        self.level, self.endpoint = level, endpoint
+        self.batch = base.batch if level > 1 else max(1, base.batch // base.client.concurrency)
+        settings = list(endpoint.settings or (base.sampling,))
+        if all(s.temperature != 0.5 for s in settings):
+            settings.append(Sampling(0.5, eos=base.sampling.eos))
+        self.settings = tuple(settings)
+        self.records: list[Record] = []
+        self.calls = 0
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        g = self.generate_many(prompt_ids, max_new_tokens, [seed])[0]
+        self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
+        return list(g.tokens)
+
+    def generate_many(
+        self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
+    ) -> list[Generation]:
+        ours = [self.profile.generation(prompt_ids, max_new_tokens, s, self.sampling, report) for s in seeds]
+        if not ours:
+            return []
+        path = ours[0][0]
+        self.calls += 1
+        theirs: list[tuple[int, tuple[Seq, int, Sampling]]] = []
+        if self.level == 1:
+            bodies, mine = [b for _, b in ours], list(range(len(ours)))
+        else:
+            bodies, mine, theirs = self._mixed([b for _, b in ours], prompt_ids, max_new_tokens, seeds[0])
+        try:
+            answers = self.client.post_many(path, bodies, concurrency=self.level)
+        except EngineUnavailable as e:
+            done = [e.done[i] for i in mine if i < len(e.done)]
+            raise EngineUnavailable(e.detail, [self._read(a, report) for a in done]) from e
+        for i, (prompt, tokens, s) in theirs:
+            self._background(answers[i], prompt, tokens, s)
+        return [self._read(answers[i], report) for i in mine]
+
+    def _mixed(
+        self, ours: list[dict[str, Any]], prompt: Sequence[int], tokens: int, seed: int
+    ) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, tuple[Seq, int, Sampling]]]]:
+        """The audit's bodies interleaved with background ones; where each of ours lies, and
+        what each background request asked."""
+        rng = np.random.default_rng([self.level, self.calls, int(seed) % 2**63])
+        n = len(ours)
+        extra = max(self.level - n, n)
+        asks = []
+        for j in range(extra):
+            length = int(rng.integers(1, 2 * len(prompt) + 3))
+            p = tuple(int(x) for x in rng.integers(0, self.vocab, size=length))
+            m = int(rng.integers(1, tokens + 3))
+            s = self.settings[int(rng.integers(len(self.settings)))]
+            _, body = self.profile.generation(list(p), m, int(rng.integers(2**31)), s, False)
+            asks.append((self.profile.unseeded(body) if j % 2 else body, (p, m, s)))
+        bodies: list[dict[str, Any]] = []
+        mine: list[int] = []
+        theirs: list[tuple[int, tuple[Seq, int, Sampling]]] = []
+        total = n + extra
+        for k in range(total):  # spread ours evenly among theirs
+            if len(mine) < n and (len(mine) * total <= k * n):
+                mine.append(len(bodies))
+                bodies.append(ours[len(mine) - 1])
+            else:
+                body, asked = asks[len(theirs)]
+                theirs.append((len(bodies), asked))
+                bodies.append(body)
+        return bodies, mine, theirs
+
+    def _background(self, answer: Any, prompt: Seq, tokens: int, s: Sampling) -> None:
+        got = self.profile.read_generation(answer, False).tokens
+        if len(got) > tokens or any(not 0 <= x < self.vocab for x in got):
+            raise AnswerError(
+                f"a background request after {list(prompt)} asking {tokens} tokens was answered "
+                f"{list(got)} (more tokens than asked, or ids outside [0, {self.vocab}))"
+            )
+        self.records.append(Record(len(self.records) + 1, prompt, tuple(got), s))
+
+    def background(self) -> tuple[list[Record], Any]:
+        """The background requests answered so far, and the laws along their paths (read as the
+        audit's own: from the twin where there is one)."""
+        assert self.endpoint is not None
+        return list(self.records), twin_laws(self.endpoint)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "load": self.level, "background_requests": len(self.records)}
 
 
 def _tv(p: Sequence[float], q: Sequence[float]) -> float:
@@ -193,7 +297,8 @@ class Endpoint:
         self.profile = profile or make_profile(options.profile, token_map)
         ways = dict(transports or {})
         o = options
-        self.client = Client(o.urls, o.concurrency, o.timeout, o.retries, transport=ways.get(o.urls[0]))
+        width = max((o.concurrency, *o.loads))  # room for the most requests a load level puts in flight
+        self.client = Client(o.urls, width, o.timeout, o.retries, transport=ways.get(o.urls[0]))
         self.twin_client = (
             None
             if o.twin is None
@@ -202,6 +307,8 @@ class Endpoint:
         self.identity: dict[str, Any] = {}
         self.vocab = 0
         self.opened = False
+        #: the audit's settings (set by endpoint_spec): the load axis's background requests use them
+        self.settings: tuple[Sampling, ...] = ()
 
     def open(self) -> Endpoint:
         """Check the servers (class docstring); a refused endpoint leaves no socket open."""
@@ -258,7 +365,9 @@ class Endpoint:
         twin = None
         if self.twin_client is not None:
             twin = EndpointEngine(self.twin_client, self.profile, sampling, self.vocab)
-        return EndpointEngine(self.client, self.profile, sampling, self.vocab, twin, self.twin_client)
+        made = EndpointEngine(self.client, self.profile, sampling, self.vocab, twin, self.twin_client)
+        made.endpoint = self
+        return made
 
     def check(self, prompt: Seq, samplings: Sequence[Sampling]) -> None:
         """Before sampling: every setting is accepted; the twin serves the model the endpoint
@@ -309,6 +418,7 @@ def endpoint_spec(
     if bad:
         raise UsageError(f"--prompt: id {bad[0]} outside the served vocabulary [0, {endpoint.vocab})")
     endpoint.check(prompts[0], samplings)
+    endpoint.settings = samplings
     label = name or "endpoint " + ",".join(endpoint.client.urls)
     return EngineSpec(
         label,
@@ -320,4 +430,5 @@ def endpoint_spec(
         samplings,
         expect=expect,
         tokens=tokens,
+        loads=endpoint.options.loads,
     )

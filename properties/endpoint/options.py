@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from specproof.properties.endpoint.families import PROFILES
+from specproof.properties.engine.load import check_loads
 from specproof.properties.options import Flag
 from specproof.reference.errors import UsageError
 
@@ -25,6 +26,8 @@ class EndpointOptions:
     concurrency: int = 8
     timeout: float = 60.0  # seconds per request
     retries: int = 3  # retries of a request that failed in transit
+    #: requests in flight to audit every case at (the load axis: specproof.properties.engine.load)
+    loads: tuple[int, ...] = ()
 
     FLAGS: ClassVar[dict[str, Flag]] = {
         "urls": Flag(
@@ -55,6 +58,17 @@ class EndpointOptions:
         "concurrency": Flag("--concurrency", "requests in flight at once", parse=int, example=2),
         "timeout": Flag("--timeout", "seconds per request", parse=float, example=5.0),
         "retries": Flag("--retries", "retries of a request that failed in transit", parse=int, example=1),
+        "loads": Flag(
+            "--load",
+            "audit every case with N requests in flight (repeatable, e.g. --load 1 --load 8): at 1 each "
+            "request alone, above beside background requests of other prompts, lengths and settings, "
+            "seeded and unseeded, whose tokens are tested too; seed use is checked at each level",
+            metavar="N",
+            parse=int,
+            repeat=True,
+            example=(1, 4),
+            example_text=["1", "4"],
+        ),
     }
 
     def __post_init__(self) -> None:
@@ -68,5 +82,6 @@ class EndpointOptions:
             raise UsageError(f"timeout: must be positive, got {self.timeout!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise UsageError(f"retries: must be an integer >= 0, got {self.retries!r}")
+        object.__setattr__(self, "loads", check_loads(tuple(self.loads)))
         if self.vocab is not None and (not isinstance(self.vocab, int) or self.vocab < 1):
             raise UsageError(f"vocab: must be an integer >= 1, got {self.vocab!r}")

@@ -76,7 +76,20 @@ dies                 underpowered          after ``dies_after`` requests it stop
 crashes              underpowered          request ``dies_after + 1`` gets HTTP 500, then the
                                            server is gone (connections refused): the fault
                                            names the HTTP 500, not only the refusals after it
+batch_rows           lossy                 with more than 2 requests in flight, verification
+                                           is given another request's draft rows (those of
+                                           the request served before it, 1Cat-vLLM#656);
+                                           alone it is exact, so
+                                           ``--load 1 --load 8`` reads "lossy only with 8 in
+                                           flight"
+seed_in_flight       pass; contract        the seed is ignored while another request is in
+                     violation under load  flight (a random one is drawn): the law holds, one
+                                           request at a time reproduces, so only the load
+                                           axis's seed check sees it
 ===================  ====================  ==================================================
+
+Requests in flight are those the stand-in has received and not yet answered (they wait for the
+one worker thread), so a client with N requests open at once puts N in flight.
 """
 
 from __future__ import annotations
@@ -164,6 +177,19 @@ BUGS: dict[str, Planted] = planted(
         "is refused (vLLM's CPU build and top_k under speculation); the audit names the HTTP 500",
     ),
     Planted(
+        "batch_rows",
+        Verdict.LOSSY,
+        "with more than 2 requests in flight the verifier is given another request's draft rows (those "
+        "of the request served before it; 1Cat-vLLM#656, vllm PR#14645): exact alone, lossy only under "
+        "load",
+    ),
+    Planted(
+        "seed_in_flight",
+        Verdict.PASS,
+        "the seed is ignored while another request is in flight: the law holds and one request at a "
+        "time reproduces, so only the load axis's seed check flags it (contract_violation with --load)",
+    ),
+    Planted(
         "nan_reports",
         Verdict.LOSSY,
         "greedy_verify's lossy verification, and every request asking for probabilities of more "
@@ -243,11 +269,13 @@ class ServedModel:
         rng: np.random.Generator,
         law: Callable[[Seq], Sequence[float]],
         rule: str,
+        rows_from: Seq | None = None,
     ) -> tuple[list[int], int, int]:
         """The reference loop's steps on the target laws ``law`` (no KV cache): the same process,
         rule and draws from ``rng`` as :func:`specproof.reference.decode.decode` (with
         :meth:`tempered` laws, the same tokens). Returns the first ``n`` tokens and the drafted
-        and accepted counts."""
+        and accepted counts. ``rows_from`` (the ``batch_rows`` bug): the verifier is told the
+        draft laws after that context (another request's), not after the step's own."""
         proc, verify = self.proposer.process, RULES[rule]
         shape = DraftTree(self.proposer.shape, "shape")
         tokens, drafted, accepted = list(context), 0, 0
@@ -256,7 +284,9 @@ class ServedModel:
             draft = self.drafter(ctx)
             proposal = proc.propose(Sampler(rng), shape, ctx, draft)
             laws = [law(c) for c in node_contexts(ctx, proposal)]
-            step = make_step(proposal.parents, proposal.tokens, proc.draft_probs(ctx, proposal, draft), laws)
+            told = ctx if rows_from is None else tuple(rows_from)
+            q = proc.draft_probs(told, proposal, draft if rows_from is None else self.drafter(told))
+            step = make_step(proposal.parents, proposal.tokens, q, laws)
             emitted = verify(Sampler(rng), step).emitted(step)
             tokens.extend(emitted)
             drafted += len(proposal.tokens) - 1
@@ -316,6 +346,10 @@ class StandIn:
         self.requests = 0  # requests received
         self.failed = 0  # requests failed on purpose (flaky, dies)
         self.answered: list[tuple[str, int, int, bool]] = []
+        self._flight: dict[int, Ask] = {}  # requests received and not yet answered, by arrival
+        self._arrivals = 0
+        self.most_in_flight = 0  # the most requests it has had in flight at once
+        self._last_rows: Seq = ()  # the context of the last speculative request served
         self._lock = threading.Lock()
         self._dead = False
         self._stopping = threading.Event()
@@ -402,7 +436,21 @@ class StandIn:
     def run(self, ask: Ask) -> Drawn:
         """``ask`` drawn on the worker thread (one torch thread), waited for."""
         assert self._worker is not None
-        return self._worker.submit(self._generate, ask).result()
+        with self._lock:
+            self._arrivals += 1
+            key = self._arrivals
+            self._flight[key] = ask
+            self.most_in_flight = max(self.most_in_flight, len(self._flight))
+        try:
+            return self._worker.submit(self._generate, ask).result()
+        finally:
+            with self._lock:
+                del self._flight[key]
+
+    def _others(self, ask: Ask) -> list[Ask]:
+        """The other requests in flight, in arrival order."""
+        with self._lock:
+            return [a for a in self._flight.values() if a is not ask]
 
     def _generate(self, ask: Ask) -> Drawn:
         m, bug = self.model, self.bug
@@ -410,6 +458,8 @@ class StandIn:
         if not ask.prompt or bad:
             raise RequestError(f"prompt: ids must lie in [0, {m.vocab}), got {list(ask.prompt)}")
         seed = FIXED_SEED if bug == "ignores_seed" else ask.seed  # bug: ignores_seed
+        if bug == "seed_in_flight" and self._others(ask):
+            seed = int.from_bytes(os.urandom(4), "little")  # bug: seed_in_flight
         if bug == "nan_reports" and ask.report and ask.tokens > 1:  # drafted positions: garbage
             raise RequestError("Out of range float values are not JSON compliant")  # bug: nan_reports
         try:
@@ -433,7 +483,12 @@ class StandIn:
             if bug in ("greedy_verify", "nan_reports"):
                 rule = "greedy"  # bug: greedy_verify, nan_reports
             context = ask.prompt + (out[0],)
-            if self.loop_kind == "kv" and not s.truncated:
+            others = self._others(ask) if bug == "batch_rows" else []
+            if len(others) >= 2 and self._last_rows:  # more than 2 in flight: another request's rows
+                target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
+                rows = self._last_rows  # bug: batch_rows
+                more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule, rows)
+            elif self.loop_kind == "kv" and not s.truncated:
                 loop = m.loop(s.temperature, rule)
                 more = loop.run(context, rest, rng)
                 drawn.drafted, drawn.accepted = loop.last_counters["drafted"], loop.last_counters["accepted"]
@@ -441,6 +496,7 @@ class StandIn:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule)
             out.extend(more)
+            self._last_rows = context + tuple(more)  # where this request's draft rows were last read
         else:
             while len(out) < ask.tokens:
                 out.append(_draw(law(ask.prompt + tuple(out)), rng))

@@ -49,6 +49,7 @@ import torch
 
 from specproof.properties.audit import stats
 from specproof.properties.audit.sequences import check_sequences
+from specproof.properties.engine.capabilities import capabilities_of
 from specproof.properties.engine.checks import (
     Control,
     Reports,
@@ -65,6 +66,14 @@ from specproof.properties.engine.contract import (
     Generation,
     Sampling,
     Seq,
+)
+from specproof.properties.engine.load import (
+    BACKGROUND_ALPHA_SHARE,
+    LoadResult,
+    LoadSeeds,
+    background_test,
+    check_loads,
+    only_at,
 )
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
 from specproof.properties.engine.runner import (
@@ -150,18 +159,25 @@ class EngineAudit:
         self.announce = announce
         self.clock = clock
         self.budget = Budget(config.budget_seconds, clock)
+        self.loads = check_loads(spec.loads)
+        levels: tuple[int | None, ...] = self.loads or (None,)
         self.cases = [
-            EngineCase(i, tuple(prompt), s, spec.tokens)
-            for i, (s, prompt) in enumerate((s, p) for s in spec.samplings for p in spec.prompts)
+            EngineCase(i, tuple(prompt), s, spec.tokens, level)
+            for i, (s, prompt, level) in enumerate(
+                (s, p, level) for s in spec.samplings for p in spec.prompts for level in levels
+            )
         ]
         if not self.cases:
             raise UsageError("an engine audit needs at least one prompt and one sampling setting")
         for s in spec.samplings:
             s.check_vocab(spec.vocab)  # ids a request names (logit bias, bad words, eos) exist
         both = self.cells_on and self.tokens_on
-        #: each law test's share of the family-wise alpha
-        self.alpha_cells = config.alpha / 2 if both else config.alpha
-        self.alpha_tokens = config.alpha / 2 if both else config.alpha
+        #: the cases' law tests' share of the family-wise alpha (the background requests' token
+        #: test has the rest, where a load axis is asked)
+        main = config.alpha * (1 - BACKGROUND_ALPHA_SHARE) if self.loads else config.alpha
+        #: each law test's share of it
+        self.alpha_cells = main / 2 if both else main
+        self.alpha_tokens = main / 2 if both else main
         self.alpha_look = self.alpha_cells / (len(self.cases) * config.looks)
         self.tokens: TokenStage | None = None
         self.planned_tokens = 0
@@ -174,7 +190,10 @@ class EngineAudit:
             vocab=spec.vocab,
             expected=spec.expect,
         )
+        if self.loads:
+            self.result.load = LoadResult(self.loads)
         self.runners: list[CaseRunner] = []
+        self._loaded: dict[tuple[Sampling, int], Engine] = {}  # engines at a load level
         self.per_sample = 0.0  # seconds, estimated by the contract stage (only for the plan's estimate)
         self.stage = "contract"  # the stage running (named in a violation)
         self.probe_chunk = 1  # samples drawn at once when the time per sample was probed
@@ -228,7 +247,9 @@ class EngineAudit:
                     raise EngineViolation(
                         "exception", f"building the engine raised {type(e).__name__}: {e}", case
                     ) from e
-            self.runners.append(CaseRunner(engines[case.sampling], case, self.spec.vocab))
+            self.runners.append(
+                CaseRunner(self._at_load(engines[case.sampling], case), case, self.spec.vocab)
+            )
         for rn in self.runners:
             self._check_applied(rn, engines)
             self._check_room(rn)
@@ -245,7 +266,9 @@ class EngineAudit:
             )
         masses = [rn.point_mass() for rn in self.runners]
         first_max = [max(rn.law(())) for rn in self.runners]
-        chosen = min(range(len(self.runners)), key=lambda i: first_max[i])
+        # seed use is checked here at the lowest level asked (the levels above: the checks stage)
+        low = [i for i, rn in enumerate(self.runners) if rn.case.load == min(self.loads, default=None)]
+        chosen = min(low or range(len(self.runners)), key=lambda i: first_max[i])
         self.say("contract checks", 0.0)
         times = check_seed_use(self.runners[chosen], self.config.seed, self.clock)
         self.per_sample = float(np.median(times))
@@ -254,6 +277,29 @@ class EngineAudit:
             n = self._planned(pm)
             schedule = [n] if pm else look_schedule(n, self.config.looks)
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
+
+    def _at_load(self, engine: Engine, case: EngineCase) -> Engine:
+        """The case's engine at its load level (:mod:`.load`), built once per setting and level."""
+        if case.load is None:
+            return engine
+        cache = self._loaded
+        key = (case.sampling, case.load)
+        if key not in cache:
+            at = getattr(engine, "at_load", None) if "load" in capabilities_of(engine) else None
+            if at is None:
+                raise UsageError(
+                    f"loads: {self.spec.name} offers no at_load(level): it cannot be audited with a given "
+                    "number of requests in flight (a served engine can)"
+                )
+            try:
+                cache[key] = at(case.load)
+            except (UsageError, EngineUnavailable):
+                raise
+            except Exception as e:
+                raise EngineViolation(
+                    "exception", f"at_load({case.load}) raised {type(e).__name__}: {e}", case
+                ) from e
+        return cache[key]
 
     def _check_room(self, rn: CaseRunner) -> None:
         """Say so when M leaves no room for a whole speculative step: the first token comes from
@@ -493,6 +539,12 @@ class EngineAudit:
         c, res = self.config, self.result
         if c.report_samples == 0 or res.fault or res.verdict == Verdict.INTERRUPTED:
             return
+        self._reports_and_control()
+        if res.load is not None and not res.fault:
+            self._load_checks(res.load)
+
+    def _reports_and_control(self) -> None:
+        c, res = self.config, self.result
         twins = [rn.optional("twin") for rn in self.runners]
         if any(t is not None for t in twins):
             res.control = self._control(twins)
@@ -523,6 +575,54 @@ class EngineAudit:
             "accepted": counts.accepted,
         }
         judge_reports(res.reports)
+
+    def _load_checks(self, load: LoadResult) -> None:
+        """The load axis's checks (:mod:`.load`): seed use at each level on the first prompt and
+        setting, each seed drawn twice in two calls; then the background requests' token test."""
+        c = self.config
+        first = self.cases[0]
+        for rn in self.runners:
+            case = rn.case
+            if (case.prompt, case.sampling) != (first.prompt, first.sampling) or case.load is None:
+                continue
+            seeds = [sample_seed(c.seed, case.index, 5 * 10**6 + j) for j in range(c.report_samples)]
+            self.say(f"seed use {case.name}", 1.0)
+            got = LoadSeeds(case.load, case.name)
+            try:
+                a, b = rn.draw(seeds), rn.draw(seeds[::-1])[::-1]  # two calls, other requests beside
+            except EngineUnavailable as e:
+                load.stopped = f"seed use {case.name}: {e.detail}"
+                return
+            for s, x, y in zip(seeds, a, b):
+                got.add(s, x.tokens, y.tokens)
+            load.seeds.append(got)
+        records: list[object] = []
+        laws = None
+        for rn in self.runners:
+            bg = rn.optional("background")
+            if bg is not None:
+                recs, laws = bg()
+                records.extend(recs)
+        if not records or laws is None:
+            load.background_text = "none sent (no case ran above 1 in flight)"
+            return
+        self.say("background requests", 1.0)
+        try:
+            out = background_test(records, laws, self.spec.vocab, c)
+        except EngineUnavailable as e:
+            load.stopped = f"the background requests' laws: {e.detail}"
+            return
+        load.background = out.to_json()
+        load.background_lossy = out.verdict == Verdict.LOSSY
+        detects = min((s["detects"]["mean"] for s in out.settings), default=1.0)
+        text = (
+            f"{out.verdict.value}: {out.records:,} requests, {out.tokens:,} tokens scored by the token test "
+            f"(alpha {c.alpha * BACKGROUND_ALPHA_SHARE:g}); detects a per-token TV of {detects:.3g} "
+            "(sharpening) in its best-served setting"
+        )
+        if out.finding is not None:
+            text += f"; witness: {out.finding['text']}"
+        load.background_text = text
 
     def _control(self, twins: list[Engine | None]) -> Control:
         """The twin's reported probabilities against the recipe's laws (the numerical tolerance),
@@ -602,8 +702,16 @@ class EngineAudit:
         # a case whose joint test had one cell tested nothing of the joint law: said; not a pass
         # unless the token test, which needs no cells, ran its plan
         untested = [r for r in res.cases if r.collapsed and self.tokens is None]
-        if any(r.rejected for r in res.cases) or res.token_rejected:
+        load = res.load
+        res.factor = only_at(res.cases)
+        seeds_bad = None if load is None else load.violation
+        if any(r.rejected for r in res.cases) or res.token_rejected or (load and load.background_lossy):
             res.verdict = Verdict.LOSSY
+            if seeds_bad is not None and res.violation is None:
+                res.violation = self._load_violation(seeds_bad)
+        elif seeds_bad is not None:
+            res.violation = self._load_violation(seeds_bad)
+            res.verdict = Verdict.CONTRACT_VIOLATION
         elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
             res.verdict = Verdict.NO_SPECULATION
         elif res.reports.status in ("wrong", "absent"):
@@ -612,6 +720,18 @@ class EngineAudit:
             res.verdict = Verdict.UNDERPOWERED
         else:
             res.verdict = Verdict.PASS
+
+    @staticmethod
+    def _load_violation(seeds: LoadSeeds) -> dict[str, object]:
+        return {
+            "kind": "nondeterministic_under_load",
+            "detail": (
+                f"a seed gave two outputs {seeds.line().split(': ', 1)[1]}; a sample must be a function of "
+                "its seed alone, whatever else is in flight"
+            ),
+            "case": seeds.case,
+            "stage": "checks",
+        }
 
     def _law_rejected(self) -> bool:
         """Whether some look already rejected the law (Holm at the verdict can only add to it)."""

@@ -101,6 +101,18 @@ CAPABILITIES: dict[str, Capability] = {
             "test's drift toward the draft); draft_laws_along(prompt_ids, tokens), where the engine has "
             "it, gives them for every prefix at once, as target_laws_along does",
         ),
+        Capability(
+            "load",
+            ("at_load",),
+            "at_load(level) -> the same engine with level requests in flight at each call: alone at 1, "
+            "beside background requests of its own above (the audit's load axis, --load)",
+        ),
+        Capability(
+            "background",
+            ("background",),
+            "background() -> (records, laws): the background requests a loaded engine sent beside the "
+            "audit's (traffic records) and laws(prompt, tokens, sampling) along their paths",
+        ),
     )
 }
 #: every attribute name a capability is read through

@@ -24,7 +24,9 @@ What an engine may offer beyond the two calls (each optional, read when present)
 * ``twin``: the same engine with speculation off (an engine itself), for the control checks:
   the numerical tolerance of the laws and the seed-coupled comparison;
 * ``describe() -> dict``: what the audit should state about how the engine was reached (a
-  server's profile, its law recipe, its identity).
+  server's profile, its law recipe, its identity);
+* ``at_load(level)``: the same engine with ``level`` requests in flight at each call, and on
+  that engine ``background()``, the requests it sent beside the audit's (:mod:`.load`).
 
 An :class:`EngineSpec` says how to build an engine for each :class:`Sampling` setting, which
 prompts and settings to audit it under, and what verdict its authors claim.
@@ -117,6 +119,8 @@ class EngineSpec:
     tokens: int = DEFAULT_TOKENS  # the horizon M
     available: Callable[[], tuple[bool, str]] = _always
     notes: str = ""  # what the audit table should say about it (options, cost, caveats)
+    #: requests in flight to audit every case at (:mod:`.load`); empty: the engine's own way
+    loads: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         ok, why = self.available()

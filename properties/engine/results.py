@@ -17,6 +17,7 @@ from specproof.properties.verdicts import Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.engine.load import LoadResult
 
 
 @dataclass(frozen=True)
@@ -25,13 +26,25 @@ class EngineCase:
     prompt: Seq
     sampling: Sampling
     tokens: int
+    #: requests in flight while its samples are drawn (:mod:`.load`); None: the engine's own way
+    load: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.sampling.label} after [{' '.join(map(str, self.prompt))}]"
+        return f"{self.sampling.label} after [{' '.join(map(str, self.prompt))}]{level_name(self.load)}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"prompt": list(self.prompt), "sampling": self.sampling.to_json(), "tokens": self.tokens}
+        out = {"prompt": list(self.prompt), "sampling": self.sampling.to_json(), "tokens": self.tokens}
+        if self.load is not None:
+            out["load"] = self.load
+        return out
+
+
+def level_name(level: int | None) -> str:
+    """How a case's load level reads in its name (empty without a load axis)."""
+    if level is None:
+        return ""
+    return " alone" if level == 1 else f" with {level} in flight"
 
 
 @dataclass
@@ -126,6 +139,10 @@ class EngineAuditResult:
     #: how the samples were drawn on workers, in a line (None: here); not part of the JSON, which
     #: is the same for any number of workers
     sharding: str | None = None
+    #: the load axis's checks (:class:`~specproof.properties.engine.load.LoadResult`; None: no
+    #: load asked) and the factor a deviation lives on ("lossy only with 8 in flight ...")
+    load: LoadResult | None = None
+    factor: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -188,13 +205,19 @@ class EngineAuditResult:
         )
         return text if not short else text.split("; its drift")[0]
 
+    def _background_witness(self) -> str:
+        """The background requests' deviation, where the token test found one there."""
+        if self.load is None or not self.load.background_lossy:
+            return ""
+        return f"background requests (with the cases' requests in flight): {self.load.background_text}"
+
     def witness_text(self) -> str:
         """One line: where the deviation is (the prefix and the next-token law that deviates)."""
         w = self.witness
         if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             return f"[{self.violation['kind']}] {self.violation['detail']}"
         if w is None:
-            return ""
+            return self._background_witness()
         if w.hard_failure:
             return f"{w.case.name}: {w.hard_failure['detail']}"
         if not w.rejected and w.token_finding:
@@ -219,7 +242,7 @@ class EngineAuditResult:
             return f"[{self.violation['kind']}] {self.violation['detail']}"
         w = self.witness
         if w is None:
-            return ""
+            return self._background_witness()
         if w.hard_failure:
             return f"{w.case.name}: {w.hard_failure['detail']}"
         if not w.rejected and w.token_finding:
@@ -254,12 +277,15 @@ class EngineAuditResult:
         lines = [head]
         if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             lines.append(f"  {self.violation_text()}")
-            return "\n".join(lines)
+            if self.violation.get("stage") != "checks":  # found before the law was tested
+                return "\n".join(lines)
+        if self.factor:
+            lines.append(f"  {self.factor}")
         lines += self._short_lines()
         lines += [f"  note: {n}" for n in self.notes]
-        if self.witness is not None:
+        if self.witness is not None or self._background_witness():
             lines.append(f"  witness: {self.witness_text()}")
-        if self.violation:
+        if self.violation and self.verdict != Verdict.CONTRACT_VIOLATION:
             lines.append(f"  {self.violation_text()}")
         lines += self._power_lines()
         lines.append(f"  {self.speculation.line()}")
@@ -270,6 +296,8 @@ class EngineAuditResult:
             lines.append(f"  {self.reports.line()}")
         if self.control is not None:
             lines.append(f"  {self.control.line()}")
+        if self.load is not None:
+            lines += [f"  {line}" for line in self.load.lines()]
         c = self.config
         lines.append(
             f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
@@ -362,6 +390,9 @@ class EngineAuditResult:
         }
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.load is not None:
+            out["load"] = self.load.to_json()
+            out["factor"] = self.factor
         if self.token_test is not None:
             out["token_test"] = self.token_test
         return out

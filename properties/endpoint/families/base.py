@@ -208,5 +208,15 @@ class Profile(abc.ABC):
         return {"profile": self.name, "recipe": self.recipe, "counters": self.counters}
 
     @staticmethod
+    def unseeded(body: dict[str, Any]) -> dict[str, Any]:
+        """A generation request without its seed (the server draws one): the load axis's
+        unseeded background requests."""
+        seeds = ("seed", "sampling_seed")  # SGLang's is sampling_params.sampling_seed
+        out = {k: v for k, v in body.items() if k not in seeds}
+        if isinstance(out.get("sampling_params"), dict):
+            out["sampling_params"] = {k: v for k, v in out["sampling_params"].items() if k not in seeds}
+        return out
+
+    @staticmethod
     def seed(seed: int) -> int:
         return int(seed) % SEED_RANGE

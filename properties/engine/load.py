@@ -1,0 +1,166 @@
+"""The workload axis of an engine audit: the same cases alone and with N requests in flight.
+
+A server batches the requests it has in flight, and the bugs that live there (a draft-probability
+row taken from another request of the batch, a seed ignored while another request runs, seeded
+and unseeded requests sharing one generator) never show to an audit that sends one kind of
+request to a quiet server. An engine that offers ``at_load(level)`` (capability ``load``) gives,
+per level, an engine whose calls run with ``level`` requests in flight: at 1 each request alone;
+above, the case's requests share the server with *background* requests the engine makes itself
+(other prompts and lengths, other settings, seeded and unseeded), which it returns, with the laws
+along their paths, from ``background()`` (capability ``background``).
+
+With ``EngineSpec.loads`` (``--load N``, repeatable) the audit
+
+* runs every (prompt, setting) case once per level, so a deviation names its level and the verdict
+  says "lossy only with 8 in flight" where the same prompt and setting held at the other levels
+  (:func:`only_at`);
+* checks seed use per level (:class:`LoadSeeds`): each of ``report_samples`` seeds is drawn twice,
+  in two calls with other requests beside it; a sample is a function of its seed alone (the
+  contract), so a seed that gives two outputs is a contract violation
+  (``nondeterministic_under_load``) whether or not the law holds;
+* scores the background requests' tokens with the token test against their own laws
+  (:func:`background_test`, the recorded-traffic audit's test: a lossless server's every token is a
+  draw of its law given its past, whoever asked for it; proofs_notes/token_audit.md), at a quarter
+  of the audit's alpha (:data:`BACKGROUND_ALPHA_SHARE`), the law tests of the cases sharing the
+  rest.
+
+The checks here are exact or the token test's; none is timed (the levels are counts of requests,
+never of seconds), so a verdict is fixed by the plan and the seed, with one caveat said in the
+report: which requests a server batches together is the server's scheduling, so a fault that
+lives only in some batches can show in one run and not the next.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.engine.contract import Seq
+from specproof.properties.engine.results import EngineCaseResult, level_name
+
+#: the share of the audit's alpha the background requests' token test spends when loads are asked
+BACKGROUND_ALPHA_SHARE = 0.25
+#: the largest level an audit may ask (requests in flight at once)
+MAX_LOAD = 256
+
+
+def check_loads(loads: Sequence[int]) -> tuple[int, ...]:
+    """The levels, checked: distinct integers in ``[1, MAX_LOAD]``, in the order given."""
+    from specproof.reference.errors import UsageError
+
+    out: list[int] = []
+    for level in loads:
+        if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= MAX_LOAD:
+            raise UsageError(
+                f"loads: each level is a number of requests in flight in [1, {MAX_LOAD}], got {level!r}"
+            )
+        if level in out:
+            raise UsageError(f"loads: level {level} given twice")
+        out.append(level)
+    return tuple(out)
+
+
+@dataclass
+class LoadSeeds:
+    """Seed use at one level: seeds drawn twice, and those whose two outputs differ."""
+
+    level: int
+    case: str = ""
+    seeds: int = 0
+    differing: int = 0
+    first: dict[str, Any] | None = None  # the first seed that gave two outputs
+
+    def add(self, seed: int, a: Seq, b: Seq) -> None:
+        self.seeds += 1
+        if a != b:
+            self.differing += 1
+            if self.first is None:
+                self.first = {"seed": seed, "outputs": [list(a), list(b)]}
+
+    def line(self) -> str:
+        where = level_name(self.level).strip()
+        if not self.differing:
+            return f"{where}: {self.seeds} seeds drawn twice, each gave one output"
+        f = self.first or {}
+        return (
+            f"{where}: {self.differing} of {self.seeds} seeds gave two different outputs (seed "
+            f"{f.get('seed')}: {f.get('outputs', [[], []])[0]} and {f.get('outputs', [[], []])[1]})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class LoadResult:
+    """What the load axis found: seed use per level, the background requests' token test."""
+
+    levels: tuple[int, ...]
+    seeds: list[LoadSeeds] = field(default_factory=list)
+    background: dict[str, Any] | None = None  # the token test of the background requests
+    background_text: str = ""  # its verdict in a line
+    background_lossy: bool = False
+    stopped: str | None = None  # why a check stopped before its end
+
+    @property
+    def violation(self) -> LoadSeeds | None:
+        """The level whose seeds gave two outputs, first (the contract violation under load)."""
+        bad = [s for s in self.seeds if s.differing]
+        return bad[0] if bad else None
+
+    def lines(self) -> list[str]:
+        out = [f"load: levels {', '.join(map(str, self.levels))} (requests in flight)"]
+        out += [f"  seed use {s.line()}" for s in self.seeds]
+        if self.background_text:
+            out.append(f"  background requests: {self.background_text}")
+        if self.stopped:
+            out.append(f"  NOT CHECKED to the end: {self.stopped}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "levels": list(self.levels),
+            "seeds": [s.to_json() for s in self.seeds],
+            "background": self.background,
+            "background_text": self.background_text,
+            "background_lossy": self.background_lossy,
+            "stopped": self.stopped,
+        }
+
+
+def only_at(cases: Sequence[EngineCaseResult]) -> str:
+    """ "lossy only with 8 in flight (the same prompt and setting held alone)" where every rejected
+    case has a level and the same prompt and setting were tested at another level without a
+    rejection; empty otherwise (no load axis, or a deviation at every level)."""
+    bad = [r for r in cases if (r.rejected or r.token_finding) and r.case.load is not None]
+    if not bad or len(bad) < len([r for r in cases if r.rejected or r.token_finding]):
+        return ""
+    keys = {(r.case.prompt, r.case.sampling) for r in bad}
+    held = [
+        r
+        for r in cases
+        if (r.case.prompt, r.case.sampling) in keys and not (r.rejected or r.token_finding) and r.n > 0
+    ]
+    if not held:
+        return ""
+    at = sorted({r.case.load for r in bad if r.case.load is not None})
+    fine = sorted({r.case.load for r in held if r.case.load is not None})
+    return (
+        f"lossy only {' and '.join(level_name(x).strip() for x in at)} (the same prompt and setting "
+        f"held {' and '.join(level_name(x).strip() for x in fine)})"
+    )
+
+
+LawsAlong = Callable[[Seq, Seq, Any], Any]
+
+
+def background_test(records: Sequence[Any], laws: LawsAlong, vocab: int, config: EngineAuditConfig) -> Any:
+    """The token test of the background requests' records (:func:`audit_traffic`), at
+    :data:`BACKGROUND_ALPHA_SHARE` of ``config.alpha``."""
+    from specproof.properties.engine.traffic import audit_traffic
+
+    share = dataclasses.replace(config, alpha=config.alpha * BACKGROUND_ALPHA_SHARE)
+    return audit_traffic(records, laws, vocab, share, source="background requests")

@@ -1,0 +1,254 @@
+"""Recorded traffic, audited: what a server actually served, scored token by token against its
+twin's laws, no seeds needed.
+
+A deployer samples production requests and writes one JSON object a line::
+
+    {"prompt": [1, 2, 3], "tokens": [7, 0, 4, ...], "sampling": {"temperature": 0.7, "top_k": 40}}
+
+(``sampling`` takes :class:`~specproof.reference.sampling.Sampling`'s fields, temperature 1
+when left out; ``steps``, the tokens each speculative step emitted, where the server told them).
+:func:`audit_traffic` reads the laws along every recorded path from the twin (the same model
+served with speculation off, by its family's recipe, or from an engine's own ``target_law``) and
+feeds the token test (:mod:`specproof.properties.tokens`), one case per distinct setting, in the
+file's order. The token test needs no prefix to repeat and no seed: a record is one draw of the
+server's law, and under a lossless server every token's transform is uniform given its past
+(proofs_notes/token_audit.md). The verdict is ``lossy`` when the wealth crosses ``1/alpha`` (the
+record, position and statistic named), ``pass`` when the traffic held the tokens the plan asks for
+per setting without a deviation, ``underpowered`` when it held fewer (the TV they do vouch for is
+stated).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.tokens import power
+from specproof.properties.tokens.case import Sample, TokenTest
+from specproof.properties.verdicts import Verdict
+from specproof.reference.errors import UsageError
+from specproof.reference.sampling import Sampling
+
+#: laws along a path: (prompt, tokens, setting) -> [len(tokens), V]
+LawsAlong = Callable[[tuple[int, ...], tuple[int, ...], Sampling], np.ndarray]
+SAMPLING_FIELDS = {f.name for f in fields(Sampling)} - {"extra", "grammar"}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One served request: its prompt, the tokens served, the setting, the steps where told."""
+
+    line: int
+    prompt: tuple[int, ...]
+    tokens: tuple[int, ...]
+    sampling: Sampling
+    steps: tuple[int, ...] | None = None
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists as the tuples a Sampling holds (logit bias pairs, bad words)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _record(line: int, obj: Any, vocab: int) -> Record:
+    where = f"line {line}"
+    if not isinstance(obj, dict):
+        raise UsageError(f"{where}: expected a JSON object with prompt and tokens")
+    try:
+        prompt = tuple(int(x) for x in obj["prompt"])
+        tokens = tuple(int(x) for x in obj["tokens"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"{where}: prompt and tokens must be lists of token ids ({e})") from e
+    if not prompt:
+        raise UsageError(f"{where}: an empty prompt")
+    bad = [x for x in prompt + tokens if not 0 <= x < vocab]
+    if bad:
+        raise UsageError(f"{where}: id {bad[0]} outside the vocabulary [0, {vocab})")
+    given = obj.get("sampling") or {}
+    unknown = sorted(set(given) - SAMPLING_FIELDS)
+    if unknown:
+        raise UsageError(f"{where}: {unknown[0]!r} is not a sampling parameter")
+    try:
+        sampling = Sampling(**{k: _tuples(v) for k, v in given.items()})
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{where}: sampling: {e}") from e
+    steps = obj.get("steps")
+    return Record(line, prompt, tokens, sampling, None if steps is None else tuple(int(x) for x in steps))
+
+
+def read_traffic(path: str, vocab: int) -> list[Record]:
+    """The records of a JSON-lines file (blank lines skipped); a bad line is a usage error naming
+    its number."""
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except OSError as e:
+        raise UsageError(f"TRAFFIC: cannot read {path!r}: {e}") from e
+    out = []
+    for i, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"line {i}: not JSON: {e}") from e
+        out.append(_record(i, obj, vocab))
+    if not out:
+        raise UsageError(f"TRAFFIC: {path!r} holds no record")
+    return out
+
+
+@dataclass
+class TrafficResult:
+    """The verdict on recorded traffic (module docstring)."""
+
+    source: str
+    vocab: int
+    config: EngineAuditConfig
+    verdict: Verdict = Verdict.PASS
+    records: int = 0
+    tokens: int = 0
+    settings: list[dict[str, Any]] = field(default_factory=list)
+    token_test: dict[str, Any] = field(default_factory=dict)
+    finding: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    def summary(self) -> str:
+        lines = [f"traffic {self.source}: {self.verdict.value.upper()}"]
+        if self.finding is not None:
+            lines.append(f"  witness: {self.finding['text']}")
+        e = math.exp(min(700.0, self.token_test.get("log_wealth", 0.0)))
+        lines.append(
+            f"  token test: e-value {e:.3g} (1/alpha = {1 / self.config.alpha:.3g}; anytime-valid) over "
+            f"{self.records:,} records, {self.tokens:,} tokens"
+        )
+        for s in self.settings:
+            lines.append(
+                f"    {s['setting']}: {s['records']:,} records, {s['tokens']:,} tokens "
+                f"(plan {s['planned']:,}): "
+                f"detects a per-token TV of {s['detects']['mean']:.3g} (sharpening), "
+                f"{s['detects']['greedy']:.3g} (to the argmax)"
+            )
+        lines.append(f"  laws read from the twin in {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "source": self.source,
+            "vocab": self.vocab,
+            "alpha": self.config.alpha,
+            "tv": self.config.tv,
+            "power": self.config.power,
+            "records": self.records,
+            "tokens": self.tokens,
+            "settings": self.settings,
+            "finding": self.finding,
+            "token_test": self.token_test,
+            "seconds": self.seconds,
+        }
+
+
+def _by_setting(records: Sequence[Record]) -> dict[Sampling, list[Record]]:
+    out: dict[Sampling, list[Record]] = {}
+    for r in records:
+        out.setdefault(r.sampling, []).append(r)
+    return out
+
+
+def _blocks(steps: tuple[int, ...] | None, m: int) -> np.ndarray | None:
+    if not steps:
+        return None
+    idx = np.concatenate([np.arange(e) for e in steps if e > 0])
+    return idx[:m] if len(idx) >= m else None
+
+
+def audit_traffic(
+    records: Sequence[Record],
+    laws: LawsAlong,
+    vocab: int,
+    config: EngineAuditConfig | None = None,
+    source: str = "records",
+    progress: Callable[[str, float], None] | None = None,
+) -> TrafficResult:
+    """The token test of ``records`` against the laws ``laws`` reads along each path (module
+    docstring). Records are scored in the file's order, one case per distinct setting; the
+    wealth is looked at after each record."""
+    config = config or EngineAuditConfig()
+    config.validate()
+    say = progress or (lambda what, frac: None)
+    res = TrafficResult(source, vocab, config)
+    groups = _by_setting(records)
+    test = TokenTest(config.alpha, config.seed)
+    cases = {
+        s: test.add_case(i, max(len(r.tokens) for r in rs) or 1) for i, (s, rs) in enumerate(groups.items())
+    }
+    t0 = time.perf_counter()
+    seen: dict[Sampling, int] = dict.fromkeys(groups, 0)
+    for n, r in enumerate(records):
+        say(f"record {r.line}", n / len(records))
+        if not r.tokens:
+            continue
+        along = np.asarray(laws(r.prompt, r.tokens, r.sampling), dtype=np.float64)
+        if along.shape != (len(r.tokens), vocab):
+            raise UsageError(
+                f"line {r.line}: {along.shape} laws read for {len(r.tokens)} tokens of V = {vocab}"
+            )
+        case = cases[r.sampling]
+        test.score(case, [Sample(seen[r.sampling], r.tokens, along, _blocks(r.steps, len(r.tokens)))])
+        seen[r.sampling] += 1
+        res.records += 1
+        res.tokens += len(r.tokens)
+        if test.rejected:
+            break
+    res.seconds = time.perf_counter() - t0
+    res.token_test = {"alpha": config.alpha, "log_wealth": test.log_wealth, "pvalue": test.pvalue()}
+    planned = power.plan_tokens(config.tv, config.alpha, config.power, len(cases))
+    w = power.shares(False, False)
+    for s, case in cases.items():
+        res.settings.append(
+            {
+                "setting": s.label,
+                "sampling": s.to_json(),
+                "records": case.samples,
+                "tokens": case.tokens,
+                "planned": planned,
+                "detects": {
+                    k: power.detectable(k, case.tokens, config.alpha, config.power, len(cases), w)
+                    for k in ("mean", "greedy", "uniform")
+                },
+                "log_wealth": case.log_wealth,
+            }
+        )
+    found = test.finding() if test.rejected else None
+    if found is not None:
+        case = next(c for c in cases.values() if c.index == found["case"])
+        setting = next(s for s, c in cases.items() if c is case)
+        if found["statistic"] == "impossible":
+            d = found["detail"]
+            rec = groups[setting][d["sample"]]
+            text = (
+                f"line {rec.line}: token {d['token']} at position {d['position']} has probability 0 "
+                f"under the twin's law ({setting.label})"
+            )
+        else:
+            text = (
+                f"{setting.label}: statistic {found['statistic']} ({found['what']}) after "
+                f"{found['tokens']:,} tokens, drift {found['drift']:+.3g}"
+            )
+        res.finding = {**found, "setting": setting.label, "text": text}
+        res.verdict = Verdict.LOSSY
+    elif any(c.tokens < planned for c in cases.values()):
+        res.verdict = Verdict.UNDERPOWERED
+    return res
