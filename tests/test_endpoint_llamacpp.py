@@ -68,6 +68,20 @@ def test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilit
     assert r.description["profile"] == "llamacpp" and "n_probs" in r.description["recipe"]
 
 
+def test_eight_slots_keep_the_law_and_the_seeds_with_8_requests_in_flight(files):
+    """The load axis on the real server: llama-server with 8 slots, each case alone and beside
+    background requests of other prompts, lengths and settings, seeded and unseeded."""
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft.parallel"], CONFIG, files, [T1])
+    assert [c.case.load for c in r.cases] == [1, 8]
+    assert not any(c.rejected or c.token_finding for c in r.cases), r.summary()
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    load = r.load
+    assert load is not None
+    assert [(s.level, s.seeds, s.differing) for s in load.seeds] == [(1, 16, 0), (8, 16, 0)], r.summary()
+    assert load.background is not None and load.background["records"] >= 300, r.summary()
+    assert not load.background_lossy and all(c.speculation.status == "ran" for c in r.cases)
+
+
 def test_an_ngram_speculation_type_keeps_the_law(files):
     (r,) = suite.audit_config(suite.BY_NAME["llama-server.ngram-cache"], CONFIG, files)
     assert not any(c.rejected for c in r.cases), r.summary()

@@ -93,6 +93,7 @@ class ServerConfig:
     tokens: int = 4
     server: str = LLAMA_SERVER  # or LLAMA_CPP_PYTHON
     num_pred_tokens: int = 10  # llama-cpp-python's prompt lookup: tokens drafted per lookup
+    loads: tuple[int, ...] = ()  # the load axis's levels (requests in flight)
 
     @property
     def profile(self) -> str:
@@ -124,6 +125,14 @@ CONFIGS: tuple[ServerConfig, ...] = (
         draft=True,
         prompts=((1, 2, 1),),
         samplings=SAMPLER_SETTINGS,
+    ),
+    ServerConfig(
+        "llama-server.draft.parallel",
+        "draft model as above, 8 slots (-np 8, 256 context tokens each): the load axis's server, "
+        "audited alone and with 8 requests in flight (--load 1 --load 8)",
+        ("--spec-draft-n-max", "4", "-np", "8", "-c", "2048"),
+        draft=True,
+        loads=(1, 8),
     ),
     ServerConfig(
         "llama-server.ngram-simple",
@@ -233,7 +242,7 @@ def audit_config(
             for group in groups:
                 name = f"{config.name} [{group[0].label}]" if each else config.name
                 endpoint = Endpoint(
-                    EndpointOptions((url,), config.profile, twin=twin, concurrency=4),
+                    EndpointOptions((url,), config.profile, twin=twin, concurrency=4, loads=config.loads),
                     token_map=gguf_models.VOCAB,
                 )
                 try:
