@@ -66,6 +66,10 @@ def test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilit
     assert r.control is not None and r.control.identical == r.control.coupled > 0
     assert r.control.tolerance is not None and r.control.tolerance < 1e-5
     assert r.description["profile"] == "llamacpp" and "n_probs" in r.description["recipe"]
+    # streamed, the same tokens and text, other probabilities (and none for some tokens), also wrong
+    st = r.streaming
+    assert (st.status, st.hard, st.samples) == ("reports_differ", 0, 16), r.summary()
+    assert st.reports.status in ("wrong", "absent"), r.summary()
 
 
 def test_eight_slots_keep_the_law_and_the_seeds_with_8_requests_in_flight(files):

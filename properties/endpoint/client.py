@@ -180,6 +180,46 @@ class Client:
                 continue
         raise self._failed(method, url, first, last)
 
+    async def _send_stream(self, url: str, body: Any) -> list[Any]:
+        """A POST whose answer is streamed (``text/event-stream``): its events' JSON, in order,
+        up to ``data: [DONE]`` or the stream's end; retried as :meth:`_send` is."""
+        first = last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.retried += 1
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+            self.requests += 1
+            events: list[Any] = []
+            try:
+                async with self._client().stream("POST", url, json=body) as r:
+                    if r.status_code >= 400:
+                        text = (await r.aread()).decode(errors="replace")
+                        what = self._note(f"HTTP {r.status_code}: {text[:200]}")
+                        if r.status_code not in RETRY_STATUS:
+                            raise RequestRefused(url, r.status_code, text)
+                        last, first = what, first or what
+                        continue
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            break
+                        events.append(json.loads(data))
+                return events
+            except httpx.TransportError as e:
+                last = self._note(f"{type(e).__name__}: {e or 'no answer'}")
+                first = first or last
+            except json.JSONDecodeError as e:
+                last = self._note(f"a streamed event that is not JSON: {e}")
+                first = first or last
+        raise self._failed("POST", url, first, last)
+
+    def post_stream_many(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[list[Any]]:
+        """Every body POSTed with its answer streamed (at most ``concurrency`` at once); each
+        answer's events in order. Failures as :meth:`post_many`'s."""
+        return list(self._run(self._post_many(path, list(bodies), self.concurrency, stream=True)))
+
     def get(self, path: str, replica: int = 0) -> Any:
         """``GET`` of one replica's ``path``, decoded."""
         return self._run(self._send("GET", self.urls[replica % len(self.urls)] + path, None))
@@ -198,7 +238,9 @@ class Client:
             raise UsageError(f"concurrency: {concurrency} is not in [1, {self.concurrency}] (the client's)")
         return list(self._run(self._post_many(path, list(bodies), concurrency or self.concurrency)))
 
-    async def _post_many(self, path: str, bodies: list[dict[str, Any]], concurrency: int) -> list[Any]:
+    async def _post_many(
+        self, path: str, bodies: list[dict[str, Any]], concurrency: int, stream: bool = False
+    ) -> list[Any]:
         gate = asyncio.Semaphore(concurrency)
         out: list[Any] = [None] * len(bodies)
         failed: dict[int, BaseException] = {}
@@ -208,7 +250,11 @@ class Client:
                 if failed and i > min(failed):
                     return  # its answer would be discarded: a request before it failed for good
                 try:
-                    out[i] = await self._send("POST", self.urls[i % len(self.urls)] + path, bodies[i])
+                    url = self.urls[i % len(self.urls)] + path
+                    if stream:
+                        out[i] = await self._send_stream(url, bodies[i])
+                    else:
+                        out[i] = await self._send("POST", url, bodies[i])
                 except (EngineUnavailable, RequestRefused) as e:
                     failed[i] = e
 

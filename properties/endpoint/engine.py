@@ -13,6 +13,7 @@ looks, witness, JSON, report and exit codes as for an engine in the same process
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,8 @@ class EndpointEngine:
         self.last_counters: dict[str, int] = {}
         self.along_requests = 0  # teacher-forced law requests (each the laws along one sample)
         self.endpoint: Endpoint | None = None  # the servers it belongs to (set by Endpoint.engine)
+        #: the same requests with their answers streamed, where the family streams (None: it does not)
+        self.generate_stream = self._generate_stream if profile.streams else None
 
     # -- the engine contract -------------------------------------------------------------------
 
@@ -84,6 +87,25 @@ class EndpointEngine:
         except EngineUnavailable as e:
             raise EngineUnavailable(e.detail, [self._read(a, report) for a in e.done]) from e
         return [self._read(a, report) for a in answers]
+
+    def _generate_stream(
+        self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
+    ) -> list[Generation]:
+        bodies = [
+            self.profile.stream_body(
+                self.profile.generation(prompt_ids, max_new_tokens, s, self.sampling, report)[1]
+            )
+            for s in seeds
+        ]
+        path = self.profile.generation(prompt_ids, max_new_tokens, 0, self.sampling, report)[0]
+        streams = self.client.post_stream_many(path, bodies)
+        out = []
+        for events in streams:
+            g = self.profile.read_stream(events, report)
+            if report and g.reported is not None and len(g.reported) > len(g.tokens):
+                g = dataclasses.replace(g, reported=g.reported[: len(g.tokens)])
+            out.append(g)
+        return out
 
     def target_law(self, context: Sequence[int], prompt_len: int | None = None) -> list[float]:
         return self.target_laws([context], prompt_len)[0]
@@ -160,7 +182,7 @@ class EndpointEngine:
     def _read(self, answer: Any, report: bool) -> Generation:
         g = self.profile.read_generation(answer, report)
         if report and g.reported is not None and len(g.reported) > len(g.tokens):
-            g = Generation(g.tokens, g.drafted, g.accepted, g.forwards, g.reported[: len(g.tokens)])
+            g = dataclasses.replace(g, reported=g.reported[: len(g.tokens)])
         return g
 
 

@@ -82,6 +82,9 @@ batch_rows           lossy                 with more than 2 requests in flight, 
                                            alone it is exact, so
                                            ``--load 1 --load 8`` reads "lossy only with 8 in
                                            flight"
+stream_step_tail     contract violation    a streamed answer keeps only the last token of each
+                                           speculative step (vllm PR#26027): streamed and
+                                           non-streamed answers for one seed differ
 seed_in_flight       pass; contract        the seed is ignored while another request is in
                      violation under load  flight (a random one is drawn): the law holds, one
                                            request at a time reproduces, so only the load
@@ -184,6 +187,12 @@ BUGS: dict[str, Planted] = planted(
         "load",
     ),
     Planted(
+        "stream_step_tail",
+        Verdict.CONTRACT_VIOLATION,
+        "a streamed answer keeps only the last token of each speculative step (vllm PR#26027): the "
+        "stream and the non-streamed answer for one seed differ",
+    ),
+    Planted(
         "seed_in_flight",
         Verdict.PASS,
         "the seed is ignored while another request is in flight: the law holds and one request at a "
@@ -226,6 +235,7 @@ class ServedModel:
         self._logits: dict[Seq, np.ndarray] = {}
         self._loops: dict[tuple[float, str], ReferenceEngine] = {}
         self._lms: dict[float, TransformerLM] = {}
+        self.last_steps: list[int] = []  # tokens emitted per step by the last laws_loop
 
     def logits(self, context: Seq) -> np.ndarray:
         if context not in self._logits:
@@ -279,6 +289,7 @@ class ServedModel:
         proc, verify = self.proposer.process, RULES[rule]
         shape = DraftTree(self.proposer.shape, "shape")
         tokens, drafted, accepted = list(context), 0, 0
+        self.last_steps = []
         while len(tokens) - len(context) < n:
             ctx = tuple(tokens)
             draft = self.drafter(ctx)
@@ -289,9 +300,21 @@ class ServedModel:
             step = make_step(proposal.parents, proposal.tokens, q, laws)
             emitted = verify(Sampler(rng), step).emitted(step)
             tokens.extend(emitted)
+            self.last_steps.append(len(emitted))
             drafted += len(proposal.tokens) - 1
             accepted += len(emitted) - 1
         return tokens[len(context) :][:n], drafted, accepted
+
+
+def _cut(steps: Sequence[int], n: int) -> list[int]:
+    """Steps of tokens cut to the first ``n`` tokens (the last step may be cut short)."""
+    out, total = [], 0
+    for e in steps:
+        if total >= n:
+            break
+        out.append(min(e, n - total))
+        total += out[-1]
+    return out
 
 
 def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
@@ -488,18 +511,23 @@ class StandIn:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 rows = self._last_rows  # bug: batch_rows
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule, rows)
+                steps = m.last_steps
             elif self.loop_kind == "kv" and not s.truncated:
                 loop = m.loop(s.temperature, rule)
                 more = loop.run(context, rest, rng)
                 drawn.drafted, drawn.accepted = loop.last_counters["drafted"], loop.last_counters["accepted"]
+                steps = loop.last_steps
             else:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule)
+                steps = m.last_steps
             out.extend(more)
+            drawn.steps = [1] + _cut(steps, rest)
             self._last_rows = context + tuple(more)  # where this request's draft rows were last read
         else:
             while len(out) < ask.tokens:
                 out.append(_draw(law(ask.prompt + tuple(out)), rng))
+            drawn.steps = [1] * len(out)
         if ask.report:
             for d, x in enumerate(out):
                 ctx = ask.prompt + tuple(out[:d])
@@ -629,9 +657,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
+        streamed = isinstance(obj, wire.Events)
+        data = obj.sse() if streamed else json.dumps(obj).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -701,6 +730,8 @@ class InProcess(httpx.AsyncBaseTransport):
         raw = await request.aread()
         loop = asyncio.get_running_loop()
         status, obj = await loop.run_in_executor(None, si.respond, request.method, request.url.path, raw)
+        if isinstance(obj, wire.Events):
+            return httpx.Response(status, content=obj.sse(), headers={"Content-Type": "text/event-stream"})
         return httpx.Response(status, json=obj)
 
 

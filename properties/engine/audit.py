@@ -540,8 +540,37 @@ class EngineAudit:
         if c.report_samples == 0 or res.fault or res.verdict == Verdict.INTERRUPTED:
             return
         self._reports_and_control()
+        if not res.fault:
+            self._stream_check()
         if res.load is not None and not res.fault:
             self._load_checks(res.load)
+
+    def _stream_check(self) -> None:
+        """Streamed answers against whole ones for the same seeds, on the first case at the lowest
+        level, where the engine streams (:class:`Streaming`), one request at a time."""
+        c, res = self.config, self.result
+        offered = [r for r in self.runners if "stream" in r.offers]
+        if not offered:
+            return
+        rn = min(offered, key=lambda r: (r.case.load or 0, r.case.index))
+        report = bool(rn.optional("reports", False))
+        seeds = [sample_seed(c.seed, rn.case.index, 6 * 10**6 + j) for j in range(c.report_samples)]
+        self.say(f"streaming {rn.case.name}", 1.0)
+        try:
+            # one request at a time, so that what differs is the streaming, not what else is in flight
+            whole = [g for s in seeds for g in rn.draw([s], report=report)]
+            streamed = [g for s in seeds for g in rn.draw_stream([s], report=report)]
+        except EngineUnavailable as e:
+            res.streaming.status, res.streaming.stopped = "stopped", e.detail
+            return
+        for s, a, b in zip(seeds, whole, streamed):
+            res.streaming.add(s, a, b, res.reports.tolerance)
+        if report:
+            out = res.streaming.reports
+            out.tolerance, out.tolerance_from = res.reports.tolerance, res.reports.tolerance_from
+            compare_reports(streamed, rn.law, out, rn.eos)
+            judge_reports(out)
+        res.streaming.judge()
 
     def _reports_and_control(self) -> None:
         c, res = self.config, self.result
@@ -712,9 +741,21 @@ class EngineAudit:
         elif seeds_bad is not None:
             res.violation = self._load_violation(seeds_bad)
             res.verdict = Verdict.CONTRACT_VIOLATION
+        elif res.streaming.status == "differs":
+            f = res.streaming.first or {}
+            res.violation = {
+                "kind": "stream_differs",
+                "detail": (
+                    f"{res.streaming.differing} of {res.streaming.samples} seeds answered differently "
+                    f"streamed and whole; seed {f.get('seed')}: {f.get('what')}"
+                ),
+                "case": self.cases[0].name,
+                "stage": "checks",
+            }
+            res.verdict = Verdict.CONTRACT_VIOLATION
         elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
             res.verdict = Verdict.NO_SPECULATION
-        elif res.reports.status in ("wrong", "absent"):
+        elif res.reports.status in ("wrong", "absent") or res.streaming.status == "reports_differ":
             res.verdict = Verdict.MISREPORTED
         elif res.fault is not None or untested or any(r.budget_limited for r in res.cases):
             res.verdict = Verdict.UNDERPOWERED

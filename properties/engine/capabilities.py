@@ -102,6 +102,13 @@ CAPABILITIES: dict[str, Capability] = {
             "it, gives them for every prefix at once, as target_laws_along does",
         ),
         Capability(
+            "stream",
+            ("generate_stream",),
+            "generate_stream(prompt_ids, max_new_tokens, seeds, report=False) -> list[Generation]: the "
+            "same samples with their answers streamed, concatenated (the audit requires them equal to "
+            "generate_many's)",
+        ),
+        Capability(
             "load",
             ("at_load",),
             "at_load(level) -> the same engine with level requests in flight at each call: alone at 1, "

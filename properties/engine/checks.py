@@ -243,6 +243,100 @@ class Control:
         }
 
 
+@dataclass
+class Streaming:
+    """Streamed answers against the same seeds' answers in one piece: tokens, text and reported
+    probabilities must be equal (a sample is a function of its seed alone, however it is sent)."""
+
+    #: equal; differs (tokens or text: a contract violation); reports_differ (only the reported
+    #: probabilities or counters: misreported); not_offered; stopped
+    status: str = "not_offered"
+    samples: int = 0
+    differing: int = 0
+    first: dict[str, Any] | None = None  # the first seed whose two answers differ, and how
+    stopped: str | None = None
+    #: the streamed answers' reported probabilities against the law (which of the two is right)
+    reports: Reports = field(default_factory=Reports)
+    hard: int = 0  # seeds whose tokens or text differ
+
+    def add(self, seed: int, whole: Generation, streamed: Generation, tolerance: float) -> None:
+        self.samples += 1
+        found = _stream_difference(whole, streamed, tolerance)
+        if found is None:
+            return
+        hard, what = found
+        self.differing += 1
+        self.hard += hard
+        if self.first is None or (hard and not self.first["hard"]):
+            self.first = {
+                "seed": seed,
+                "what": what,
+                "hard": hard,
+                "whole": list(whole.tokens),
+                "streamed": list(streamed.tokens),
+            }
+
+    def judge(self) -> None:
+        if self.status == "stopped":
+            return
+        if not self.samples:
+            self.status = "not_offered"
+        elif self.hard:
+            self.status = "differs"
+        else:
+            self.status = "reports_differ" if self.differing else "equal"
+
+    def line(self) -> str:
+        if self.status == "not_offered":
+            return "streaming: not offered by this engine (not checked)"
+        if self.status == "stopped":
+            return f"streaming: NOT CHECKED: the check stopped after {self.samples} samples: {self.stopped}"
+        if self.status == "equal":
+            return (
+                f"streaming: {self.samples} seeds streamed and whole: equal tokens, text and reported "
+                "probabilities"
+            )
+        f = self.first or {}
+        what = "DIFFER" if self.hard else "differ in reported probabilities or counters only"
+        text = (
+            f"streaming: {self.differing} of {self.samples} seeds {what}, streamed from whole "
+            f"(seed {f.get('seed')}: {f.get('what')})"
+        )
+        if self.reports.status not in ("not_offered", "stopped"):
+            text += f"; the streamed answers' {self.reports.line()}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "samples": self.samples,
+            "differing": self.differing,
+            "tokens_or_text_differ": self.hard,
+            "first": self.first,
+            "stopped": self.stopped,
+            "streamed_reports": self.reports.to_json(),
+        }
+
+
+def _stream_difference(a: Generation, b: Generation, tolerance: float) -> tuple[bool, str] | None:
+    """How two answers for one seed differ: (whether the tokens or text differ, in words); None
+    where they do not."""
+    if a.tokens != b.tokens:
+        return True, f"tokens {list(a.tokens)} whole, {list(b.tokens)} streamed"
+    if a.text is not None and b.text is not None and a.text != b.text:
+        return True, f"text {a.text!r} whole, {b.text!r} streamed"
+    if a.reported is not None and b.reported is not None:
+        for d, (x, y) in enumerate(zip(a.reported, b.reported)):
+            if (x is None) != (y is None) or (x is not None and y is not None and abs(x - y) > tolerance):
+                return False, f"reported probability of token {d}: {x} whole, {y} streamed"
+        if len(a.reported) != len(b.reported):
+            return False, f"{len(a.reported)} reported probabilities whole, {len(b.reported)} streamed"
+    if (a.drafted, a.accepted) != (b.drafted, b.accepted) and None not in (a.drafted, b.drafted):
+        counts = f"{a.drafted}/{a.accepted} whole, {b.drafted}/{b.accepted} streamed"
+        return False, f"counters (drafted/accepted) {counts}"
+    return None
+
+
 LawFn = Callable[[Seq], Sequence[float]]
 
 

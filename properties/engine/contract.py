@@ -69,6 +69,8 @@ class Generation:
     #: tokens emitted by each of its target steps, in order (each step's accepted drafts and its
     #: corrected or bonus token), where the engine says: each token's index in its step
     steps: tuple[int, ...] | None = None
+    #: the text the engine returned with it (a server's answer), where it returns one
+    text: str | None = None
 
 
 # --------------------------------------------------------------------------- sampling settings

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specproof.properties.audit.sequences import SequenceTest
-from specproof.properties.engine.checks import Control, Reports, Speculation
+from specproof.properties.engine.checks import Control, Reports, Speculation, Streaming
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.verdicts import Verdict
 
@@ -127,6 +127,8 @@ class EngineAuditResult:
     speculation: Speculation = field(default_factory=Speculation)
     reports: Reports = field(default_factory=Reports)
     control: Control | None = None
+    #: streamed answers against whole ones for the same seeds (:class:`Streaming`)
+    streaming: Streaming = field(default_factory=Streaming)
     #: why sampling stopped before the plan when the engine stopped answering
     fault: str | None = None
     #: what the engine says about how it was reached (a server's profile, recipe, identity)
@@ -296,6 +298,8 @@ class EngineAuditResult:
             lines.append(f"  {self.reports.line()}")
         if self.control is not None:
             lines.append(f"  {self.control.line()}")
+        if self.streaming.status != "not_offered":
+            lines.append(f"  {self.streaming.line()}")
         if self.load is not None:
             lines += [f"  {line}" for line in self.load.lines()]
         c = self.config
@@ -382,6 +386,7 @@ class EngineAuditResult:
             "speculation": self.speculation.to_json(),
             "reports": self.reports.to_json(),
             "control": None if self.control is None else self.control.to_json(),
+            "streaming": self.streaming.to_json(),
             "description": self.description,
             "witness": None if w is None else w.to_json(),
             "witness_text": self.witness_text(),

@@ -8,6 +8,7 @@ engine's checked capabilities (:mod:`.capabilities`), never by looking names up.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -267,9 +268,36 @@ class CaseRunner:
             )
         return [self._checked(g, s) for g, s in zip(gens, seeds)]
 
+    def draw_stream(self, seeds: list[int], report: bool = False) -> list[Generation]:
+        """The samples for ``seeds`` with their answers streamed (``generate_stream``), padded as
+        :meth:`draw`'s are but not refused (the streaming check compares them with the whole ones)."""
+        stream = self.optional("stream")
+        try:
+            gens = list(stream(list(self.case.prompt), self.case.tokens, seeds, report=report))
+        except EngineUnavailable:
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"generate_stream raised {type(e).__name__}: {e}", self.case
+            ) from e
+        if len(gens) != len(seeds):
+            raise EngineViolation(
+                "length", f"generate_stream returned {len(gens)} samples for {len(seeds)} seeds", self.case
+            )
+        return [self._padded(g) for g in gens]
+
+    def _padded(self, g: Generation) -> Generation:
+        """A streamed sample as :meth:`check_tokens` would pad it (ended early on the end of
+        sequence), but never refused: what differs from the whole answer is the finding."""
+        seq = tuple(int(x) for x in g.tokens)
+        M = self.case.tokens
+        if len(seq) < M and seq and seq[-1] == self.eos:
+            seq = seq + (self.eos,) * (M - len(seq))
+        return dataclasses.replace(g, tokens=seq)
+
     def _checked(self, g: Generation, seed: int) -> Generation:
         seq = self.check_tokens(g.tokens, seed)
-        return g if seq == g.tokens else Generation(seq, g.drafted, g.accepted, g.forwards, g.reported)
+        return g if seq == g.tokens else dataclasses.replace(g, tokens=seq)
 
     def check_tokens(self, out: object, seed: int) -> Seq:
         """``out`` as M token ids in ``[0, V)``, or the contract violation it is."""

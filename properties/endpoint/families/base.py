@@ -106,6 +106,8 @@ class Profile(abc.ABC):
     reports: ClassVar[bool] = True
     #: the request parameters beyond the cut-offs this family takes (others are refused)
     offers: ClassVar[tuple[str, ...]] = ()
+    #: whether the family streams a generation (:meth:`stream_body`, :meth:`read_stream`)
+    streams: ClassVar[bool] = False
 
     def __init_subclass__(
         cls,
@@ -206,6 +208,15 @@ class Profile(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"profile": self.name, "recipe": self.recipe, "counters": self.counters}
+
+    def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A generation request asking for its answer streamed (families that stream)."""
+        raise NotImplementedError(f"profile {self.name} does not stream")
+
+    def read_stream(self, events: Sequence[Any], report: bool) -> Generation:
+        """A streamed answer's events read as one generation: the tokens, text and reported
+        probabilities of its events, concatenated in order, and the counters of its last."""
+        raise NotImplementedError(f"profile {self.name} does not stream")
 
     @staticmethod
     def unseeded(body: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from specproof.properties.endpoint.families import wire
 from specproof.properties.endpoint.families.base import AnswerError, Profile, knobs, law_from_pairs
@@ -41,6 +41,8 @@ OFFERS: tuple[str, ...] = (
 
 
 class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=OFFERS):
+    streams: ClassVar[bool] = True
+
     def _sampling(self, s: Sampling, generated: Sequence[int] = ()) -> dict[str, Any]:
         self.check_offered(s)
         fields = knobs(s, top_k_off=0)
@@ -98,7 +100,33 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
                 (float(p["prob"]) if isinstance(p, dict) and "prob" in p else None) for p in probs
             ) + (None,) * max(0, len(ids) - len(probs))
         drafted = int(timings.get("draft_n", 0))
-        return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported)
+        text = answer.get("content") if isinstance(answer.get("content"), str) else None
+        return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported, None, text)
+
+    def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "stream": True}
+
+    def read_stream(self, events: Sequence[Any], report: bool) -> Generation:
+        """llama-server's events: each partial one carries ``tokens`` (its one token), ``content``
+        and, when asked, its ``completion_probabilities``; the last (``stop`` true) the timings."""
+        from specproof.properties.engine.contract import Generation
+
+        try:
+            parts = [e for e in events if not e.get("stop")]
+            last = events[-1] if events and events[-1].get("stop") else {}
+            ids = tuple(int(x) for e in parts for x in e.get("tokens") or ())
+            text = "".join(str(e.get("content") or "") for e in parts)
+            timings = last.get("timings") or {}
+        except (AttributeError, TypeError, ValueError, IndexError) as err:
+            raise AnswerError(f"llama-server stream without its token ids: {str(events)[:200]}") from err
+        reported = None
+        if report:
+            probs = [p for e in parts for p in e.get("completion_probabilities") or ()]
+            reported = tuple(
+                (float(p["prob"]) if isinstance(p, dict) and "prob" in p else None) for p in probs
+            ) + (None,) * max(0, len(ids) - len(probs))
+        drafted = int(timings.get("draft_n", 0))
+        return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported, None, text)
 
     def read_law(self, answer: Any, s: Sampling, vocab: int) -> list[float]:
         try:
@@ -142,7 +170,7 @@ def _gbnf_literal(text: str) -> str:
 # --------------------------------------------------------------------------- the stand-in's answer
 
 
-def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
+def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Events:
     """``POST /completion``: llama-server's answer."""
     n_probs = body.get("n_probs") or 0
     if not isinstance(n_probs, int) or n_probs < 0:
@@ -193,7 +221,29 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
             _probabilities(si, x, p, shown, raw, post, n_probs)
             for x, p, shown, raw in zip(d.tokens, d.reported, d.shown, d.raw)
         ]
+    if body.get("stream"):
+        return _stream(si, out, d)
     return out
+
+
+def _stream(si: StandIn, out: dict[str, Any], d: wire.Drawn) -> wire.Events:
+    """llama-server's streamed answer: one event a token (its text, its id, its probabilities),
+    then a last one with ``stop`` true, the timings, and neither text nor tokens."""
+    probs = out.get("completion_probabilities")
+    sent = list(range(len(d.tokens)))
+    if si.bug == "stream_step_tail":  # bug: stream_step_tail
+        ends = [sum(d.steps[: i + 1]) - 1 for i in range(len(d.steps))]
+        sent = [i for i in sent if i in ends]
+    events = wire.Events()
+    for i in sent:
+        x = d.tokens[i]
+        e: dict[str, Any] = {"index": 0, "content": si.texts[x], "tokens": [x], "stop": False, "id_slot": 0}
+        if probs is not None:
+            e["completion_probabilities"] = [probs[i]]
+        events.append(e)
+    last = {k: v for k, v in out.items() if k != "completion_probabilities"}
+    events.append({**last, "content": "", "tokens": []})
+    return events
 
 
 def _probabilities(si: StandIn, x: int, p: float, shown: Any, raw: Any, post: bool, n_probs: int) -> dict:

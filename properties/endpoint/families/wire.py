@@ -6,6 +6,7 @@ routes each path to the family module that answers it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ Seq = tuple[int, ...]
 #: the log-probability shown for an id the cut-offs removed (vLLM clamps -inf to this)
 NEG_LOGPROB = -9999.0
 #: a family's stand-in answer: (the stand-in, the request's JSON body) -> the answer's JSON
-Answer = Callable[["StandIn", dict[str, Any]], dict[str, Any]]
+Answer = Callable[["StandIn", dict[str, Any]], Any]  # a JSON object, or Events when streamed
 
 
 class RequestError(SpecproofError):
@@ -58,6 +59,16 @@ class Drawn:
     reported: list[float] = field(default_factory=list)
     shown: list[np.ndarray] = field(default_factory=list)
     raw: list[np.ndarray] = field(default_factory=list)  # the model's own law (T = 1, no cut-offs)
+    #: tokens emitted by each step, in order (the first token is a step of its own)
+    steps: list[int] = field(default_factory=list)
+
+
+class Events(list[Any]):
+    """A streamed answer: the JSON events a server sends one by one (``text/event-stream``,
+    each ``data: {...}``), in order."""
+
+    def sse(self) -> bytes:
+        return "".join(f"data: {json.dumps(e)}\n\n" for e in self).encode()
 
 
 def token_texts(vocab: int) -> list[str]:
