@@ -158,3 +158,24 @@ def test_vllm_cpu_expand_reproduction_is_lossy_at_either_end_of_the_garbage():
         for t, tv in zip((1.0, 0.7), tvs):
             assert abs(node_law_tv(defect, Sampling(t)) - tv) < 1e-4, (defect, t)
             assert node_law_tv("none", Sampling(t)) < 1e-15
+
+
+def test_openvino_validation_is_lossy_even_when_the_target_drafts_for_itself():
+    """OpenVINO GenAI 2026.4.1's sampled validation: ratio q(x) / p(y) against the target's own
+    sample y, on a grid of 101 values, the rejected token replaced from the next row. Exactly
+    lossy on one draft of 3 tokens, also with q = p; the token rule is exact there."""
+    from specproof.properties.oracle.findings import (
+        OPENVINO_WITNESS,
+        openvino_self_rejection,
+        openvino_validate_witness,
+    )
+
+    res = openvino_validate_witness()
+    assert res.verdict == Verdict.LOSSY and res.tv == Fraction(679395, 3697408), res.explain()
+    same = openvino_validate_witness(Fraction(1))  # q == p
+    assert same.verdict == Verdict.LOSSY and same.tv == Fraction(26877, 924352), same.explain()
+    assert check("token", "iid_chain", OPENVINO_WITNESS).tv == 0
+    p = OPENVINO_WITNESS.target.law(OPENVINO_WITNESS.prefix)
+    assert p == (Fraction(1, 8), Fraction(3, 8), Fraction(1, 2))
+    # an exact rule never rejects a draft drawn from the target itself; this one rejects 12.4 %
+    assert openvino_self_rejection(p) == Fraction(801, 6464)

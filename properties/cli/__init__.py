@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_conform_parser(sub)
     tools.add_llamacpp_parser(sub)
     serving.add_vllm_parser(sub)
+    serving.add_openvino_parser(sub)
     serving.add_tiny_models_parser(sub)
     tools.add_backends_parser(sub)
     return parser

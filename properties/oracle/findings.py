@@ -33,6 +33,7 @@ the reference loop under it is enumerated exactly by :func:`node_law_tv`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -189,6 +190,53 @@ LLAMA_SPECULATIVE_WITNESS = Instance(vocab=3, shape=(-1, 0, 1))
 def llama_speculative_witness() -> OracleResult:
     """The exact oracle: ``token`` under :data:`LLAMA_SPECULATIVE` on a two-draft chain."""
     return check("token", LLAMA_SPECULATIVE, LLAMA_SPECULATIVE_WITNESS)
+
+
+def openvino_validate(ch: Choices, step: Step) -> Outcome:
+    """OpenVINO GenAI's sampled validation on a chain (module docstring): y ~ p; accept x with
+    probability ``#{k in 0..100 : k / 100 <= q(x) / p(y)} / 101``; on a rejection emit a token of
+    the child's law (the next row) and stop; all accepted: the bonus from the leaf's law."""
+    path, node = [0], 0
+    while True:
+        p = step.target_probs[node]
+        kids = step.tree.children[node]
+        if not kids:
+            return Outcome(tuple(path), ch.categorical(p, ("final", 0)))
+        c = kids[0]
+        x = step.tokens[c]
+        q = step.draft_probs[node] or onehot(x, step.vocab, p[0])
+        y = ch.categorical(p, ("target", c))  # the target's own sample at this position
+        grid = min(101, math.floor(100 * q[x] / p[y]) + 1)  # r = k / 100 <= ratio for k < grid
+        if ch.bernoulli(Fraction(grid, 101), ("accept", c)):
+            path.append(c)
+            node = c
+            continue
+        return Outcome(tuple(path), ch.categorical(step.target_probs[c], ("final", 0)))
+
+
+OPENVINO_VALIDATE = Rule("openvino[validate_candidate]", openvino_validate, frozenset(), chain_only=True)
+#: one draft on 3 tokens (the first token is the target's own, so a step's first draft is the
+#: first position the rule touches)
+OPENVINO_WITNESS = Instance(vocab=3, shape=(-1, 0))
+
+
+def openvino_validate_witness(overlap: Fraction = Fraction(1, 2)) -> OracleResult:
+    """The exact oracle: OpenVINO GenAI's rule under sampled drafts (``iid_chain``) on
+    :data:`OPENVINO_WITNESS`, the draft law a mix of the target and another at ``overlap``
+    (1: the target drafts for itself)."""
+    instance = Instance(vocab=3, shape=(-1, 0), overlap=overlap)
+    return check(OPENVINO_VALIDATE, "iid_chain", instance)
+
+
+def openvino_self_rejection(p: Sequence[Any]) -> Any:
+    """The probability that OpenVINO GenAI's rule rejects a draft drawn from the target's own law
+    p (q = p): ``sum_x p(x) sum_y p(y) (1 - grid(p(x) / p(y)) / 101)``; exact rules reject none."""
+    total: Any = 0
+    for px in p:
+        for py in p:
+            if px > 0 and py > 0:
+                total += px * py * (1 - Fraction(min(101, math.floor(100 * px / py) + 1), 101))
+    return total
 
 
 def _topk_random_order(ch: Choices, q: Any, sites: tuple[int, ...]) -> list[int]:
