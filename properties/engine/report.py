@@ -35,7 +35,24 @@ def report_blocks(results: Sequence[EngineAuditResult], title: str = "specproof 
         if r.verdict == Verdict.PASS and len(results) > 1:
             continue
         out += _details(r)
+    if len(results) == 1:  # one deployment: its sign-off, item by item
+        out += _signoff(results[0])
     return out
+
+
+def _signoff(r: EngineAuditResult) -> list[Any]:
+    from specproof.properties.engine.signoff import signoff
+
+    rows = [[str(i), it.question, it.answer, it.detail] for i, it in enumerate(signoff(r), 1)]
+    return [
+        ("h2", "Sign-off"),
+        (
+            "p",
+            "Each question of a speculative deployment's checklist: yes, no with the witness, or not "
+            "tested and why.",
+        ),
+        ("table", (["#", "question", "answer", "detail"], rows)),
+    ]
 
 
 def _verdicts(results: Sequence[EngineAuditResult]) -> list[Any]:

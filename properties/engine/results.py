@@ -398,6 +398,9 @@ class EngineAuditResult:
         if self.load is not None:
             out["load"] = self.load.to_json()
             out["factor"] = self.factor
+        from specproof.properties.engine.signoff import signoff  # it reads this result
+
+        out["signoff"] = [item.to_json() for item in signoff(self)]
         if self.token_test is not None:
             out["token_test"] = self.token_test
         return out

@@ -1,0 +1,194 @@
+"""The sign-off: an engine audit read as the checklist a deployer signs a speculative deployment
+off with, item by item, each ``yes``, ``no`` (with the witness) or ``not tested`` (and why).
+Never silently absent: an item the audit did not run says so and names what would run it.
+
+Each item is read from the audit's own result (:class:`EngineAuditResult`), nothing is measured
+again. The items, in order:
+
+1. speculation ran (the engine's counters);
+2. the law holds under the deployed parameters (the law tests of every case);
+3. the same alone and at production concurrency (the load axis, ``--load 1 --load N``);
+4. seeds are honoured under load (the load axis's seed checks);
+5. stops inside an accepted block (end of sequence where a case names one);
+6. streaming equals the whole answer;
+7. constrained decoding (a grammar) keeps its law;
+8. a prefix-cache hit behaves as a cold request;
+9. reported probabilities are the law's;
+10. acceptance as the rule predicts;
+11. the tolerance comes from a speculation-off control;
+12. the engine keeps the contract (same seed, same tokens; ids and lengths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specproof.properties.engine.results import EngineAuditResult
+from specproof.properties.verdicts import Verdict
+
+YES, NO, NOT_TESTED = "yes", "no", "not tested"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One question of the checklist and its answer."""
+
+    question: str
+    answer: str  # YES, NO or NOT_TESTED
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"question": self.question, "answer": self.answer, "detail": self.detail}
+
+
+def _law(r: EngineAuditResult) -> Item:
+    q = "the law holds under the deployed parameters"
+    settings = sorted({c.case.sampling.label for c in r.cases})
+    if r.verdict == Verdict.LOSSY:
+        return Item(q, NO, r.short_witness())
+    if not r.cases or r.samples == 0:
+        return Item(
+            q,
+            NOT_TESTED,
+            "no law-test sample was drawn" + (f" ({r.violation_text()})" if r.violation else ""),
+        )
+    if r.verdict in (Verdict.UNDERPOWERED, Verdict.INTERRUPTED) or r.short:
+        return Item(q, NOT_TESTED, "the law tests ran short of their plan: " + (r.fault or "the budget"))
+    tv = max((c.token_detects or {}).get("mean", c.detectable_tv) for c in r.cases)
+    return Item(
+        q, YES, f"no deviation in {len(r.cases)} cases ({', '.join(settings)}); each detects a TV of {tv:.3g}"
+    )
+
+
+def _speculation(r: EngineAuditResult) -> Item:
+    q = "speculation ran"
+    s = r.speculation
+    if s.status == "unobservable":
+        return Item(q, NOT_TESTED, "the engine reports no draft or acceptance counters")
+    return Item(q, YES if s.status == "ran" else NO, s.line().split(": ", 1)[-1])
+
+
+def _load(r: EngineAuditResult) -> list[Item]:
+    q1 = "the same law alone and at production concurrency"
+    q2 = "seeds are honoured with other requests in flight"
+    load = r.load
+    if load is None:
+        why = "no load axis asked (--load 1 --load N)"
+        return [Item(q1, NOT_TESTED, why), Item(q2, NOT_TESTED, why)]
+    levels = ", ".join(map(str, load.levels))
+    if r.factor or load.background_lossy:
+        first = Item(q1, NO, r.factor or load.background_text)
+    elif r.verdict == Verdict.LOSSY:
+        first = Item(q1, NO, f"lossy at every level ({levels}): {r.short_witness()}")
+    elif r.samples and not r.short and r.verdict not in (Verdict.UNDERPOWERED, Verdict.INTERRUPTED):
+        first = Item(q1, YES, f"levels {levels} held; background requests: {load.background_text}")
+    else:
+        first = Item(q1, NOT_TESTED, f"levels {levels} ran short of their plan")
+    bad = load.violation
+    if not load.seeds:
+        second = Item(q2, NOT_TESTED, load.stopped or "no seed was checked (--report-samples 0)")
+    elif bad is not None:
+        second = Item(q2, NO, bad.line())
+    else:
+        second = Item(q2, YES, "; ".join(s.line() for s in load.seeds))
+    return [first, second]
+
+
+def _stops(r: EngineAuditResult) -> Item:
+    q = "stops inside an accepted block end the answer where the law says"
+    with_eos = [c for c in r.cases if c.case.sampling.eos is not None]
+    if not with_eos:
+        return Item(
+            q,
+            NOT_TESTED,
+            "no case names an end of sequence (--param eos=ID); stop strings are not audited yet",
+        )
+    if r.verdict == Verdict.LOSSY or (r.violation or {}).get("kind") == "after_eos":
+        return Item(q, NO, r.short_witness() or r.violation_text())
+    return Item(
+        q,
+        YES,
+        f"end of sequence in {len(with_eos)} cases: samples end on it and nothing follows (stop strings "
+        "are not audited yet)",
+    )
+
+
+def _streaming(r: EngineAuditResult) -> Item:
+    q = "a streamed answer equals the whole answer"
+    s = r.streaming
+    if s.status in ("not_offered", "stopped"):
+        return Item(q, NOT_TESTED, s.line().split(": ", 1)[-1])
+    return Item(q, YES if s.status == "equal" else NO, s.line().split(": ", 1)[-1])
+
+
+def _grammar(r: EngineAuditResult) -> Item:
+    q = "constrained decoding keeps its law"
+    with_grammar = [c for c in r.cases if c.case.sampling.grammar is not None]
+    if not with_grammar:
+        return Item(q, NOT_TESTED, "no case asks for a grammar (--param regex=... with --token-map)")
+    bad = [c for c in with_grammar if c.rejected or c.token_finding]
+    if bad:
+        return Item(q, NO, r.short_witness())
+    return Item(q, YES, f"{len(with_grammar)} cases with a grammar held")
+
+
+def _reports(r: EngineAuditResult) -> Item:
+    q = "reported probabilities are the law's"
+    rep = r.reports
+    if rep.status in ("not_offered", "stopped"):
+        return Item(q, NOT_TESTED, rep.line().split(": ", 1)[-1])
+    return Item(q, YES if rep.status == "consistent" else NO, rep.line().split(": ", 1)[-1])
+
+
+def _control(r: EngineAuditResult) -> Item:
+    q = "the tolerance comes from a speculation-off control"
+    c = r.control
+    if c is None or c.tolerance is None:
+        return Item(q, NOT_TESTED, "no twin (--twin URL, or an engine's twin)")
+    return Item(q, YES if c.numeric else NO, c.line().split(": ", 1)[-1])
+
+
+def _contract(r: EngineAuditResult) -> Item:
+    q = "the engine keeps the contract (a seed's tokens, ids, lengths)"
+    if r.violation and r.verdict == Verdict.CONTRACT_VIOLATION:
+        return Item(q, NO, r.violation_text())
+    if r.violation:
+        return Item(q, NO, r.violation_text())
+    return Item(q, YES, "same seed, same tokens; every id in range, every sample of the asked length")
+
+
+def signoff(r: EngineAuditResult) -> list[Item]:
+    """The checklist of one audit (module docstring)."""
+    return [
+        _speculation(r),
+        _law(r),
+        *_load(r),
+        _stops(r),
+        _streaming(r),
+        _grammar(r),
+        Item(
+            "a prefix-cache hit behaves as a cold request",
+            NOT_TESTED,
+            "prompts sharing a cached prefix are not sent apart from cold ones yet",
+        ),
+        _reports(r),
+        Item(
+            "acceptance as the rule predicts",
+            NOT_TESTED,
+            "the acceptance oracle (drafts' and target's laws along the path) is not built yet; "
+            f"counters: {r.speculation.line().split(': ', 1)[-1]}",
+        ),
+        _control(r),
+        _contract(r),
+    ]
+
+
+def markdown(r: EngineAuditResult) -> str:
+    """The sign-off as a Markdown section: a table of the questions and their answers."""
+    lines = [f"## Sign-off: {r.engine}", "", f"Verdict: **{r.verdict.value}**.", ""]
+    lines += ["| # | question | answer | detail |", "|---:|---|---|---|"]
+    for i, item in enumerate(signoff(r), 1):
+        answer = f"**{item.answer}**" if item.answer == NO else item.answer
+        lines.append(f"| {i} | {item.question} | {answer} | {item.detail.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,75 @@
+"""The sign-off (properties/engine/signoff.py): every audit read as the deployment checklist, each
+item yes, no with its witness, or not tested and why; never absent."""
+
+from __future__ import annotations
+
+from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+from specproof.properties.endpoint.options import EndpointOptions
+from specproof.properties.endpoint.standin import StandIn
+from specproof.properties.engine.audit import audit_engine
+from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.engine.contract import T1
+from specproof.properties.engine.report import write_report
+from specproof.properties.engine.signoff import NO, NOT_TESTED, YES, markdown, signoff
+
+#: alpha 1e-3, seed 1, 200 samples a case (tests/test_load.py's plan, where batch_rows is rejected)
+CONFIG = EngineAuditConfig(alpha=1e-3, samples=200, seed=1, report_samples=16)
+
+
+def _audit(bug: str | None, loads: tuple[int, ...]):
+    with StandIn(bug, loop="laws") as si, StandIn(speculative=False, loop="laws") as twin:
+        ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, loads=loads))
+        try:
+            return audit_engine(endpoint_spec(ep, prompts=[(0, 6)], samplings=[T1], tokens=4), CONFIG)
+        finally:
+            ep.close()
+
+
+def _answers(res) -> dict[str, str]:
+    return {item.question: item.answer for item in signoff(res)}
+
+
+def test_a_correct_server_under_load_signs_off_every_item_it_tested(tmp_path):
+    res = _audit(None, (1, 8))
+    items = signoff(res)
+    assert len(items) == 12 and all(i.answer in (YES, NO, NOT_TESTED) and i.detail for i in items)
+    a = _answers(res)
+    for q in (
+        "speculation ran",
+        "the law holds under the deployed parameters",
+        "the same law alone and at production concurrency",
+        "seeds are honoured with other requests in flight",
+        "a streamed answer equals the whole answer",
+        "reported probabilities are the law's",
+        "the tolerance comes from a speculation-off control",
+        "the engine keeps the contract (a seed's tokens, ids, lengths)",
+    ):
+        assert a[q] == YES, (q, markdown(res))
+    # what this audit did not run says so, with what would run it
+    not_tested = {i.question: i.detail for i in items if i.answer == NOT_TESTED}
+    assert "a prefix-cache hit behaves as a cold request" in not_tested
+    assert "--param eos" in not_tested["stops inside an accepted block end the answer where the law says"]
+    assert "grammar" in not_tested["constrained decoding keeps its law"]
+    assert [j["answer"] for j in res.to_json()["signoff"]] == [i.answer for i in items]
+    out = tmp_path / "report.md"
+    write_report(str(out), [res])
+    text = out.read_text()
+    assert "## Sign-off" in text and "a streamed answer equals the whole answer" in text
+
+
+def test_a_batch_coupled_bug_is_a_no_on_the_concurrency_item_with_its_factor():
+    res = _audit("batch_rows", (1, 8))
+    a = {i.question: i for i in signoff(res)}
+    assert a["the law holds under the deployed parameters"].answer == NO
+    item = a["the same law alone and at production concurrency"]
+    assert item.answer == NO and "lossy only with 8 in flight" in item.detail, markdown(res)
+
+
+def test_without_a_load_axis_the_concurrency_items_say_how_to_run_them():
+    res = _audit(None, ())
+    a = {i.question: i for i in signoff(res)}
+    for q in (
+        "the same law alone and at production concurrency",
+        "seeds are honoured with other requests in flight",
+    ):
+        assert a[q].answer == NOT_TESTED and "--load" in a[q].detail
