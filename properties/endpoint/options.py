@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from specproof.properties.endpoint.families import PROFILES
-from specproof.properties.engine.load import check_loads
+from specproof.properties.engine.config import check_loads
 from specproof.properties.options import Flag
 from specproof.reference.errors import UsageError
 

@@ -3,6 +3,7 @@ defaults (the command line's help) imports nothing heavy."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -72,3 +73,21 @@ class EngineAuditConfig(PlanConfig):
             raise UsageError(f"test: {self.test!r} is not one of {', '.join(TESTS)}")
         if not isinstance(self.report_samples, int) or self.report_samples < 0:
             raise UsageError(f"report_samples: must be an integer >= 0, got {self.report_samples}")
+
+
+#: the largest level an audit may ask (requests in flight at once)
+MAX_LOAD = 256
+
+
+def check_loads(loads: Sequence[int]) -> tuple[int, ...]:
+    """The levels, checked: distinct integers in ``[1, MAX_LOAD]``, in the order given."""
+    out: list[int] = []
+    for level in loads:
+        if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= MAX_LOAD:
+            raise UsageError(
+                f"loads: each level is a number of requests in flight in [1, {MAX_LOAD}], got {level!r}"
+            )
+        if level in out:
+            raise UsageError(f"loads: level {level} given twice")
+        out.append(level)
+    return tuple(out)

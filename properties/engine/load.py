@@ -37,30 +37,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.engine.config import MAX_LOAD, EngineAuditConfig, check_loads
 from specproof.properties.engine.contract import Seq
 from specproof.properties.engine.results import EngineCaseResult, level_name
 
+__all__ = [
+    "BACKGROUND_ALPHA_SHARE",
+    "MAX_LOAD",
+    "LoadResult",
+    "LoadSeeds",
+    "background_test",
+    "check_loads",
+    "only_at",
+]
+
 #: the share of the audit's alpha the background requests' token test spends when loads are asked
 BACKGROUND_ALPHA_SHARE = 0.25
-#: the largest level an audit may ask (requests in flight at once)
-MAX_LOAD = 256
-
-
-def check_loads(loads: Sequence[int]) -> tuple[int, ...]:
-    """The levels, checked: distinct integers in ``[1, MAX_LOAD]``, in the order given."""
-    from specproof.reference.errors import UsageError
-
-    out: list[int] = []
-    for level in loads:
-        if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= MAX_LOAD:
-            raise UsageError(
-                f"loads: each level is a number of requests in flight in [1, {MAX_LOAD}], got {level!r}"
-            )
-        if level in out:
-            raise UsageError(f"loads: level {level} given twice")
-        out.append(level)
-    return tuple(out)
 
 
 @dataclass
