@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -32,6 +32,14 @@ from specproof.properties.engine.contract import EngineUnavailable
 from specproof.reference.errors import SpecproofError, UsageError
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+class _Again(Exception):
+    """One attempt of a request failed in a way a retry may cure; ``what`` says how."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
 
 
 class RequestRefused(SpecproofError):
@@ -152,68 +160,67 @@ class Client:
             text += f"; the first error this client met (another request): {self.first_error}"
         return EngineUnavailable(text)
 
-    async def _send(self, method: str, url: str, body: Any) -> Any:
+    async def _retrying(self, method: str, url: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
+        """``attempt()`` until it returns, at most ``retries + 1`` times with a growing pause; an
+        attempt that fails in transit raises :class:`_Again` with what went wrong (kept to name
+        the failure), a refusal passes through."""
         first = last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
+        for n in range(self.retries + 1):
+            if n:
                 self.retried += 1
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
+                await asyncio.sleep(self.backoff * 2 ** (n - 1))
             self.requests += 1
             try:
-                r = await self._client().request(method, url, json=body)
+                return await attempt()
+            except _Again as again:
+                last = self._note(again.what)
+                first = first or last
             except httpx.TransportError as e:
                 last = self._note(f"{type(e).__name__}: {e or 'no answer'}")
                 first = first or last
-                continue
-            if r.status_code in RETRY_STATUS:
-                last = self._note(f"HTTP {r.status_code}: {r.text[:200]}")
-                first = first or last
-                continue
+        raise self._failed(method, url, first, last)
+
+    def _refused(self, url: str, status: int, text: str) -> None:
+        """An HTTP error status: retried (:class:`_Again`) where it may pass, else refused."""
+        if status in RETRY_STATUS:
+            raise _Again(f"HTTP {status}: {text[:200]}")
+        self._note(f"HTTP {status}: {text[:200]}")
+        raise RequestRefused(url, status, text)
+
+    async def _send(self, method: str, url: str, body: Any) -> Any:
+        async def once() -> Any:
+            r = await self._client().request(method, url, json=body)
             if r.status_code >= 400:
-                self._note(f"HTTP {r.status_code}: {r.text[:200]}")
-                raise RequestRefused(url, r.status_code, r.text)
+                self._refused(url, r.status_code, r.text)
             try:
                 return r.json()
-            except json.JSONDecodeError:
-                last = self._note(f"an answer that is not JSON: {r.text[:200]!r}")
-                first = first or last
-                continue
-        raise self._failed(method, url, first, last)
+            except json.JSONDecodeError as e:
+                raise _Again(f"an answer that is not JSON: {r.text[:200]!r}") from e
+
+        return await self._retrying(method, url, once)
 
     async def _send_stream(self, url: str, body: Any) -> list[Any]:
         """A POST whose answer is streamed (``text/event-stream``): its events' JSON, in order,
         up to ``data: [DONE]`` or the stream's end; retried as :meth:`_send` is."""
-        first = last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.retried += 1
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1))
-            self.requests += 1
+
+        async def once() -> list[Any]:
             events: list[Any] = []
-            try:
-                async with self._client().stream("POST", url, json=body) as r:
-                    if r.status_code >= 400:
-                        text = (await r.aread()).decode(errors="replace")
-                        what = self._note(f"HTTP {r.status_code}: {text[:200]}")
-                        if r.status_code not in RETRY_STATUS:
-                            raise RequestRefused(url, r.status_code, text)
-                        last, first = what, first or what
+            async with self._client().stream("POST", url, json=body) as r:
+                if r.status_code >= 400:
+                    self._refused(url, r.status_code, (await r.aread()).decode(errors="replace"))
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
                         continue
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            break
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
                         events.append(json.loads(data))
-                return events
-            except httpx.TransportError as e:
-                last = self._note(f"{type(e).__name__}: {e or 'no answer'}")
-                first = first or last
-            except json.JSONDecodeError as e:
-                last = self._note(f"a streamed event that is not JSON: {e}")
-                first = first or last
-        raise self._failed("POST", url, first, last)
+                    except json.JSONDecodeError as e:
+                        raise _Again(f"a streamed event that is not JSON: {e}") from e
+            return events
+
+        return list(await self._retrying("POST", url, once))
 
     def post_stream_many(self, path: str, bodies: Sequence[dict[str, Any]]) -> list[list[Any]]:
         """Every body POSTed with its answer streamed (at most ``concurrency`` at once); each

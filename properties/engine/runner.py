@@ -254,37 +254,32 @@ class CaseRunner:
                 )
             return out
         try:
-            gens = list(many(list(self.case.prompt), self.case.tokens, seeds, report=report))
+            gens = self._many(many, "generate_many", seeds, report)
         except EngineUnavailable as e:
             e.done = [self._checked(g, s) for g, s in zip(e.done, seeds)]
             raise
-        except Exception as e:
-            raise EngineViolation(
-                "exception", f"generate_many raised {type(e).__name__}: {e}", self.case
-            ) from e
-        if len(gens) != len(seeds):
-            raise EngineViolation(
-                "length", f"generate_many returned {len(gens)} samples for {len(seeds)} seeds", self.case
-            )
         return [self._checked(g, s) for g, s in zip(gens, seeds)]
 
     def draw_stream(self, seeds: list[int], report: bool = False) -> list[Generation]:
         """The samples for ``seeds`` with their answers streamed (``generate_stream``), padded as
         :meth:`draw`'s are but not refused (the streaming check compares them with the whole ones)."""
-        stream = self.optional("stream")
+        return [
+            self._padded(g) for g in self._many(self.optional("stream"), "generate_stream", seeds, report)
+        ]
+
+    def _many(self, fn: Any, name: str, seeds: list[int], report: bool) -> list[Generation]:
+        """``fn(prompt, M, seeds, report=...)``'s samples, one a seed, or the violation it is."""
         try:
-            gens = list(stream(list(self.case.prompt), self.case.tokens, seeds, report=report))
-        except EngineUnavailable:
+            gens = list(fn(list(self.case.prompt), self.case.tokens, seeds, report=report))
+        except (EngineUnavailable, EngineViolation):
             raise
         except Exception as e:
-            raise EngineViolation(
-                "exception", f"generate_stream raised {type(e).__name__}: {e}", self.case
-            ) from e
+            raise EngineViolation("exception", f"{name} raised {type(e).__name__}: {e}", self.case) from e
         if len(gens) != len(seeds):
             raise EngineViolation(
-                "length", f"generate_stream returned {len(gens)} samples for {len(seeds)} seeds", self.case
+                "length", f"{name} returned {len(gens)} samples for {len(seeds)} seeds", self.case
             )
-        return [self._padded(g) for g in gens]
+        return gens
 
     def _padded(self, g: Generation) -> Generation:
         """A streamed sample as :meth:`check_tokens` would pad it (ended early on the end of

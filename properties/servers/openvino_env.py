@@ -16,7 +16,6 @@ prompt lookup or plain) and answers generation requests over JSON lines.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from specproof.properties.servers import tiny_hf
+from specproof.properties.servers import tiny_hf, venvs
 from specproof.reference.errors import SpecproofError
 
 VERSION = "2026.4.1"
@@ -42,17 +41,16 @@ class OpenVINOError(SpecproofError, RuntimeError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specproof" / f"openvino-genai-{VERSION}"
+    return venvs.cache_root(f"openvino-genai-{VERSION}")
 
 
 def venv_dir() -> Path:
     """The environment: ``SPECPROOF_OPENVINO_VENV``, else under the cache (:func:`cache_root`)."""
-    return Path(os.environ.get("SPECPROOF_OPENVINO_VENV") or cache_root() / "venv")
+    return venvs.venv_dir("SPECPROOF_OPENVINO_VENV", f"openvino-genai-{VERSION}")
 
 
 def python(venv: Path | None = None) -> Path:
-    return (venv or venv_dir()) / "bin" / "python"
+    return venvs.python(venv or venv_dir())
 
 
 def installed(venv: Path | None = None) -> tuple[bool, str]:
@@ -60,21 +58,14 @@ def installed(venv: Path | None = None) -> tuple[bool, str]:
     py = python(venv)
     if not py.exists():
         return False, f"no OpenVINO GenAI environment at {py.parent.parent} (specproof openvino install)"
-    probe = "import importlib.metadata as m; print(m.version('openvino-genai'))"
-    out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0 or not out.stdout.strip().startswith(VERSION):
-        return False, f"{py} has no openvino-genai {VERSION} ({(out.stdout or out.stderr).strip()[-200:]})"
-    return True, out.stdout.strip()
+    version, said = venvs.dist_version(py, "openvino-genai")
+    if version is None or not version.startswith(VERSION):
+        return False, f"{py} has no openvino-genai {VERSION} ({said})"
+    return True, version
 
 
 def _pip(py: Path, args: Sequence[str], log: Path) -> None:
-    with open(log, "a") as f:
-        f.write(f"$ pip {' '.join(args)}\n")
-        f.flush()
-        done = subprocess.run([str(py), "-m", "pip", *args], stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-25:])
-        raise OpenVINOError(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail}")
+    venvs.pip(py, args, log, OpenVINOError)
 
 
 def install(venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:

