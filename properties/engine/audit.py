@@ -70,9 +70,9 @@ from specproof.properties.engine.contract import (
 from specproof.properties.engine.load import (
     BACKGROUND_ALPHA_SHARE,
     LoadResult,
-    LoadSeeds,
-    background_test,
     check_loads,
+    load_checks,
+    load_violation,
     only_at,
 )
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
@@ -82,6 +82,7 @@ from specproof.properties.engine.runner import (
     check_seed_use,
     sample_seed,
 )
+from specproof.properties.engine.streaming import stream_check
 from specproof.properties.engine.token_stage import TokenStage, plan_detects, plan_limit
 from specproof.properties.plan import Budget
 from specproof.properties.verdicts import Verdict
@@ -546,31 +547,8 @@ class EngineAudit:
             self._load_checks(res.load)
 
     def _stream_check(self) -> None:
-        """Streamed answers against whole ones for the same seeds, on the first case at the lowest
-        level, where the engine streams (:class:`Streaming`), one request at a time."""
-        c, res = self.config, self.result
-        offered = [r for r in self.runners if "stream" in r.offers]
-        if not offered:
-            return
-        rn = min(offered, key=lambda r: (r.case.load or 0, r.case.index))
-        report = bool(rn.optional("reports", False))
-        seeds = [sample_seed(c.seed, rn.case.index, 6 * 10**6 + j) for j in range(c.report_samples)]
-        self.say(f"streaming {rn.case.name}", 1.0)
-        try:
-            # one request at a time, so that what differs is the streaming, not what else is in flight
-            whole = [g for s in seeds for g in rn.draw([s], report=report)]
-            streamed = [g for s in seeds for g in rn.draw_stream([s], report=report)]
-        except EngineUnavailable as e:
-            res.streaming.status, res.streaming.stopped = "stopped", e.detail
-            return
-        for s, a, b in zip(seeds, whole, streamed):
-            res.streaming.add(s, a, b, res.reports.tolerance)
-        if report:
-            out = res.streaming.reports
-            out.tolerance, out.tolerance_from = res.reports.tolerance, res.reports.tolerance_from
-            compare_reports(streamed, rn.law, out, rn.eos)
-            judge_reports(out)
-        res.streaming.judge()
+        """Streamed answers against whole ones (:func:`.streaming.stream_check`)."""
+        stream_check(self.runners, self.config, self.result, self.say)
 
     def _reports_and_control(self) -> None:
         c, res = self.config, self.result
@@ -606,52 +584,8 @@ class EngineAudit:
         judge_reports(res.reports)
 
     def _load_checks(self, load: LoadResult) -> None:
-        """The load axis's checks (:mod:`.load`): seed use at each level on the first prompt and
-        setting, each seed drawn twice in two calls; then the background requests' token test."""
-        c = self.config
-        first = self.cases[0]
-        for rn in self.runners:
-            case = rn.case
-            if (case.prompt, case.sampling) != (first.prompt, first.sampling) or case.load is None:
-                continue
-            seeds = [sample_seed(c.seed, case.index, 5 * 10**6 + j) for j in range(c.report_samples)]
-            self.say(f"seed use {case.name}", 1.0)
-            got = LoadSeeds(case.load, case.name)
-            try:
-                a, b = rn.draw(seeds), rn.draw(seeds[::-1])[::-1]  # two calls, other requests beside
-            except EngineUnavailable as e:
-                load.stopped = f"seed use {case.name}: {e.detail}"
-                return
-            for s, x, y in zip(seeds, a, b):
-                got.add(s, x.tokens, y.tokens)
-            load.seeds.append(got)
-        records: list[object] = []
-        laws = None
-        for rn in self.runners:
-            bg = rn.optional("background")
-            if bg is not None:
-                recs, laws = bg()
-                records.extend(recs)
-        if not records or laws is None:
-            load.background_text = "none sent (no case ran above 1 in flight)"
-            return
-        self.say("background requests", 1.0)
-        try:
-            out = background_test(records, laws, self.spec.vocab, c)
-        except EngineUnavailable as e:
-            load.stopped = f"the background requests' laws: {e.detail}"
-            return
-        load.background = out.to_json()
-        load.background_lossy = out.verdict == Verdict.LOSSY
-        detects = min((s["detects"]["mean"] for s in out.settings), default=1.0)
-        text = (
-            f"{out.verdict.value}: {out.records:,} requests, {out.tokens:,} tokens scored by the token test "
-            f"(alpha {c.alpha * BACKGROUND_ALPHA_SHARE:g}); detects a per-token TV of {detects:.3g} "
-            "(sharpening) in its best-served setting"
-        )
-        if out.finding is not None:
-            text += f"; witness: {out.finding['text']}"
-        load.background_text = text
+        """The load axis's checks (:func:`.load.load_checks`)."""
+        load_checks(self.runners, self.config, self.spec.vocab, load, self.say)
 
     def _control(self, twins: list[Engine | None]) -> Control:
         """The twin's reported probabilities against the recipe's laws (the numerical tolerance),
@@ -737,9 +671,9 @@ class EngineAudit:
         if any(r.rejected for r in res.cases) or res.token_rejected or (load and load.background_lossy):
             res.verdict = Verdict.LOSSY
             if seeds_bad is not None and res.violation is None:
-                res.violation = self._load_violation(seeds_bad)
+                res.violation = load_violation(seeds_bad)
         elif seeds_bad is not None:
-            res.violation = self._load_violation(seeds_bad)
+            res.violation = load_violation(seeds_bad)
             res.verdict = Verdict.CONTRACT_VIOLATION
         elif res.streaming.status == "differs":
             f = res.streaming.first or {}
@@ -761,18 +695,6 @@ class EngineAudit:
             res.verdict = Verdict.UNDERPOWERED
         else:
             res.verdict = Verdict.PASS
-
-    @staticmethod
-    def _load_violation(seeds: LoadSeeds) -> dict[str, object]:
-        return {
-            "kind": "nondeterministic_under_load",
-            "detail": (
-                f"a seed gave two outputs {seeds.line().split(': ', 1)[1]}; a sample must be a function of "
-                "its seed alone, whatever else is in flight"
-            ),
-            "case": seeds.case,
-            "stage": "checks",
-        }
 
     def _law_rejected(self) -> bool:
         """Whether some look already rejected the law (Holm at the verdict can only add to it)."""

@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specproof.properties.engine.config import MAX_LOAD, EngineAuditConfig, check_loads
-from specproof.properties.engine.contract import Seq
+from specproof.properties.engine.contract import EngineUnavailable, Seq
 from specproof.properties.engine.results import EngineCaseResult, level_name
+from specproof.properties.engine.runner import CaseRunner, sample_seed
+from specproof.properties.verdicts import Verdict
 
 __all__ = [
     "BACKGROUND_ALPHA_SHARE",
@@ -47,6 +49,8 @@ __all__ = [
     "LoadResult",
     "LoadSeeds",
     "background_test",
+    "load_checks",
+    "load_violation",
     "check_loads",
     "only_at",
 ]
@@ -147,6 +151,78 @@ def only_at(cases: Sequence[EngineCaseResult]) -> str:
 
 
 LawsAlong = Callable[[Seq, Seq, Any], Any]
+
+
+def load_checks(
+    runners: Sequence[CaseRunner],
+    config: EngineAuditConfig,
+    vocab: int,
+    load: LoadResult,
+    say: Callable[[str, float], None],
+) -> None:
+    """Seed use at each level on the first prompt and setting (each of ``report_samples`` seeds
+    drawn twice, in two calls with other requests beside them), then the background requests'
+    token test; what they find goes into ``load``."""
+    first = runners[0].case if runners else None
+    for rn in runners:
+        case = rn.case
+        if (
+            first is None
+            or (case.prompt, case.sampling) != (first.prompt, first.sampling)
+            or case.load is None
+        ):
+            continue
+        seeds = [sample_seed(config.seed, case.index, 5 * 10**6 + j) for j in range(config.report_samples)]
+        say(f"seed use {case.name}", 1.0)
+        got = LoadSeeds(case.load, case.name)
+        try:
+            a, b = rn.draw(seeds), rn.draw(seeds[::-1])[::-1]  # two calls, other requests beside
+        except EngineUnavailable as e:
+            load.stopped = f"seed use {case.name}: {e.detail}"
+            return
+        for s, x, y in zip(seeds, a, b):
+            got.add(s, x.tokens, y.tokens)
+        load.seeds.append(got)
+    records: list[Any] = []
+    laws = None
+    for rn in runners:
+        bg = rn.optional("background")
+        if bg is not None:
+            recs, laws = bg()
+            records.extend(recs)
+    if not records or laws is None:
+        load.background_text = "none sent (no case ran above 1 in flight)"
+        return
+    say("background requests", 1.0)
+    try:
+        out = background_test(records, laws, vocab, config)
+    except EngineUnavailable as e:
+        load.stopped = f"the background requests' laws: {e.detail}"
+        return
+    load.background = out.to_json()
+    load.background_lossy = out.verdict == Verdict.LOSSY
+    detects = min((s["detects"]["mean"] for s in out.settings), default=1.0)
+    text = (
+        f"{out.verdict.value}: {out.records:,} requests, {out.tokens:,} tokens scored by the token test "
+        f"(alpha {config.alpha * BACKGROUND_ALPHA_SHARE:g}); detects a per-token TV of {detects:.3g} "
+        "(sharpening) in its best-served setting"
+    )
+    if out.finding is not None:
+        text += f"; witness: {out.finding['text']}"
+    load.background_text = text
+
+
+def load_violation(seeds: LoadSeeds) -> dict[str, object]:
+    """The contract violation a level's seed check found (kind ``nondeterministic_under_load``)."""
+    return {
+        "kind": "nondeterministic_under_load",
+        "detail": (
+            f"a seed gave two outputs {seeds.line().split(': ', 1)[1]}; a sample must be a function of "
+            "its seed alone, whatever else is in flight"
+        ),
+        "case": seeds.case,
+        "stage": "checks",
+    }
 
 
 def background_test(records: Sequence[Any], laws: LawsAlong, vocab: int, config: EngineAuditConfig) -> Any:

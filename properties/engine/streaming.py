@@ -1,0 +1,44 @@
+"""The engine audit's streaming check: the same seeds asked whole and streamed, one request at a
+time (so that what differs is the streaming, not what else is in flight), compared by
+:class:`~specproof.properties.engine.checks.Streaming`; where the engine reports probabilities,
+the streamed ones are checked against the law too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specproof.properties.engine.checks import compare_reports, judge_reports
+from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.engine.contract import EngineUnavailable
+from specproof.properties.engine.results import EngineAuditResult
+from specproof.properties.engine.runner import CaseRunner, sample_seed
+
+
+def stream_check(
+    runners: Sequence[CaseRunner],
+    config: EngineAuditConfig,
+    res: EngineAuditResult,
+    say: Callable[[str, float], None],
+) -> None:
+    """Fill ``res.streaming`` from the first case at the lowest level whose engine streams."""
+    offered = [r for r in runners if "stream" in r.offers]
+    if not offered:
+        return
+    rn = min(offered, key=lambda r: (r.case.load or 0, r.case.index))
+    report = bool(rn.optional("reports", False))
+    seeds = [sample_seed(config.seed, rn.case.index, 6 * 10**6 + j) for j in range(config.report_samples)]
+    say(f"streaming {rn.case.name}", 1.0)
+    try:
+        whole = [g for s in seeds for g in rn.draw([s], report=report)]
+        streamed = [g for s in seeds for g in rn.draw_stream([s], report=report)]
+    except EngineUnavailable as e:
+        res.streaming.status, res.streaming.stopped = "stopped", e.detail
+        return
+    for s, a, b in zip(seeds, whole, streamed):
+        res.streaming.add(s, a, b, res.reports.tolerance)
+    if report:
+        out = res.streaming.reports
+        out.tolerance, out.tolerance_from = res.reports.tolerance, res.reports.tolerance_from
+        compare_reports(streamed, rn.law, out, rn.eos)
+        judge_reports(out)
+    res.streaming.judge()
