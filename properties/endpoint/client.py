@@ -34,8 +34,9 @@ from specproof.reference.errors import SpecproofError, UsageError
 RETRY_STATUS = {429, 500, 502, 503, 504}
 
 
-class _Again(Exception):
-    """One attempt of a request failed in a way a retry may cure; ``what`` says how."""
+class _Again(SpecproofError):
+    """One attempt of a request failed in a way a retry may cure; ``what`` says how. Never leaves
+    the client: the retry loop catches it (a project error all the same, like every other)."""
 
     def __init__(self, what: str) -> None:
         super().__init__(what)
