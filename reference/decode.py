@@ -77,8 +77,9 @@ def decode(
     step with that node's own context: the committed tokens and the drafts on its path, the
     prompt being the first ``len(prompt)`` of them. The drafts are drawn from the draft model's
     laws processed the same way, and that processed law is what the verifier is told
-    (proofs_notes/sampling_params.md). End of sequence (``sampling.eos``) ends the loop: the
-    tokens stop at the first one emitted. ``node_law`` replaces how a node's law is computed
+    (proofs_notes/sampling_params.md). The output's end (an ``eos``, a stop string:
+    :meth:`~.sampling.Sampling.end`) ends the loop: the tokens stop at the token that ended it,
+    wherever in a step's accepted block it lies (proofs_notes/stops.md). ``node_law`` replaces how a node's law is computed
     (a defect's model; the engine audit's mutants use it)."""
     from .proposers.selfdraft import as_drafter
 
@@ -96,7 +97,7 @@ def decode(
     for _ in range(steps):
         if until is not None and len(out.tokens) - len(prompt) >= until:
             break
-        if sampling is not None and sampling.eos is not None and sampling.eos in out.tokens[len(prompt) :]:
+        if sampling is not None and sampling.ends and sampling.end(out.tokens[len(prompt) :]) is not None:
             break
         ctx = tuple(out.tokens)
         ch = Sampler(rng)
@@ -119,10 +120,16 @@ def decode(
         outcome = verify(Sampler(rng), step)
         cache.commit(tree, outcome.accepted, prefix_len)
         emitted = outcome.emitted(step)
-        if sampling is not None and sampling.eos in emitted:
-            # end of sequence is absorbing: the output ends at it, and so does the loop
-            out.tokens.extend(emitted[: emitted.index(sampling.eos) + 1])
-            out.emitted_per_step.append(emitted.index(sampling.eos) + 1)
+        done = len(out.tokens) - len(prompt)
+        ended = None
+        if sampling is not None and sampling.ends:
+            ended = sampling.end([*out.tokens[len(prompt) :], *emitted])
+        if ended is not None:
+            # the end is absorbing: the output stops at the token that ended it, and so does the
+            # loop; the rest of the block is dropped
+            keep = ended - done
+            out.tokens.extend(emitted[:keep])
+            out.emitted_per_step.append(keep)
             out.drafted_per_step.append(len(proposal.tokens) - 1)
             break
         out.tokens.extend(emitted)

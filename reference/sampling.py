@@ -31,8 +31,14 @@ frequency penalties placed beside its repetition penalty. Engines differ (llama.
 cut-offs before the temperature and counts the last ``repeat_last_n`` tokens; vLLM's repetition
 penalty counts prompt and output, SGLang's the output only): an engine declares its semantics
 through ``repetition_scope`` and ``presence_scope``, and a served engine's law is read from the
-server itself, never from here. End of sequence is absorbing: after ``eos`` the law is one-hot at
-``eos``.
+server itself, never from here.
+
+Generation ends (:meth:`Sampling.end`) at the first ``eos`` generated, or at the first token whose
+text completes one of the ``stop`` strings in the text of ``out`` (the tokens' texts are
+``texts``; a stop string may span several tokens). The end is absorbing: once ``out`` has ended,
+the law is one-hot at the token that ended it, so a sample padded with that token to any horizon
+has the law of the stopped one (proofs_notes/stops.md). Nothing past the ending token belongs to
+the output: a server that returns more has broken the contract.
 """
 
 from __future__ import annotations
@@ -129,7 +135,9 @@ def _live_states(g: Grammar) -> frozenset[int]:
 class Sampling:
     """A sampling request (module docstring). The defaults change nothing: temperature 1 and
     every other parameter off. ``eos`` is the model's end-of-sequence id, needed by
-    ``min_new_tokens`` and by a grammar (which allows ``eos`` in its accepting states)."""
+    ``min_new_tokens`` and by a grammar (which allows ``eos`` in its accepting states). ``stop``
+    are stop strings over the generated text, ``texts`` the tokens' texts by id they are read
+    through (module docstring)."""
 
     temperature: float = 1.0
     top_k: int | None = None
@@ -146,6 +154,8 @@ class Sampling:
     grammar: Grammar | None = None
     repetition_scope: str = "all"
     presence_scope: str = "output"
+    stop: tuple[str, ...] = ()
+    texts: tuple[str, ...] = field(default=(), repr=False)  # the tokens' texts, for ``stop``
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # server-only fields
 
     def __post_init__(self) -> None:
@@ -174,6 +184,28 @@ class Sampling:
             or self.min_new_tokens
             or self.grammar is not None
         )
+
+    @property
+    def ends(self) -> bool:
+        """Whether a sample may end before the horizon (an ``eos`` or a stop string)."""
+        return self.eos is not None or bool(self.stop)
+
+    def end(self, out: Sequence[int]) -> int | None:
+        """How many tokens of the generated ``out`` the output keeps: up to and including the
+        first ``eos``, or the first token whose text completes a stop string; None when ``out``
+        has not ended."""
+        text = ""
+        for k, x in enumerate(out):
+            if x == self.eos:
+                return k + 1
+            if self.stop:
+                before = len(text)
+                text += self.texts[x]
+                # only a match that ends inside this token's text is new
+                lo = max(0, before - max(len(t) for t in self.stop) + 1)
+                if any(t in text[lo:] for t in self.stop):
+                    return k + 1
+        return None
 
     @property
     def output_scoped(self) -> bool:
@@ -205,7 +237,7 @@ class Sampling:
         """The parameters that differ from their neutral value, in field order."""
         out = []
         for f in fields(self):
-            if f.name in ("extra", "repetition_scope", "presence_scope"):
+            if f.name in ("extra", "repetition_scope", "presence_scope", "texts"):
                 continue
             v = getattr(self, f.name)
             if v != f.default:
@@ -232,6 +264,8 @@ class Sampling:
             bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
                 raise BadParameterError(name, f"id {bad[0]} outside the vocabulary [0, {vocab})")
+        if self.stop and len(self.texts) != vocab:
+            raise BadParameterError("texts", f"holds {len(self.texts)} token texts for a vocabulary of {vocab}")
 
     # -- the law ------------------------------------------------------------------------------
 
@@ -294,6 +328,12 @@ def _check(s: Sampling) -> None:
     for name in ("repetition_scope", "presence_scope"):
         if getattr(s, name) not in SCOPES:
             raise BadParameterError(name, f"must be one of {SCOPES}, got {getattr(s, name)!r}")
+    if not isinstance(s.stop, tuple) or any(not isinstance(t, str) or not t for t in s.stop):
+        raise BadParameterError("stop", f"must be a tuple of non-empty strings, got {s.stop!r}")
+    if s.stop and not s.texts:
+        raise BadParameterError("stop", "needs the tokens' texts (texts) to read the output as text")
+    if any(not isinstance(t, str) for t in s.texts):
+        raise BadParameterError("texts", "every token text must be a string")
     if s.grammar is not None and s.grammar.start not in s.grammar.live:
         raise BadParameterError("grammar", f"{s.grammar.source!r} accepts no output at all")
 
@@ -494,16 +534,17 @@ def processed_law(
     margin: float | None = None,
     view: View | None = None,
 ) -> list[float]:
-    """The law sampled after ``context`` (module docstring, steps 1 to 5); one-hot at ``eos``
-    once ``eos`` was generated (end of sequence is absorbing). ``view`` replaces what some
-    parameters read (:class:`View`): only defect models use it."""
+    """The law sampled after ``context`` (module docstring, steps 1 to 5); one-hot at the token
+    that ended the output once it has ended (an ``eos``, a stop string: the end is absorbing).
+    ``view`` replaces what some parameters read (:class:`View`): only defect models use it."""
     z = np.asarray([float(v) for v in logits], dtype=np.float64)
     if z.ndim != 1 or np.isnan(z).any() or np.isposinf(z).any():
         raise SpecproofInputError("logits", "expected a row of finite numbers (or -inf)")
     out = generated(context, prompt_len)
-    if s.eos is not None and s.eos in out:
+    ended = s.end(out) if s.ends else None
+    if ended is not None:
         p = np.zeros(len(z))
-        p[s.eos] = 1.0
+        p[out[ended - 1]] = 1.0
         return [float(v) for v in p]
     counted = context if view is None or view.counted is None else view.counted
     read_out = out if view is None or view.generated is None else view.generated

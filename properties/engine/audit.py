@@ -574,7 +574,7 @@ class EngineAudit:
                 raise
             for g in gens:
                 counts.add(g)
-            compare_reports(gens, rn.law, res.reports, rn.eos)
+            compare_reports(gens, rn.law, res.reports, rn.end)
         res.speculation.reported = {
             "samples": counts.samples,
             "counted": counts.counted,
@@ -602,7 +602,7 @@ class EngineAudit:
                     seeds = [
                         sample_seed(c.seed, rn.case.index, 2 * 10**6 + j) for j in range(c.report_samples)
                     ]
-                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs, rn.eos)
+                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs, rn.end)
                 seeds = [sample_seed(c.seed, rn.case.index, 3 * 10**6 + j) for j in range(c.report_samples)]
                 ours, theirs = rn.draw(seeds), twin_runner.draw(seeds)
             except EngineUnavailable as e:

@@ -340,20 +340,24 @@ def _stream_difference(a: Generation, b: Generation, tolerance: float) -> tuple[
 LawFn = Callable[[Seq], Sequence[float]]
 
 
-def compare_reports(gens: Sequence[Generation], law: LawFn, out: Reports, eos: int | None = None) -> None:
+def compare_reports(
+    gens: Sequence[Generation], law: LawFn, out: Reports, end: Callable[[Seq], int | None] | None = None
+) -> None:
     """Fold the reported probabilities of ``gens`` into ``out`` (law: the prefix's next-token
-    law after the prompt). A sample that ended on ``eos`` is padded with it by the audit, and a
-    server that ends a sample need not emit (nor report) its end token: from the first ``eos``
-    that carries no report on, nothing is counted."""
+    law after the prompt). ``end`` says where a sample's output ended (an eos, a stop string):
+    the audit pads an ended sample with its ending token, and a server need not report the
+    padding, nor the ending token itself."""
     for g in gens:
         out.samples += 1
+        k = None if end is None else end(g.tokens)
+        m = len(g.tokens) if k is None else k
         if g.reported is None:
-            out.missing += len(g.tokens)
+            out.missing += m
             continue
-        for d, x in enumerate(g.tokens):
+        for d, x in enumerate(g.tokens[:m]):
             got = g.reported[d] if d < len(g.reported) else None
-            if got is None and eos is not None and x == eos:
-                break  # where the sample ended
+            if got is None and d == m - 1 and k is not None:
+                break  # the ending token, unreported
             if got is None:
                 out.missing += 1
                 continue

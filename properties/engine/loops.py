@@ -109,7 +109,7 @@ class ReferenceEngine:
 
     def run(self, prompt: Seq, max_new_tokens: int, rng: np.random.Generator) -> list[int]:
         node_law = self.node_law(prompt)
-        plain = self.sampling.plain and self.sampling.eos is None and node_law is None
+        plain = self.sampling.plain and not self.sampling.ends and node_law is None
         out = decode(
             self.target,
             self.drafter,
@@ -145,7 +145,7 @@ def target_law(
     temperature law itself when nothing else is asked, else every parameter applied to the raw
     logits (``raw``, at temperature 1)."""
     ctx = tuple(int(x) for x in context)
-    if sampling.plain and sampling.eos is None:
+    if sampling.plain and not sampling.ends:
         return plain.law(ctx)
     return ProcessedLM(raw, sampling, len(ctx) if prompt_len is None else prompt_len).law(ctx)
 
@@ -170,7 +170,7 @@ class DirectEngine:
             law = self.target_law(ctx + tuple(out), len(ctx))
             cdf = np.cumsum([float(v) for v in law])
             out.append(int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab - 1)))
-            if out[-1] == self.eos_id:
+            if self.sampling.ends and self.sampling.end(out) is not None:
                 break
         return out
 

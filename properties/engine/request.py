@@ -50,16 +50,22 @@ INTEGER_PARAMS = ("top_k", "no_repeat_ngram_size", "min_new_tokens", "eos")
 def parse_param(text: str) -> tuple[str, Any]:
     """One ``NAME=VALUE`` request parameter (reference/sampling.py): a number, a ``logit_bias`` as
     ``ID:BIAS,ID:BIAS`` (``-inf`` bans), ``bad_words`` as ``IDS;IDS``, a ``regex`` (kept as
-    text: it becomes a grammar over the tokens' texts when the settings are made), or a scope
-    name. An unknown NAME is a usage error naming it."""
+    text: it becomes a grammar over the tokens' texts when the settings are made), ``stop``
+    strings as ``TEXT;TEXT`` (read over the tokens' texts), or a scope name. An unknown NAME is a
+    usage error naming it."""
     name, sep, value = str(text).partition("=")
     name = name.strip().replace("-", "_")
     if not sep:
         raise UsageError(f"--param: {text!r} is not NAME=VALUE")
-    known = {f for f in Sampling.__dataclass_fields__ if f not in ("extra", "grammar", "temperature")}
+    known = {f for f in Sampling.__dataclass_fields__ if f not in ("extra", "grammar", "temperature", "texts")}
     try:
         if name == "regex":
             return name, value
+        if name == "stop":
+            stops = tuple(t for t in value.split(";") if t)
+            if not stops:
+                raise UsageError(f"--param stop: {value!r} holds no stop string (write TEXT;TEXT)")
+            return name, stops
         if name == "logit_bias":
             pairs = [p.split(":") for p in value.split(",") if p.strip()]
             return name, tuple((int(i), -math.inf if b.strip() == "-inf" else float(b)) for i, b in pairs)
@@ -151,7 +157,8 @@ class EngineRequest:
             "another request parameter, added to every setting (repeatable): repetition_penalty, "
             "presence_penalty, frequency_penalty, logit_bias=ID:BIAS,..., bad_words=IDS;IDS, "
             "no_repeat_ngram_size, min_new_tokens, eos, regex (over the tokens' texts), "
-            "repetition_scope, presence_scope (docs/sampling-params.md)",
+            "stop=TEXT;TEXT (stop strings over the tokens' texts), repetition_scope, presence_scope "
+            "(docs/sampling-params.md)",
             metavar="NAME=VALUE",
             parse=parse_param,
             repeat=True,
@@ -232,6 +239,10 @@ class EngineRequest:
             if token_text is None:
                 raise UsageError("--param regex: needs the tokens' texts (--token-map FILE)")
             added["grammar"] = Grammar.from_regex(str(added.pop("regex")), list(token_text))
+        if "stop" in added and not any(s.texts for s in base):
+            if token_text is None:
+                raise UsageError("--param stop: needs the tokens' texts (--token-map FILE)")
+            added["texts"] = tuple(token_text)
         for name in ("top_k", "top_p", "min_p"):
             if getattr(self, name) is not None:
                 added[name] = getattr(self, name)

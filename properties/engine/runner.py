@@ -68,6 +68,9 @@ class CaseRunner:
                 "eos", f"the engine ends samples on id {own}, its request names eos {asked}", case
             )
         self.eos: int | None = own if own is not None else asked
+        #: where a sample's output ends (its eos, a stop string: Sampling.end), else None
+        ender = case.sampling if self.eos == asked else dataclasses.replace(case.sampling, eos=self.eos)
+        self._ender = ender if ender.ends else None
         self._with_prompt = "prompt_len" in self.offers
 
     def optional(self, capability: str, default: Any = None) -> Any:
@@ -80,10 +83,17 @@ class CaseRunner:
                 return value
         return default
 
+    def end(self, seq: Seq) -> int | None:
+        """How many tokens of ``seq`` the output keeps when it ended inside it (an eos, a stop
+        string; reference/sampling.py), else None."""
+        return None if self._ender is None else self._ender.end(seq)
+
     def law(self, prefix: Seq) -> list[float]:
-        """The target's next-token law after the prompt and ``prefix``, checked and memoized."""
-        if self.eos is not None and self.eos in prefix:
-            return [1.0 if x == self.eos else 0.0 for x in range(self.vocab)]
+        """The target's next-token law after the prompt and ``prefix``, checked and memoized;
+        one-hot at the ending token once ``prefix`` has ended (the end is absorbing)."""
+        k = self.end(prefix)
+        if k is not None:
+            return [1.0 if x == prefix[k - 1] else 0.0 for x in range(self.vocab)]
         if prefix in self._chunk:
             return self._chunk[prefix]
         if prefix not in self.memo:
@@ -112,11 +122,10 @@ class CaseRunner:
         self._chunk.clear()
 
     def horizon(self, seq: Seq) -> int:
-        """How many of ``seq``'s tokens are observations: up to and including its first end of
-        sequence (the padding after it carries nothing)."""
-        if self.eos is not None and self.eos in seq:
-            return seq.index(self.eos) + 1
-        return len(seq)
+        """How many of ``seq``'s tokens are observations: up to and including the token that
+        ended it (the padding after it carries nothing)."""
+        k = self.end(seq)
+        return len(seq) if k is None else k
 
     def laws_along(self, seq: Seq) -> np.ndarray:
         """The target's law at each observed token's own prefix (teacher forcing), ``[m, V]``:
@@ -187,8 +196,8 @@ class CaseRunner:
         need = sorted(
             {s[:d] for s in seqs for d in range(self.horizon(s))} - set(self.memo) - set(self._chunk)
         )
-        if self.eos is not None:
-            need = [p for p in need if self.eos not in p]  # after end of sequence the law is known
+        if self._ender is not None:
+            need = [p for p in need if self.end(p) is None]  # after the end the law is known
         if many is None or not need:
             return
         try:
@@ -286,8 +295,8 @@ class CaseRunner:
         sequence), but never refused: what differs from the whole answer is the finding."""
         seq = tuple(int(x) for x in g.tokens)
         M = self.case.tokens
-        if len(seq) < M and seq and seq[-1] == self.eos:
-            seq = seq + (self.eos,) * (M - len(seq))
+        if len(seq) < M and seq and self.end(seq) == len(seq):
+            seq = seq + (seq[-1],) * (M - len(seq))
         return dataclasses.replace(g, tokens=seq)
 
     def _checked(self, g: Generation, seed: int) -> Generation:
@@ -307,20 +316,28 @@ class CaseRunner:
             raise EngineViolation(
                 "type", f"generate returned {out!r}, not a list of token ids", self.case
             ) from e
-        if self.eos is not None and self.eos in seq[:-1]:
-            raise EngineViolation(
-                "after_eos", f"seed {seed}: tokens after end of sequence {self.eos}: {list(seq)}", self.case
-            )
-        if len(seq) < M and seq and seq[-1] == self.eos:
-            seq = seq + (self.eos,) * (M - len(seq))  # ended early: padded, EOS being absorbing
-        if len(seq) != M:
-            raise EngineViolation(
-                "length", f"seed {seed}: {len(seq)} tokens returned, {M} asked: {list(seq)}", self.case
-            )
         bad = [x for x in seq if not 0 <= x < self.vocab]
         if bad:
             raise EngineViolation(
                 "out_of_range", f"seed {seed}: id {bad[0]} outside [0, {self.vocab}): {list(seq)}", self.case
+            )
+        k = self.end(seq)
+        if k is not None and k < len(seq):
+            if seq[k - 1] == self.eos:
+                kind, what = "after_eos", f"end of sequence {self.eos}"
+            else:
+                s = self.case.sampling
+                text = "".join(s.texts[x] for x in seq[:k])
+                hit = next((t for t in s.stop if t in text), "?")
+                kind, what = "after_stop", f"the stop string {hit!r}, completed by token {k} (id {seq[k - 1]})"
+            raise EngineViolation(
+                kind, f"seed {seed}: {len(seq) - k} token(s) after {what}: {list(seq)}", self.case
+            )
+        if len(seq) < M and seq and k == len(seq):
+            seq = seq + (seq[-1],) * (M - len(seq))  # ended early: padded, the end being absorbing
+        if len(seq) != M:
+            raise EngineViolation(
+                "length", f"seed {seed}: {len(seq)} tokens returned, {M} asked: {list(seq)}", self.case
             )
         return seq
 

@@ -39,6 +39,6 @@ def stream_check(
     if report:
         out = res.streaming.reports
         out.tolerance, out.tolerance_from = res.reports.tolerance, res.reports.tolerance_from
-        compare_reports(streamed, rn.law, out, rn.eos)
+        compare_reports(streamed, rn.law, out, rn.end)
         judge_reports(out)
     res.streaming.judge()

@@ -1,8 +1,8 @@
 """The exactness matrix, extended to request parameters: every parameter x proposer x exact rule,
 two decoding steps enumerated exactly on the 4-token transformer target.
 
-For each sampling request of :data:`PARAMETERS` (penalties, bans, a grammar, end of sequence, the
-cut-offs) and each proposer with each rule declared exact for its process, the target's law at
+For each sampling request of :data:`PARAMETERS` (penalties, bans, a grammar, end of sequence, stop
+strings, the cut-offs) and each proposer with each rule declared exact for its process, the target's law at
 every node is the request's processed law with that node's own context, and the drafts come from
 the draft model's law processed the same way (:class:`~specproof.reference.sampling.ProcessedLM`).
 :func:`~.exact.multi_step_check` enumerates the law of the tokens two steps emit and compares it
@@ -46,6 +46,7 @@ PARAMETERS: dict[str, Sampling] = {
     "eos absorbing": Sampling(1.0, eos=EOS),
     "min_new_tokens 2": Sampling(1.0, eos=EOS, min_new_tokens=2),
     "grammar (ab|c)+": Sampling(1.0, eos=EOS, grammar=Grammar.from_regex("(ab|c)+", TEXTS)),
+    "stop 'ba' or 'c'": Sampling(1.0, stop=("ba", "c"), texts=TEXTS),
 }
 
 
