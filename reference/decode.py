@@ -79,8 +79,8 @@ def decode(
     laws processed the same way, and that processed law is what the verifier is told
     (proofs_notes/sampling_params.md). The output's end (an ``eos``, a stop string:
     :meth:`~.sampling.Sampling.end`) ends the loop: the tokens stop at the token that ended it,
-    wherever in a step's accepted block it lies (proofs_notes/stops.md). ``node_law`` replaces how a node's law is computed
-    (a defect's model; the engine audit's mutants use it)."""
+    wherever in a step's accepted block it lies (proofs_notes/stops.md). ``node_law`` replaces
+    how a node's law is computed (a defect's model; the engine audit's mutants use it)."""
     from .proposers.selfdraft import as_drafter
 
     if not prompt:

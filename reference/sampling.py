@@ -265,7 +265,9 @@ class Sampling:
             if bad:
                 raise BadParameterError(name, f"id {bad[0]} outside the vocabulary [0, {vocab})")
         if self.stop and len(self.texts) != vocab:
-            raise BadParameterError("texts", f"holds {len(self.texts)} token texts for a vocabulary of {vocab}")
+            raise BadParameterError(
+                "texts", f"holds {len(self.texts)} token texts for a vocabulary of {vocab}"
+            )
 
     # -- the law ------------------------------------------------------------------------------
 

@@ -86,6 +86,51 @@ def test_eight_slots_keep_the_law_and_the_seeds_with_8_requests_in_flight(files)
     assert not load.background_lossy and all(c.speculation.status == "ran" for c in r.cases)
 
 
+def test_stop_strings_keep_the_law_and_the_stream_loses_a_held_back_partial_stop(files):
+    """llama-server with stop strings (``c``, and ``hg`` over two tokens): each sample stops at
+    the token completing one, never after it, and the law of the stopped samples holds. The
+    finding (proofs_notes/thirdparty.md): a streamed answer that ends by length while its text
+    ends in a prefix of a stop string (``h``) never sends that text: the tokens are the whole
+    answer's, the text is short, so the audit says ``stream_differs``."""
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft.samplers"], CONFIG, files, [suite.STOPS])
+    assert not any(c.rejected or c.token_finding for c in r.cases), r.summary()
+    (case,) = r.cases
+    assert case.n == 300 and case.observed_tokens < 0.95 * 300 * case.case.tokens, r.summary()
+    assert case.speculation.accepted > 0, r.summary()
+    assert r.verdict == Verdict.CONTRACT_VIOLATION and r.violation["kind"] == "stream_differs", r.summary()
+    first = r.streaming.first
+    assert first["whole"] == first["streamed"] and first["what"].startswith("text"), r.summary()
+    assert "h' whole" in first["what"], r.summary()  # the whole text ends in the held-back 'h'
+    assert r.streaming.hard < r.streaming.samples, r.summary()  # only answers ending that way
+
+
+def test_the_plain_server_streams_the_same_short_text(files, llamacpp_bin):
+    """The stream's lost tail without speculation: for the seeds whose streamed text differs, the
+    tokens are equal and the whole text is the streamed one plus the held-back prefix of a stop
+    string, and the answer ended by length (proofs_notes/thirdparty.md)."""
+    body = {"prompt": [1, 2, 1], "n_predict": 4, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+            "ignore_eos": True, "cache_prompt": False, "return_tokens": True, "stop": ["c", "hg"]}  # fmt: skip
+    lost = 0
+    with llamacpp.start_server(llamacpp_bin, files["target"]) as url:
+        client = Client([url])
+        try:
+            for seed in range(40):
+                whole = client.post("/completion", {**body, "seed": seed})
+                (events,) = client.post_stream_many("/completion", [{**body, "seed": seed, "stream": True}])
+                parts = [e for e in events if not e.get("stop")]
+                tokens = [x for e in parts for x in e.get("tokens") or ()]
+                text = "".join(e.get("content") or "" for e in parts)
+                assert tokens == whole["tokens"], seed
+                if text != whole["content"]:
+                    lost += 1
+                    tail = whole["content"][len(text) :]
+                    assert whole["content"].startswith(text) and tail == "h", (seed, whole, text)
+                    assert whole["stop_type"] == "limit" and len(tokens) == 4
+        finally:
+            client.close()
+    assert lost > 0
+
+
 def test_an_ngram_speculation_type_keeps_the_law(files):
     (r,) = suite.audit_config(suite.BY_NAME["llama-server.ngram-cache"], CONFIG, files)
     assert not any(c.rejected for c in r.cases), r.summary()

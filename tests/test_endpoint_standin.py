@@ -24,7 +24,7 @@ from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.base import SEED_RANGE
 from specproof.properties.endpoint.families.wire import token_texts
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.endpoint.standin import BUGS, StandIn
+from specproof.properties.endpoint.standin import BUGS, STOP_SETTING, StandIn
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, sample_seed
 from specproof.properties.engine.contract import T1, Sampling
 from specproof.properties.verdicts import Verdict
@@ -174,6 +174,28 @@ def test_correct_standin_passes_with_the_kv_loop(twin):
         r = audit(si.url, "llamacpp", twin.url, samples=100, seed=3)
     assert r.verdict == Verdict.PASS, r.summary()
     assert r.speculation.drafted > 0 and r.speculation.accepted > 0
+
+
+def test_stop_strings_end_samples_and_the_correct_standin_passes(correct, twin):
+    """Stop strings over the token texts (one a whole token's text, one spanning two): the samples
+    that stop are shorter, padded and scored up to the stop only, and the law holds."""
+    r = audit(correct.url, "llamacpp", twin.url, samplings=(STOP_SETTING,))
+    assert r.verdict == Verdict.PASS, r.summary()
+    (case,) = r.cases
+    assert case.n == SAMPLES and case.observed_tokens < SAMPLES * 4  # some ended early
+    body = {"prompt": list(PROMPT), "n_predict": 12, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+            "min_p": 0.0, "stop": list(STOP_SETTING.stop)}  # fmt: skip
+    stopped = 0
+    for seed in range(20):
+        answer = httpx.post(f"{correct.url}/completion", json={**body, "seed": seed}).json()
+        k = STOP_SETTING.end(answer["tokens"])
+        assert k in (None, len(answer["tokens"]))  # nothing after the stop
+        if k is not None:
+            stopped += 1
+            assert answer["stop_type"] == "word" and answer["stopping_word"] in STOP_SETTING.stop
+    assert stopped > 0
+    with pytest.raises(httpx.HTTPStatusError):
+        httpx.post(f"{correct.url}/completion", json={**body, "seed": 1, "stop": [""]}).raise_for_status()
 
 
 def test_openai_profile_reads_llamacpp_style_logprobs_without_a_token_map():

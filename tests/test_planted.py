@@ -19,10 +19,10 @@ from specproof.properties.conformance.mutants import CHAIN_MUTANTS
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import BUGS, TRANSPORT_FAULTS, InProcess, StandIn
+from specproof.properties.engine import param_mutants, stop_mutants
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1
 from specproof.properties.engine.loops import MUTANT_DOCS
-from specproof.properties.engine import param_mutants, stop_mutants
 from specproof.properties.engine.registry import ENGINES, ensure_registered
 from specproof.properties.verdicts import Planted, Verdict
 from specproof.reference.errors import UsageError

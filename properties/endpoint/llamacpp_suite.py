@@ -52,7 +52,10 @@ REPEATING: tuple[Seq, ...] = ((5, 1, 9, 8, 7, 10, 8, 7, 10, 8),)
 ELEVENS: tuple[Seq, ...] = ((3, 2, 12, 8, 7, 10, 10, 10, 10, 11, 11, 11),)
 NGRAM_SETTINGS = (Sampling(0.3), GREEDY)
 DRAFT_SETTINGS = (T1, T07, Sampling(0.7, top_k=5), Sampling(1.0, top_p=0.8), Sampling(1.0, min_p=0.1), GREEDY)
-#: llama-server's other samplers: penalties, logit bias, end of sequence, a GBNF grammar
+#: stop strings over the tiny vocabulary's texts: one letter, and a pair the target often emits
+#: after the samplers' prompt (one token each: the stop spans two tokens)
+STOPS = Sampling(1.0, stop=("c", "hg"), texts=gguf_models.VOCAB)
+#: llama-server's other samplers: penalties, logit bias, end of sequence, a GBNF grammar, stop strings
 SAMPLER_SETTINGS = (
     Sampling(1.0, repetition_penalty=1.5),
     Sampling(1.0, presence_penalty=0.7, frequency_penalty=0.4),
@@ -61,6 +64,7 @@ SAMPLER_SETTINGS = (
     Sampling(
         1.0, eos=gguf_models.EOS_ID, grammar=Grammar.from_regex("[a-c]([d-f][a-c])*", gguf_models.VOCAB)
     ),
+    STOPS,
 )
 #: what profile llamacpp-python offers (and the law recipe was checked on, on a server without a
 #: draft model): temperature, the cut-offs (at T = 0.7, where their order against the temperature
@@ -120,7 +124,7 @@ CONFIGS: tuple[ServerConfig, ...] = (
     ServerConfig(
         "llama-server.draft.samplers",
         "draft model as above, with llama-server's other samplers: penalties, logit bias, end of sequence, "
-        "a GBNF grammar",
+        "a GBNF grammar, stop strings",
         ("--spec-draft-n-max", "4"),
         draft=True,
         prompts=((1, 2, 1),),

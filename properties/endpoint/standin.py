@@ -89,6 +89,10 @@ seed_in_flight       pass; contract        the seed is ignored while another req
                      violation under load  flight (a random one is drawn): the law holds, one
                                            request at a time reproduces, so only the load
                                            axis's seed check sees it
+stop_past_block      contract violation    a stop string completed inside a step's block is
+                                           honoured at the block's end: tokens past the stop
+stop_tail_only       contract violation    only each block's tail is scanned for a stop string:
+                                           a stop inside a block is missed
 ===================  ====================  ==================================================
 
 Requests in flight are those the stand-in has received and not yet answered (they wait for the
@@ -118,6 +122,7 @@ from specproof.properties.endpoint.families import llamacpp, openai, sglang, vll
 from specproof.properties.endpoint.families.wire import Ask, Drawn, RequestError, token_texts
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.engine.loops import ReferenceEngine, engine_target
+from specproof.properties.engine.stop_mutants import cut
 from specproof.properties.verdicts import Planted, Verdict, planted
 from specproof.reference.choices import Sampler
 from specproof.reference.errors import SpecproofError, UsageError
@@ -129,6 +134,8 @@ from specproof.reference.step import make_step
 from specproof.reference.transformer import KVCache, TinyTransformer, TransformerLM
 from specproof.reference.tree import DraftTree
 
+#: stop strings over the stand-in's token texts: one token's whole text, and one that spans two
+STOP_SETTING = Sampling(1.0, stop=("<t2>", "3><t1"), texts=tuple(token_texts(8)))
 #: the planted bugs: bug -> the verdict the endpoint audit must give and the public bug class it
 #: models (``error``: refused before sampling, a usage error)
 BUGS: dict[str, Planted] = planted(
@@ -197,6 +204,20 @@ BUGS: dict[str, Planted] = planted(
         Verdict.PASS,
         "the seed is ignored while another request is in flight: the law holds and one request at a "
         "time reproduces, so only the load axis's seed check flags it (contract_violation with --load)",
+    ),
+    Planted(
+        "stop_past_block",
+        Verdict.CONTRACT_VIOLATION,
+        "a stop string completed inside a speculative step's block is honoured only at the block's end: "
+        "the block's tokens after it are returned (sglang#31599)",
+        settings=(STOP_SETTING,),
+    ),
+    Planted(
+        "stop_tail_only",
+        Verdict.CONTRACT_VIOLATION,
+        "only the tail of each block is scanned for a stop string: one completed inside a block is "
+        "missed and generation goes on (PR#33758)",
+        settings=(STOP_SETTING,),
     ),
     Planted(
         "nan_reports",
@@ -528,6 +549,8 @@ class StandIn:
             while len(out) < ask.tokens:
                 out.append(_draw(law(ask.prompt + tuple(out)), rng))
             drawn.steps = [1] * len(out)
+        if ask.stop:
+            self._stop(ask, drawn)
         if ask.report:
             for d, x in enumerate(out):
                 ctx = ask.prompt + tuple(out[:d])
@@ -541,6 +564,23 @@ class StandIn:
                 drawn.shown.append(shown)
                 drawn.raw.append(m.law(ctx, Sampling(1.0)))
         return drawn
+
+    def _stop(self, ask: Ask, drawn: Drawn) -> None:
+        """Cut ``drawn`` where its stop strings end it (proofs_notes/stops.md): at the token that
+        completes one, inside a step's block or not; the stop bugs cut it per block instead."""
+        s = Sampling(1.0, stop=ask.stop, texts=tuple(self.texts))
+        fault = "none"
+        if self.bug == "stop_past_block":
+            fault = "past_block"  # bug: stop_past_block
+        elif self.bug == "stop_tail_only":
+            fault = "tail_only"  # bug: stop_tail_only
+        k = cut(s, tuple(drawn.tokens), tuple(drawn.steps), fault)
+        end = s.end(drawn.tokens[:k])
+        if end is not None:
+            text = "".join(self.texts[x] for x in drawn.tokens[:end])
+            drawn.stopped_by = next(t for t in ask.stop if t in text)
+        del drawn.tokens[k:]
+        drawn.steps = _cut(drawn.steps, k)
 
     def respond(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         """The status and JSON answer to one request (the faults aside: :meth:`admit`)."""

@@ -680,8 +680,8 @@ class EngineAudit:
             res.violation = {
                 "kind": "stream_differs",
                 "detail": (
-                    f"{res.streaming.differing} of {res.streaming.samples} seeds answered differently "
-                    f"streamed and whole; seed {f.get('seed')}: {f.get('what')}"
+                    f"{res.streaming.hard} of {res.streaming.samples} seeds answered other tokens or text "
+                    f"streamed than whole; seed {f.get('seed')}: {f.get('what')}"
                 ),
                 "case": self.cases[0].name,
                 "stage": "checks",

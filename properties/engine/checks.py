@@ -297,11 +297,14 @@ class Streaming:
                 "probabilities"
             )
         f = self.first or {}
-        what = "DIFFER" if self.hard else "differ in reported probabilities or counters only"
-        text = (
-            f"streaming: {self.differing} of {self.samples} seeds {what}, streamed from whole "
-            f"(seed {f.get('seed')}: {f.get('what')})"
-        )
+        if self.hard:
+            soft = self.differing - self.hard
+            what = f"{self.hard} of {self.samples} seeds DIFFER in tokens or text" + (
+                f" ({soft} more in reported probabilities or counters only)" if soft else ""
+            )
+        else:
+            what = f"{self.differing} of {self.samples} seeds differ in reported probabilities or counters only"
+        text = f"streaming: {what}, streamed from whole (seed {f.get('seed')}: {f.get('what')})"
         if self.reports.status not in ("not_offered", "stopped"):
             text += f"; the streamed answers' {self.reports.line()}"
         return text

@@ -57,7 +57,9 @@ def parse_param(text: str) -> tuple[str, Any]:
     name = name.strip().replace("-", "_")
     if not sep:
         raise UsageError(f"--param: {text!r} is not NAME=VALUE")
-    known = {f for f in Sampling.__dataclass_fields__ if f not in ("extra", "grammar", "temperature", "texts")}
+    known = {
+        f for f in Sampling.__dataclass_fields__ if f not in ("extra", "grammar", "temperature", "texts")
+    }
     try:
         if name == "regex":
             return name, value

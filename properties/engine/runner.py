@@ -329,7 +329,10 @@ class CaseRunner:
                 s = self.case.sampling
                 text = "".join(s.texts[x] for x in seq[:k])
                 hit = next((t for t in s.stop if t in text), "?")
-                kind, what = "after_stop", f"the stop string {hit!r}, completed by token {k} (id {seq[k - 1]})"
+                kind, what = (
+                    "after_stop",
+                    f"the stop string {hit!r}, completed by token {k} (id {seq[k - 1]})",
+                )
             raise EngineViolation(
                 kind, f"seed {seed}: {len(seq) - k} token(s) after {what}: {list(seq)}", self.case
             )

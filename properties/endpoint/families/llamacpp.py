@@ -7,7 +7,8 @@ Unspecified cut-offs are sent as their neutral values, so a setting means what i
 server default (llama.cpp's defaults are T 0.8, top-k 40, top-p 0.95, min-p 0.05). A setting
 without ``eos`` bans end of sequence (``ignore_eos``), so the law read and the law sampled are the
 same law. A grammar goes as GBNF compiled from the request's automaton (:func:`gbnf`), rooted at
-the state the context's generated part reached.
+the state the context's generated part reached. Stop strings go as ``stop`` on generations only
+(a law request's one token is read before any stop; the audit knows the law after one).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ RECIPE = (
 #: the request parameters beyond the cut-offs it takes
 OFFERS: tuple[str, ...] = (
     "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "grammar", "eos",
-    "repetition_scope", "presence_scope",
+    "repetition_scope", "presence_scope", "stop",
 )  # fmt: skip
 
 
@@ -71,6 +72,8 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
         self, prompt: Sequence[int], tokens: int, seed: int, s: Sampling, report: bool
     ) -> tuple[str, dict[str, Any]]:
         body = {"prompt": list(prompt), "n_predict": tokens, "seed": self.seed(seed), **self._sampling(s)}
+        if s.stop:
+            body["stop"] = list(s.stop)
         if report:
             body.update(n_probs=1, post_sampling_probs=True)
         return "/completion", {**body, **self.extra}
@@ -187,6 +190,7 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Event
             body.get("min_p", 0.05),
         ),
         n_probs > 0,
+        stop=wire.stops(body.get("stop")),
     )
     d = si.run(ask)
     si.record("/completion", ask)
@@ -210,7 +214,8 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Event
             "post_sampling_probs": post,
             "ignore_eos": bool(body.get("ignore_eos", False)),
         },
-        "stop_type": "limit",
+        "stop_type": "word" if d.stopped_by else "limit",
+        "stopping_word": d.stopped_by or "",
         "truncated": False,
         "timings": {"prompt_n": len(ask.prompt), "predicted_n": len(d.tokens)},
     }

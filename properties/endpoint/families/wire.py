@@ -46,6 +46,7 @@ class Ask:
     report: bool  # asks for the probability of each emitted token
     joint: bool = False  # SGLang's order of the cut-offs
     tempered_reports: bool = False  # SGLang reports the law before the cut-offs
+    stop: tuple[str, ...] = ()  # stop strings over the tokens' texts
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Drawn:
     raw: list[np.ndarray] = field(default_factory=list)  # the model's own law (T = 1, no cut-offs)
     #: tokens emitted by each step, in order (the first token is a step of its own)
     steps: list[int] = field(default_factory=list)
+    stopped_by: str | None = None  # the stop string that ended it
 
 
 class Events(list[Any]):
@@ -91,6 +93,16 @@ def count(value: Any, what: str, default: int) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise RequestError(f"{what}: expected an integer >= 1, got {value!r}")
     return n
+
+
+def stops(value: Any) -> tuple[str, ...]:
+    """A request's ``stop``: absent, one string or a list of non-empty strings."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or any(not isinstance(t, str) or not t for t in items):
+        raise RequestError(f"stop: expected a string or a list of non-empty strings, got {value!r}")
+    return tuple(items)
 
 
 def top(law: np.ndarray, n: int | None, nonzero: bool = False) -> list[tuple[int, float]]:
