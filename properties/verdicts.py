@@ -20,6 +20,8 @@ no_speculation      5     an engine's own counters show it drafted or accepted n
                           may hold, but speculation was not tested (never ``pass``)
 misreported         6     the law holds, but the probabilities the engine reports for emitted
                           tokens (a server's logprobs) are not the law's, or are missing
+acceptance_low      7     the law holds, but the engine accepts fewer drafts than its declared
+                          rule predicts along the tokens it emitted (speed lost, not the law)
 ==================  ====  =====================================================================
 
 ``Verdict`` is a ``str`` enum: ``Verdict.PASS == "pass"``, and it serializes to JSON as its value.
@@ -48,6 +50,7 @@ class Verdict(str, Enum):
     NOT_APPLICABLE = "not_applicable"
     NO_SPECULATION = "no_speculation"
     MISREPORTED = "misreported"
+    ACCEPTANCE_LOW = "acceptance_low"
 
     def __str__(self) -> str:  # f-strings and print show the value, as for a plain string
         return self.value
@@ -68,6 +71,7 @@ EXIT_CODES: dict[Verdict, int] = {
     Verdict.NOT_APPLICABLE: 0,
     Verdict.NO_SPECULATION: 5,
     Verdict.MISREPORTED: 6,
+    Verdict.ACCEPTANCE_LOW: 7,
 }
 USAGE_ERROR = 4  # the exit status of a usage or internal error, for every subcommand
 
@@ -79,7 +83,8 @@ exit status:
   3  underpowered: no deviation found, but some case ran short of its plan
   4  usage or internal error, or interrupted
   5  no_speculation: the engine's counters show nothing drafted or accepted (engines only)
-  6  misreported: the law holds, but the reported probabilities are not the law's (engines only)"""
+  6  misreported: the law holds, but the reported probabilities are not the law's (engines only)
+  7  acceptance_low: the law holds, fewer drafts accepted than the declared rule predicts (engines only)"""
 
 
 @dataclass(frozen=True)

@@ -315,6 +315,7 @@ def audit_endpoint(
     timeout: float | None = None,
     retries: int | None = None,
     loads: Sequence[int] | None = None,
+    prefix_cache: bool | None = None,
     name: str | None = None,
     expect: str | None = None,
     progress: _Progress = "auto",
@@ -330,7 +331,8 @@ def audit_endpoint(
     law is read from the server itself, one token at a time). The cases as for
     :func:`audit_engine` (T = 1 and 0.7 by default); ``vocab``, ``concurrency``, ``timeout``,
     ``retries`` as :class:`EndpointOptions` says; ``loads``: requests in flight to audit every case
-    at (docs/endpoint-audit.md, "Under load"); ``options`` are :class:`EngineAuditConfig`
+    at (docs/endpoint-audit.md, "Under load"); ``prefix_cache``: every case cold and after a
+    prefix-cache hit (docs/endpoint-audit.md, "After a prefix-cache hit"); ``options`` are :class:`EngineAuditConfig`
     fields. The result is the engine audit's, with the server's counters (``speculation``), its
     reported probabilities checked (``reports``) and the control (``control``);
     docs/endpoint-audit.md says how to launch each family. ``workers``/``ray``: each Ray actor
@@ -356,6 +358,7 @@ def audit_endpoint(
             "timeout": timeout,
             "retries": retries,
             "loads": None if loads is None else tuple(loads),
+            "prefix_cache": prefix_cache,
         },
     )
     request = _engine_request(

@@ -108,8 +108,9 @@ def test_the_plain_server_streams_the_same_short_text(files, llamacpp_bin):
     """The stream's lost tail without speculation: for the seeds whose streamed text differs, the
     tokens are equal and the whole text is the streamed one plus the held-back prefix of a stop
     string, and the answer ended by length (proofs_notes/thirdparty.md)."""
-    body = {"prompt": [1, 2, 1], "n_predict": 4, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-            "ignore_eos": True, "cache_prompt": False, "return_tokens": True, "stop": ["c", "hg"]}  # fmt: skip
+    body = {"prompt": [1, 2, 1], "n_predict": 4, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+            "min_p": 0.0, "ignore_eos": True, "cache_prompt": False, "return_tokens": True,
+            "stop": ["c", "hg"]}  # fmt: skip
     lost = 0
     with llamacpp.start_server(llamacpp_bin, files["target"]) as url:
         client = Client([url])
@@ -129,6 +130,25 @@ def test_the_plain_server_streams_the_same_short_text(files, llamacpp_bin):
         finally:
             client.close()
     assert lost > 0
+
+
+def test_a_prefix_cache_hit_keeps_the_law(files, llamacpp_bin):
+    """llama-server with cache_prompt: each request after a case's first reuses the prompt's KV
+    (``timings.cache_n``); the law holds cold and after the hit, with drafts accepted in both."""
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft.cache"], CONFIG, files, [T1])
+    assert [c.case.cache for c in r.cases] == ["cold", "warm"], r.summary()
+    assert not any(c.rejected or c.token_finding for c in r.cases) and r.factor == "", r.summary()
+    assert all(c.speculation.accepted > 0 for c in r.cases), r.summary()
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    body = {"prompt": [1, 2], "n_predict": 4, "temperature": 1.0, "seed": 3, "return_tokens": True}
+    with llamacpp.start_server(llamacpp_bin, files["target"], draft=files["draft"]) as url:
+        client = Client([url])
+        try:
+            cold = client.post("/completion", {**body, "cache_prompt": False})
+            warm = [client.post("/completion", {**body, "cache_prompt": True}) for _ in range(2)]
+        finally:
+            client.close()
+    assert warm[1]["timings"]["cache_n"] > 0 and warm[1]["tokens"] == cold["tokens"]
 
 
 def test_an_ngram_speculation_type_keeps_the_law(files):

@@ -198,6 +198,26 @@ def test_stop_strings_end_samples_and_the_correct_standin_passes(correct, twin):
         httpx.post(f"{correct.url}/completion", json={**body, "seed": 1, "stop": [""]}).raise_for_status()
 
 
+def test_the_prefix_cache_axis_audits_each_case_cold_and_warm(correct, twin):
+    """--prefix-cache: every case twice, cold and with cache_prompt (each request after the first
+    finds its prompt in the cache); the correct stand-in passes both, and the sign-off says so."""
+    from specproof.properties.engine.signoff import signoff
+
+    r = audit(correct.url, "llamacpp", twin.url, endpoint_options={"prefix_cache": True})
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert [c.case.cache for c in r.cases] == ["cold", "warm"] and r.factor == ""
+    assert r.cases[1].case.name.endswith("after a prefix-cache hit")
+    (item,) = [i for i in signoff(r) if i.question == "a prefix-cache hit behaves as a cold request"]
+    assert item.answer == "yes", item
+
+
+def test_the_prefix_cache_axis_needs_a_family_that_caches_and_no_load_axis(correct):
+    with pytest.raises(UsageError, match="prefix_cache"):
+        EndpointOptions((correct.url,), prefix_cache=True, loads=(1, 8))
+    with pytest.raises(UsageError, match="at_cache"):
+        audit(correct.url, "sglang", endpoint_options={"prefix_cache": True})
+
+
 def test_openai_profile_reads_llamacpp_style_logprobs_without_a_token_map():
     """llama-server's OpenAI-compatible answers carry ids (``logprobs.content``): no token map."""
     with StandIn(loop="laws", openai_style="llamacpp") as si:

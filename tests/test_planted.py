@@ -2,7 +2,8 @@
 the docs checked against the code's tables, and every stand-in bug given its verdict through HTTP.
 
 The tables: the mutant verifiers (``conformance/mutants.py``), the mutant and alternative engines
-(``engine/loops.py``, ``engine/param_mutants.py``, ``engine/stop_mutants.py``) and the stand-in server's bugs
+(``engine/loops.py``, ``engine/param_mutants.py``, ``engine/stop_mutants.py``,
+``engine/acceptance_mutants.py``) and the stand-in server's bugs
 (``endpoint/standin.py``). The engine audits of every engine row run in tests/test_engine_audit.py
 and the main job (declared verdicts, read from these tables); here every stand-in bug is audited
 at a fixed seed and sample size (alpha 1e-3), so each verdict is a fixed outcome, not a draw.
@@ -19,7 +20,7 @@ from specproof.properties.conformance.mutants import CHAIN_MUTANTS
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import BUGS, TRANSPORT_FAULTS, InProcess, StandIn
-from specproof.properties.engine import param_mutants, stop_mutants
+from specproof.properties.engine import acceptance_mutants, param_mutants, stop_mutants
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1
 from specproof.properties.engine.loops import MUTANT_DOCS
@@ -30,7 +31,12 @@ from specproof.reference.errors import UsageError
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 TABLES = {
     "chain mutants": CHAIN_MUTANTS,
-    "engines": {**MUTANT_DOCS, **param_mutants.builders(), **stop_mutants.builders()},
+    "engines": {
+        **MUTANT_DOCS,
+        **param_mutants.builders(),
+        **stop_mutants.builders(),
+        **acceptance_mutants.builders(),
+    },
     "stand-in bugs": BUGS,
 }
 
@@ -99,7 +105,9 @@ def _audit_bug(bug: str) -> Verdict:
         transports = None if listen else {si.url: InProcess(si), twin.url: InProcess(twin)}
         ep = Endpoint(
             # a dead server is not waited for; a flaky one is retried
-            EndpointOptions((si.url,), twin=twin.url, concurrency=4, retries=retries),
+            EndpointOptions(
+                (si.url,), twin=twin.url, concurrency=4, retries=retries, prefix_cache=bug == "prefix_poison"
+            ),
             transports=transports,
         )
         try:

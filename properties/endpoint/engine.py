@@ -13,6 +13,7 @@ looks, witness, JSON, report and exit codes as for an engine in the same process
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -66,11 +67,30 @@ class EndpointEngine:
         self.endpoint: Endpoint | None = None  # the servers it belongs to (set by Endpoint.engine)
         #: the same requests with their answers streamed, where the family streams (None: it does not)
         self.generate_stream = self._generate_stream if profile.streams else None
+        #: the prefix-cache axis: generations ask the server to reuse its cached prompt (at_cache)
+        self.warm = False
+        if profile.caches:
+            self.at_cache = self._at_cache
+
+    def _generation(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int, report: bool
+    ) -> tuple[str, dict[str, Any]]:
+        path, body = self.profile.generation(prompt_ids, max_new_tokens, seed, self.sampling, report)
+        return path, self.profile.warm_body(body) if self.warm else body
+
+    def _at_cache(self) -> EndpointEngine:
+        """This setting with every generation reusing the server's cached prompt (the prefix-cache
+        axis: each request after the case's first finds its prompt in the cache)."""
+        warm = copy.copy(self)
+        warm.warm = True
+        if warm.generate_stream is not None:
+            warm.generate_stream = warm._generate_stream
+        return warm
 
     # -- the engine contract -------------------------------------------------------------------
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        path, body = self.profile.generation(prompt_ids, max_new_tokens, seed, self.sampling, False)
+        path, body = self._generation(prompt_ids, max_new_tokens, seed, False)
         g = self._read(self.client.post(path, body), False)
         self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
         return list(g.tokens)
@@ -78,9 +98,7 @@ class EndpointEngine:
     def generate_many(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
     ) -> list[Generation]:
-        requests = [
-            self.profile.generation(prompt_ids, max_new_tokens, s, self.sampling, report) for s in seeds
-        ]
+        requests = [self._generation(prompt_ids, max_new_tokens, s, report) for s in seeds]
         path = requests[0][0] if requests else "/"
         try:
             answers = self.client.post_many(path, [b for _, b in requests])
@@ -92,12 +110,10 @@ class EndpointEngine:
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
     ) -> list[Generation]:
         bodies = [
-            self.profile.stream_body(
-                self.profile.generation(prompt_ids, max_new_tokens, s, self.sampling, report)[1]
-            )
+            self.profile.stream_body(self._generation(prompt_ids, max_new_tokens, s, report)[1])
             for s in seeds
         ]
-        path = self.profile.generation(prompt_ids, max_new_tokens, 0, self.sampling, report)[0]
+        path = self._generation(prompt_ids, max_new_tokens, 0, report)[0]
         streams = self.client.post_stream_many(path, bodies)
         out = []
         for events in streams:
@@ -453,4 +469,5 @@ def endpoint_spec(
         expect=expect,
         tokens=tokens,
         loads=endpoint.options.loads,
+        prefix_cache=endpoint.options.prefix_cache,
     )

@@ -98,6 +98,7 @@ class ServerConfig:
     server: str = LLAMA_SERVER  # or LLAMA_CPP_PYTHON
     num_pred_tokens: int = 10  # llama-cpp-python's prompt lookup: tokens drafted per lookup
     loads: tuple[int, ...] = ()  # the load axis's levels (requests in flight)
+    prefix_cache: bool = False  # the prefix-cache axis: every case cold and with cache_prompt
 
     @property
     def profile(self) -> str:
@@ -137,6 +138,14 @@ CONFIGS: tuple[ServerConfig, ...] = (
         ("--spec-draft-n-max", "4", "-np", "8", "-c", "2048"),
         draft=True,
         loads=(1, 8),
+    ),
+    ServerConfig(
+        "llama-server.draft.cache",
+        "draft model as above, every case cold and after a prefix-cache hit (cache_prompt: the slot "
+        "reuses the prompt's KV, its own and the draft model's; --prefix-cache)",
+        ("--spec-draft-n-max", "4"),
+        draft=True,
+        prefix_cache=True,
     ),
     ServerConfig(
         "llama-server.ngram-simple",
@@ -246,7 +255,14 @@ def audit_config(
             for group in groups:
                 name = f"{config.name} [{group[0].label}]" if each else config.name
                 endpoint = Endpoint(
-                    EndpointOptions((url,), config.profile, twin=twin, concurrency=4, loads=config.loads),
+                    EndpointOptions(
+                        (url,),
+                        config.profile,
+                        twin=twin,
+                        concurrency=4,
+                        loads=config.loads,
+                        prefix_cache=config.prefix_cache,
+                    ),
                     token_map=gguf_models.VOCAB,
                 )
                 try:

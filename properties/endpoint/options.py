@@ -28,6 +28,8 @@ class EndpointOptions:
     retries: int = 3  # retries of a request that failed in transit
     #: requests in flight to audit every case at (the load axis: specproof.properties.engine.load)
     loads: tuple[int, ...] = ()
+    #: audit every case cold and after a prefix-cache hit (the prefix-cache axis)
+    prefix_cache: bool = False
 
     FLAGS: ClassVar[dict[str, Flag]] = {
         "urls": Flag(
@@ -69,6 +71,13 @@ class EndpointOptions:
             example=(1, 4),
             example_text=["1", "4"],
         ),
+        "prefix_cache": Flag(
+            "--prefix-cache",
+            "audit every case cold and after a prefix-cache hit: the same requests asking the server to "
+            "reuse its cached prompt (profile llamacpp: cache_prompt); the law must be the same",
+            parse=bool,
+            example=True,
+        ),
     }
 
     def __post_init__(self) -> None:
@@ -83,5 +92,7 @@ class EndpointOptions:
         if not isinstance(self.retries, int) or self.retries < 0:
             raise UsageError(f"retries: must be an integer >= 0, got {self.retries!r}")
         object.__setattr__(self, "loads", check_loads(tuple(self.loads)))
+        if self.prefix_cache and self.loads:
+            raise UsageError("prefix_cache: audit the prefix-cache axis and the load axis in two audits")
         if self.vocab is not None and (not isinstance(self.vocab, int) or self.vocab < 1):
             raise UsageError(f"vocab: must be an integer >= 1, got {self.vocab!r}")

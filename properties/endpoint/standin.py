@@ -93,6 +93,9 @@ stop_past_block      contract violation    a stop string completed inside a step
                                            honoured at the block's end: tokens past the stop
 stop_tail_only       contract violation    only each block's tail is scanned for a stop string:
                                            a stop inside a block is missed
+prefix_poison        lossy                 after a prefix-cache hit (``cache_prompt`` and the
+                                           prompt of the request served before), verification
+                                           is given that request's draft rows; exact cold
 ===================  ====================  ==================================================
 
 Requests in flight are those the stand-in has received and not yet answered (they wait for the
@@ -218,6 +221,13 @@ BUGS: dict[str, Planted] = planted(
         "only the tail of each block is scanned for a stop string: one completed inside a block is "
         "missed and generation goes on (PR#33758)",
         settings=(STOP_SETTING,),
+    ),
+    Planted(
+        "prefix_poison",
+        Verdict.LOSSY,
+        "after a prefix-cache hit the verifier is given the draft rows of the request that filled the "
+        "cache (a hit that poisons the draft's state): exact cold, so --prefix-cache reads \"lossy only "
+        'after a prefix-cache hit"',
     ),
     Planted(
         "nan_reports",
@@ -391,6 +401,7 @@ class StandIn:
         self.failed = 0  # requests failed on purpose (flaky, dies)
         self.answered: list[tuple[str, int, int, bool]] = []
         self._flight: dict[int, Ask] = {}  # requests received and not yet answered, by arrival
+        self._slot: Seq = ()  # the prompt of the last request served (what its cache holds)
         self._arrivals = 0
         self.most_in_flight = 0  # the most requests it has had in flight at once
         self._last_rows: Seq = ()  # the context of the last speculative request served
@@ -513,6 +524,10 @@ class StandIn:
 
     def _draws(self, ask: Ask, rng: np.random.Generator) -> Drawn:
         m, s, bug = self.model, ask.sampling, self.bug
+        # a prefix-cache hit: the prompt asks for the cache and shares its start with the prompt
+        # of the request served before it (the one slot's cache)
+        hit = ask.cache_prompt and bool(self._slot) and self._slot[:1] == ask.prompt[:1]
+        self._slot = ask.prompt
         law = functools.partial(m.law, s=s, joint=ask.joint)
         out = [_draw(law(ask.prompt), rng)]  # the first token, from the prompt's forward pass
         speculate = self.speculative
@@ -528,9 +543,10 @@ class StandIn:
                 rule = "greedy"  # bug: greedy_verify, nan_reports
             context = ask.prompt + (out[0],)
             others = self._others(ask) if bug == "batch_rows" else []
-            if len(others) >= 2 and self._last_rows:  # more than 2 in flight: another request's rows
+            poisoned = len(others) >= 2 or (bug == "prefix_poison" and hit)  # another request's rows
+            if poisoned and self._last_rows:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
-                rows = self._last_rows  # bug: batch_rows
+                rows = self._last_rows  # bug: batch_rows, prefix_poison
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule, rows)
                 steps = m.last_steps
             elif self.loop_kind == "kv" and not s.truncated:

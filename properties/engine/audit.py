@@ -43,12 +43,20 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from specproof.properties.audit import stats
 from specproof.properties.audit.sequences import check_sequences
+from specproof.properties.engine.acceptance import (
+    ACCEPTANCE_ALPHA_SHARE,
+    Acceptance,
+    declared,
+    fold,
+    plan_lambda,
+)
 from specproof.properties.engine.capabilities import capabilities_of
 from specproof.properties.engine.checks import (
     Control,
@@ -162,10 +170,15 @@ class EngineAudit:
         self.budget = Budget(config.budget_seconds, clock)
         self.loads = check_loads(spec.loads)
         levels: tuple[int | None, ...] = self.loads or (None,)
+        caches: tuple[str | None, ...] = ("cold", "warm") if spec.prefix_cache else (None,)
         self.cases = [
-            EngineCase(i, tuple(prompt), s, spec.tokens, level)
-            for i, (s, prompt, level) in enumerate(
-                (s, p, level) for s in spec.samplings for p in spec.prompts for level in levels
+            EngineCase(i, tuple(prompt), s, spec.tokens, level, cache)
+            for i, (s, prompt, level, cache) in enumerate(
+                (s, p, level, cache)
+                for s in spec.samplings
+                for p in spec.prompts
+                for level in levels
+                for cache in caches
             )
         ]
         if not self.cases:
@@ -194,11 +207,13 @@ class EngineAudit:
         if self.loads:
             self.result.load = LoadResult(self.loads)
         self.runners: list[CaseRunner] = []
-        self._loaded: dict[tuple[Sampling, int], Engine] = {}  # engines at a load level
+        self._loaded: dict[tuple[Any, ...], Engine] = {}  # engines at a load level or warm
         self.per_sample = 0.0  # seconds, estimated by the contract stage (only for the plan's estimate)
         self.stage = "contract"  # the stage running (named in a violation)
         self.probe_chunk = 1  # samples drawn at once when the time per sample was probed
         self.out_of_time = False
+        self.acceptance_cases: set[int] = set()  # the cases the acceptance oracle tests
+        self.acceptance_drafts = 0
 
     def run(self) -> EngineAuditResult:
         res = self.result
@@ -260,6 +275,7 @@ class EngineAudit:
                     "engine's target_law takes no prompt_len: its law cannot know where the prompt ends "
                     "(a correct engine written so is judged against the law it gives)"
                 )
+        self._start_acceptance()
         if self.tokens_on:
             self.tokens = TokenStage.start(self.runners, self.alpha_tokens, self.config.seed)
             self.planned_tokens = self.tokens.plan_tokens(
@@ -278,29 +294,67 @@ class EngineAudit:
             n = self._planned(pm)
             schedule = [n] if pm else look_schedule(n, self.config.looks)
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
+        acc = self.result.acceptance
+        if acc is not None:
+            planned = sum(self.result.cases[i].planned for i in self.acceptance_cases) * self.spec.tokens // 2
+            acc.lam = plan_lambda(acc.alpha, planned)
+
+    def _start_acceptance(self) -> None:
+        """Where a case's engine declares its rule (:mod:`.acceptance`): the oracle's test, with
+        its share of the family-wise alpha taken from the law tests'."""
+        found = [(i, declared(rn)) for i, rn in enumerate(self.runners)]
+        rules = {d for _, d in found if d is not None}
+        if not rules:
+            return
+        (rule, k), *more = sorted(rules)
+        self.acceptance_drafts = k
+        acc = Acceptance(rule, self.config.alpha * ACCEPTANCE_ALPHA_SHARE, lam=1.0)
+        for i, d in found:
+            case = self.runners[i].case
+            if d is None or more:
+                acc.skipped.append(f"{case.name}: {'no rule declared' if d is None else 'another rule'}")
+            elif case.sampling.ends:
+                acc.skipped.append(f"{case.name}: its samples may end early (eos, stop strings)")
+            else:
+                self.acceptance_cases.add(i)
+        if not self.acceptance_cases:
+            acc.why = "every case skipped: " + "; ".join(acc.skipped)
+        self.result.acceptance = acc
+        share = 1 - BACKGROUND_ALPHA_SHARE * bool(self.loads) - ACCEPTANCE_ALPHA_SHARE
+        main = self.config.alpha * share
+        both = self.cells_on and self.tokens_on
+        self.alpha_cells = main / 2 if both else main
+        self.alpha_tokens = main / 2 if both else main
+        self.alpha_look = self.alpha_cells / (len(self.cases) * self.config.looks)
 
     def _at_load(self, engine: Engine, case: EngineCase) -> Engine:
-        """The case's engine at its load level (:mod:`.load`), built once per setting and level."""
+        """The case's engine at its load level (:mod:`.load`) or after a prefix-cache hit, built
+        once per setting and level."""
+        if case.cache == "warm":
+            why = "it cannot be asked to reuse a cached prompt (profile llamacpp can)"
+            return self._variant(engine, case, "prefix_cache", "at_cache", (), why)
         if case.load is None:
             return engine
-        cache = self._loaded
-        key = (case.sampling, case.load)
-        if key not in cache:
-            at = getattr(engine, "at_load", None) if "load" in capabilities_of(engine) else None
+        why = "it cannot be audited with a given number of requests in flight (a served engine can)"
+        return self._variant(engine, case, "load", "at_load", (case.load,), why)
+
+    def _variant(
+        self, engine: Engine, case: EngineCase, capability: str, attr: str, args: tuple[Any, ...], why: str
+    ) -> Engine:
+        key = (case.sampling, attr, args)
+        if key not in self._loaded:
+            at = getattr(engine, attr, None) if capability in capabilities_of(engine) else None
             if at is None:
-                raise UsageError(
-                    f"loads: {self.spec.name} offers no at_load(level): it cannot be audited with a given "
-                    "number of requests in flight (a served engine can)"
-                )
+                option = "loads" if capability == "load" else capability
+                raise UsageError(f"{option}: {self.spec.name} offers no {attr}(): {why}")
             try:
-                cache[key] = at(case.load)
+                self._loaded[key] = at(*args)
             except (UsageError, EngineUnavailable):
                 raise
             except Exception as e:
-                raise EngineViolation(
-                    "exception", f"at_load({case.load}) raised {type(e).__name__}: {e}", case
-                ) from e
-        return cache[key]
+                call = f"{attr}({', '.join(map(str, args))})"
+                raise EngineViolation("exception", f"{call} raised {type(e).__name__}: {e}", case) from e
+        return self._loaded[key]
 
     def _check_room(self, rn: CaseRunner) -> None:
         """Say so when M leaves no room for a whole speculative step: the first token comes from
@@ -513,6 +567,8 @@ class EngineAudit:
             r.forwards[g.forwards] += 1
         r.speculation.add(g)
         self.result.speculation.add(g)
+        if r.case.index in self.acceptance_cases and self.result.acceptance is not None:
+            fold(self.result.acceptance, runner, g, self.acceptance_drafts)
         seqs.append(seq)
         r.n += 1
         if not self.cells_on:
@@ -641,9 +697,12 @@ class EngineAudit:
     def verdict(self) -> None:
         """Bonferroni over each case's looks, Holm over the cases (module docstring, stage 4);
         then, when the law held: ``no_speculation`` when the engine's counters show nothing
-        drafted or accepted, ``misreported`` when its reported probabilities are not the law's,
-        ``underpowered`` when a case ran short (the budget or a fault), else ``pass``."""
+        drafted or accepted, ``acceptance_low`` when it accepted fewer drafts than its declared
+        rule predicts (:mod:`.acceptance`), ``misreported`` when its reported probabilities are not
+        the law's, ``underpowered`` when a case ran short (the budget or a fault), else ``pass``."""
         res, c = self.result, self.config
+        if res.acceptance is not None:
+            res.acceptance.judge()
         for r in res.cases:
             r.budget_limited = (
                 (self.out_of_time or res.fault is not None) and r.n < r.planned and not r.rejected
@@ -689,6 +748,8 @@ class EngineAudit:
             res.verdict = Verdict.CONTRACT_VIOLATION
         elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
             res.verdict = Verdict.NO_SPECULATION
+        elif res.acceptance is not None and res.acceptance.status == "low":
+            res.verdict = Verdict.ACCEPTANCE_LOW
         elif res.reports.status in ("wrong", "absent") or res.streaming.status == "reports_differ":
             res.verdict = Verdict.MISREPORTED
         elif res.fault is not None or untested or any(r.budget_limited for r in res.cases):

@@ -42,6 +42,7 @@ def calibration(
         "exact": [],
     }
     from specproof.properties.engine.param_mutants import EOS, GRAMMAR, PENALTIES
+    from specproof.properties.engine.stop_mutants import STOPS
 
     exact = [
         ("reference.direct", T1),
@@ -49,12 +50,17 @@ def calibration(
         # the laws of request parameters: penalties, and a grammar with end of sequence
         ("alternative.sampling_params", PENALTIES),
         ("alternative.sampling_params", Sampling(1.0, eos=EOS, grammar=GRAMMAR)),
+        # the acceptance oracle's test beside the law test (a false alarm: acceptance_low)
+        ("alternative.fresh_draft_kv", T1),
+        # stop strings: samples cut inside blocks, the absorbing law
+        ("alternative.stops", STOPS),
     ]
     power = [
         ("mutant.greedy_draft_soft_law", (0, 6), T1, 300),
         ("mutant.no_kv_rollback", (5, 2, 5, 2), T07, 700),
         ("mutant.temperature_target_only", (0, 6), T07, 700),
         ("mutant.late_features", (5, 2, 5, 2), T07, 700),
+        ("mutant.stale_draft_kv", (0, 6), T1, 1000),
     ]
     if only:
         known = {row[0] for row in exact} | {row[0] for row in power}
@@ -75,14 +81,15 @@ def calibration(
 def _rejections(
     name: str, prompt: tuple[int, ...], setting: Sampling, n: int, runs: int, alpha: float, seed0: int
 ) -> tuple[int, list[int], tuple[float, float], float]:
-    """``runs`` seeded audits of one engine case at ``n`` samples: how many were called lossy, the
-    samples each used, the 95% interval of the rate, the seconds."""
+    """``runs`` seeded audits of one engine case at ``n`` samples: how many were flagged (lossy,
+    or acceptance_low by the acceptance oracle where the engine declares its rule), the samples
+    each used, the 95% interval of the rate, the seconds."""
     spec = with_options(resolve_engine(name), prompts=[prompt], samplings=[setting])
     t0 = time.perf_counter()
     hits, used = 0, []
     for s in range(runs):
         r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=n, seed=seed0 + s, test="cells"))
-        hits += r.verdict == Verdict.LOSSY
+        hits += r.verdict in (Verdict.LOSSY, Verdict.ACCEPTANCE_LOW)
         used.append(r.cases[0].n)
     return hits, used, stats.clopper_pearson(hits, runs), time.perf_counter() - t0
 

@@ -102,6 +102,13 @@ CAPABILITIES: dict[str, Capability] = {
             "it, gives them for every prefix at once, as target_laws_along does",
         ),
         Capability(
+            "acceptance",
+            ("acceptance_rule",),
+            "acceptance_rule = {'rule': 'token_chain', 'drafts': K}: every step drafts a chain of K tokens "
+            "from draft_law and verifies them by token-level rejection sampling; with draft_law and the "
+            "steps, the audit tests the acceptance the steps show against the rule's prediction",
+        ),
+        Capability(
             "stream",
             ("generate_stream",),
             "generate_stream(prompt_ids, max_new_tokens, seeds, report=False) -> list[Generation]: the "
@@ -113,6 +120,12 @@ CAPABILITIES: dict[str, Capability] = {
             ("at_load",),
             "at_load(level) -> the same engine with level requests in flight at each call: alone at 1, "
             "beside background requests of its own above (the audit's load axis, --load)",
+        ),
+        Capability(
+            "prefix_cache",
+            ("at_cache",),
+            "at_cache() -> the same engine with every generation reusing the server's cached prompt (the "
+            "audit's prefix-cache axis, --prefix-cache)",
         ),
         Capability(
             "background",

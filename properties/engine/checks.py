@@ -303,7 +303,9 @@ class Streaming:
                 f" ({soft} more in reported probabilities or counters only)" if soft else ""
             )
         else:
-            what = f"{self.differing} of {self.samples} seeds differ in reported probabilities or counters only"
+            what = (
+                f"{self.differing} of {self.samples} seeds differ in reported probabilities or counters only"
+            )
         text = f"streaming: {what}, streamed from whole (seed {f.get('seed')}: {f.get('what')})"
         if self.reports.status not in ("not_offered", "stopped"):
             text += f"; the streamed answers' {self.reports.line()}"

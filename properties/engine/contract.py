@@ -123,6 +123,8 @@ class EngineSpec:
     notes: str = ""  # what the audit table should say about it (options, cost, caveats)
     #: requests in flight to audit every case at (:mod:`.load`); empty: the engine's own way
     loads: tuple[int, ...] = ()
+    #: audit every case cold and after a prefix-cache hit (the engine's ``at_cache``)
+    prefix_cache: bool = False
 
     def to_json(self) -> dict[str, Any]:
         ok, why = self.available()

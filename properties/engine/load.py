@@ -39,7 +39,7 @@ from typing import Any
 
 from specproof.properties.engine.config import MAX_LOAD, EngineAuditConfig, check_loads
 from specproof.properties.engine.contract import EngineUnavailable, Seq
-from specproof.properties.engine.results import EngineCaseResult, level_name
+from specproof.properties.engine.results import CACHE_NAMES, EngineCaseResult, level_name
 from specproof.properties.engine.runner import CaseRunner, sample_seed
 from specproof.properties.verdicts import Verdict
 
@@ -127,11 +127,19 @@ class LoadResult:
         }
 
 
+def _where(case: Any) -> str | None:
+    """A case's place on the workload axes, as its name ends (None: no axis)."""
+    if case.cache is not None:
+        return CACHE_NAMES[case.cache].strip()
+    return None if case.load is None else level_name(case.load).strip()
+
+
 def only_at(cases: Sequence[EngineCaseResult]) -> str:
     """ "lossy only with 8 in flight (the same prompt and setting held alone)" where every rejected
-    case has a level and the same prompt and setting were tested at another level without a
-    rejection; empty otherwise (no load axis, or a deviation at every level)."""
-    bad = [r for r in cases if (r.rejected or r.token_finding) and r.case.load is not None]
+    case has a place on a workload axis (a load level, cold or after a prefix-cache hit) and the
+    same prompt and setting were tested elsewhere on it without a rejection; empty otherwise (no
+    axis, or a deviation everywhere)."""
+    bad = [r for r in cases if (r.rejected or r.token_finding) and _where(r.case) is not None]
     if not bad or len(bad) < len([r for r in cases if r.rejected or r.token_finding]):
         return ""
     keys = {(r.case.prompt, r.case.sampling) for r in bad}
@@ -142,12 +150,13 @@ def only_at(cases: Sequence[EngineCaseResult]) -> str:
     ]
     if not held:
         return ""
-    at = sorted({r.case.load for r in bad if r.case.load is not None})
-    fine = sorted({r.case.load for r in held if r.case.load is not None})
-    return (
-        f"lossy only {' and '.join(level_name(x).strip() for x in at)} (the same prompt and setting "
-        f"held {' and '.join(level_name(x).strip() for x in fine)})"
-    )
+    at = list(dict.fromkeys(str(_where(r.case)) for r in sorted(bad, key=_order)))
+    fine = list(dict.fromkeys(str(_where(r.case)) for r in sorted(held, key=_order)))
+    return f"lossy only {' and '.join(at)} (the same prompt and setting held {' and '.join(fine)})"
+
+
+def _order(r: EngineCaseResult) -> tuple[int, str]:
+    return (r.case.load or 0, r.case.cache or "")
 
 
 LawsAlong = Callable[[Seq, Seq, Any], Any]

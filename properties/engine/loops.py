@@ -87,20 +87,17 @@ class ReferenceEngine:
         self.sequential_verification = True if rule in SEQUENTIAL_RULES else None
         if hasattr(drafter, "law") and sampling.plain:  # an independent draft model: its law is a law
             self.draft_law = self._draft_law
+            if process == "iid_chain" and rule == "token" and not sampling.greedy:
+                #: the acceptance oracle's rule (properties/engine/acceptance.py): a chain of
+                #: len(shape) - 1 drafts from draft_law, verified token by token
+                self.acceptance_rule = {"rule": "token_chain", "drafts": len(shape) - 1}
 
     def _draft_law(self, context: Sequence[int]) -> Sequence[float]:
-        """The law the drafts after ``context`` are drawn from: the draft model's at the
-        request's temperature (its argmax at 0)."""
-        q = np.asarray(self.drafter.law(tuple(int(x) for x in context)), dtype=np.float64)  # type: ignore[union-attr]
-        t = self.sampling.temperature
-        if t == 0:
-            out = np.zeros_like(q)
-            out[int(np.argmax(q))] = 1.0
-            return [float(v) for v in out]
-        with np.errstate(divide="ignore"):
-            z = np.where(q > 0, np.log(q) / t, -np.inf)
-        w = np.exp(z - z.max())
-        return [float(v) for v in w / w.sum()]
+        """The law the drafts after ``context`` are drawn from: the draft model's own, as the
+        loop draws them under a plain request at any temperature (the verifier is told the same
+        law; a draft model built at the request's temperature is tempered already)."""
+        q = self.drafter.law(tuple(int(x) for x in context))  # type: ignore[union-attr]
+        return [float(v) for v in q]
 
     def node_law(self, prompt: Seq) -> NodeLaw | None:
         """The loop's hook into how a node's target law is computed (``decode``'s ``node_law``):
@@ -170,7 +167,7 @@ class DirectEngine:
             law = self.target_law(ctx + tuple(out), len(ctx))
             cdf = np.cumsum([float(v) for v in law])
             out.append(int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab - 1)))
-            if self.sampling.ends and self.sampling.end(out) is not None:
+            if out[-1] == self.eos_id or (self.sampling.ends and self.sampling.end(out) is not None):
                 break
         return out
 
@@ -252,12 +249,13 @@ def decode_without_rollback(
     rng: np.random.Generator,
     temperature: float = 1.0,
     rollback: bool = True,
+    steps: list[int] | None = None,
 ) -> list[int]:
     """The reference loop (reference/decode.py) step for step, except that with ``rollback``
     False the target's KV cache keeps every drafted node after verification instead of only the
     accepted path (the next step then attends to rejected drafts, at shifted positions). With
     ``rollback`` True it draws and emits exactly what :func:`decode` does (tests/test_engine_audit.py
-    checks that, token for token)."""
+    checks that, token for token). ``steps``, when given, receives the tokens emitted per step."""
     drafter_ = as_drafter(drafter)
     tree_shape = DraftTree(shape, "shape")
     cache = KVCache()
@@ -285,6 +283,8 @@ def decode_without_rollback(
         # the fault: no commit, so every drafted node's K/V stays, in tree order, and the next
         # step's nodes sit after them (attending to rejected drafts, at shifted positions)
         tokens.extend(outcome.emitted(step))
+        if steps is not None:
+            steps.append(len(outcome.emitted(step)))
     return tokens[len(prompt) :][:until]
 
 
@@ -310,6 +310,7 @@ class LoopEngine(ReferenceEngine):
             rng,
             self.sampling.temperature,
             self.rollback,
+            self.last_steps,
         )
 
 

@@ -8,7 +8,8 @@ probes no installed package):
   every rule declared exact for its process (expected: pass), and ``reference.direct``;
 * ``mutant.*``: loops with one bug each and engines that break the contract (expected: lossy
   or contract_violation); ``alternative.*``: loops that look wrong but are lossless
-  (:data:`.loops.MUTANT_DOCS`, :mod:`.param_mutants`, :mod:`.stop_mutants`);
+  (:data:`.loops.MUTANT_DOCS`, :mod:`.param_mutants`, :mod:`.stop_mutants`,
+  :mod:`.acceptance_mutants`);
 * ``hf.*``, ``vllm.*``, ``sglang.*``: third-party engines (:mod:`.adapters`), available where
   their package is installed;
 * ``optimized.*``: the optimized decoding loop, when :mod:`specproof.optimized.decode` exists.
@@ -112,9 +113,10 @@ def _loop_spec(group: str, p: Proposer, rule: str, what: str, build: Any, **kw: 
 
 
 def _register_mutants() -> None:
-    from specproof.properties.engine import param_mutants, stop_mutants
+    from specproof.properties.engine import acceptance_mutants, param_mutants, stop_mutants
 
-    for m in [*MUTANT_DOCS.values(), *param_mutants.builders().values(), *stop_mutants.builders().values()]:
+    tables = (param_mutants.builders(), stop_mutants.builders(), acceptance_mutants.builders())
+    for m in [*MUTANT_DOCS.values(), *(m for t in tables for m in t.values())]:
         if m.build is None:
             raise InternalError(f"planted engine {m.name!r} has no builder")
         register(

@@ -26,7 +26,9 @@ from specproof.reference.sampling import Grammar, Sampling
 
 Seq = tuple[int, ...]
 #: the verdicts an engine's authors may claim
-CLAIMS = ("pass", "lossy", "contract_violation", "underpowered", "no_speculation", "misreported")
+CLAIMS = (
+    "pass", "lossy", "contract_violation", "underpowered", "no_speculation", "misreported", "acceptance_low",
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- reading text

@@ -16,6 +16,7 @@ from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.verdicts import Verdict
 
 if TYPE_CHECKING:
+    from specproof.properties.engine.acceptance import Acceptance
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.engine.load import LoadResult
 
@@ -28,16 +29,25 @@ class EngineCase:
     tokens: int
     #: requests in flight while its samples are drawn (:mod:`.load`); None: the engine's own way
     load: int | None = None
+    #: the prefix-cache axis: "cold", or "warm" (after a prefix-cache hit); None: no such axis
+    cache: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.sampling.label} after [{' '.join(map(str, self.prompt))}]{level_name(self.load)}"
+        prompt = " ".join(map(str, self.prompt))
+        return f"{self.sampling.label} after [{prompt}]{level_name(self.load)}{CACHE_NAMES[self.cache]}"
 
     def to_json(self) -> dict[str, Any]:
         out = {"prompt": list(self.prompt), "sampling": self.sampling.to_json(), "tokens": self.tokens}
         if self.load is not None:
             out["load"] = self.load
+        if self.cache is not None:
+            out["cache"] = self.cache
         return out
+
+
+#: how a case's place on the prefix-cache axis reads in its name
+CACHE_NAMES = {None: "", "cold": " cold", "warm": " after a prefix-cache hit"}
 
 
 def level_name(level: int | None) -> str:
@@ -129,6 +139,8 @@ class EngineAuditResult:
     control: Control | None = None
     #: streamed answers against whole ones for the same seeds (:class:`Streaming`)
     streaming: Streaming = field(default_factory=Streaming)
+    #: the acceptance oracle's test (:mod:`.acceptance`; None: the engine declares no rule)
+    acceptance: Acceptance | None = None
     #: why sampling stopped before the plan when the engine stopped answering
     fault: str | None = None
     #: what the engine says about how it was reached (a server's profile, recipe, identity)
@@ -300,6 +312,8 @@ class EngineAuditResult:
             lines.append(f"  {self.control.line()}")
         if self.streaming.status != "not_offered":
             lines.append(f"  {self.streaming.line()}")
+        if self.acceptance is not None:
+            lines.append(f"  {self.acceptance.line()}")
         if self.load is not None:
             lines += [f"  {line}" for line in self.load.lines()]
         c = self.config
@@ -387,6 +401,7 @@ class EngineAuditResult:
             "reports": self.reports.to_json(),
             "control": None if self.control is None else self.control.to_json(),
             "streaming": self.streaming.to_json(),
+            "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
             "description": self.description,
             "witness": None if w is None else w.to_json(),
             "witness_text": self.witness_text(),

@@ -9,7 +9,7 @@ again. The items, in order:
 2. the law holds under the deployed parameters (the law tests of every case);
 3. the same alone and at production concurrency (the load axis, ``--load 1 --load N``);
 4. seeds are honoured under load (the load axis's seed checks);
-5. stops inside an accepted block (end of sequence where a case names one);
+5. stops inside an accepted block (end of sequence or stop strings where a case names them);
 6. streaming equals the whole answer;
 7. constrained decoding (a grammar) keeps its law;
 8. a prefix-cache hit behaves as a cold request;
@@ -97,20 +97,21 @@ def _load(r: EngineAuditResult) -> list[Item]:
 
 def _stops(r: EngineAuditResult) -> Item:
     q = "stops inside an accepted block end the answer where the law says"
-    with_eos = [c for c in r.cases if c.case.sampling.eos is not None]
-    if not with_eos:
+    ending = [c for c in r.cases if c.case.sampling.ends]
+    if not ending:
         return Item(
             q,
             NOT_TESTED,
-            "no case names an end of sequence (--param eos=ID); stop strings are not audited yet",
+            "no case names an end of sequence or stop strings (--param eos=ID, --param stop=TEXT;TEXT)",
         )
-    if r.verdict == Verdict.LOSSY or (r.violation or {}).get("kind") == "after_eos":
+    if r.verdict == Verdict.LOSSY or (r.violation or {}).get("kind") in ("after_eos", "after_stop"):
         return Item(q, NO, r.short_witness() or r.violation_text())
+    what = sorted({"stop strings" if c.case.sampling.stop else "end of sequence" for c in ending})
     return Item(
         q,
         YES,
-        f"end of sequence in {len(with_eos)} cases: samples end on it and nothing follows (stop strings "
-        "are not audited yet)",
+        f"{' and '.join(what)} in {len(ending)} cases: samples end at the first token that ends them, "
+        "nothing follows, and the stopped samples' law holds",
     )
 
 
@@ -167,21 +168,44 @@ def signoff(r: EngineAuditResult) -> list[Item]:
         _stops(r),
         _streaming(r),
         _grammar(r),
-        Item(
-            "a prefix-cache hit behaves as a cold request",
-            NOT_TESTED,
-            "prompts sharing a cached prefix are not sent apart from cold ones yet",
-        ),
+        _prefix_cache(r),
         _reports(r),
-        Item(
-            "acceptance as the rule predicts",
-            NOT_TESTED,
-            "the acceptance oracle (drafts' and target's laws along the path) is not built yet; "
-            f"counters: {r.speculation.line().split(': ', 1)[-1]}",
-        ),
+        _acceptance(r),
         _control(r),
         _contract(r),
     ]
+
+
+def _prefix_cache(r: EngineAuditResult) -> Item:
+    q = "a prefix-cache hit behaves as a cold request"
+    warm = [c for c in r.cases if c.case.cache == "warm"]
+    if not warm:
+        return Item(q, NOT_TESTED, "no prefix-cache axis asked (--prefix-cache, profile llamacpp)")
+    if "prefix-cache" in r.factor:
+        return Item(q, NO, f"{r.factor}: {r.short_witness()}")
+    if any(c.rejected or c.token_finding for c in warm):
+        return Item(q, NO, f"lossy cold and warm alike: {r.short_witness()}")
+    if r.violation is not None and "cache" in str(r.violation.get("case", "")):
+        return Item(q, NO, r.violation_text())
+    drawn = sum(c.n for c in warm)
+    return Item(q, YES, f"{len(warm)} cases after a prefix-cache hit, {drawn} samples: the law held, as cold")
+
+
+def _acceptance(r: EngineAuditResult) -> Item:
+    q = "acceptance as the rule predicts"
+    acc = r.acceptance
+    counters = r.speculation.line().split(": ", 1)[-1]
+    if acc is None:
+        return Item(
+            q,
+            NOT_TESTED,
+            "the engine declares no acceptance rule with its draft law (acceptance_rule, draft_law); "
+            f"counters: {counters}",
+        )
+    detail = acc.line().split(": ", 1)[-1]
+    if acc.status == "not_run":
+        return Item(q, NOT_TESTED, acc.why)
+    return Item(q, NO if acc.status == "low" else YES, detail)
 
 
 def markdown(r: EngineAuditResult) -> str:

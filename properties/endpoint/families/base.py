@@ -108,6 +108,8 @@ class Profile(abc.ABC):
     offers: ClassVar[tuple[str, ...]] = ()
     #: whether the family streams a generation (:meth:`stream_body`, :meth:`read_stream`)
     streams: ClassVar[bool] = False
+    #: a per-request prompt cache the audit can ask for (:meth:`warm_body`: the prefix-cache axis)
+    caches: ClassVar[bool] = False
 
     def __init_subclass__(
         cls,
@@ -208,6 +210,11 @@ class Profile(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"profile": self.name, "recipe": self.recipe, "counters": self.counters}
+
+    def warm_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A generation request asking the server to reuse its cached prompt (families that
+        cache: ``caches``)."""
+        raise NotImplementedError(f"profile {self.name} has no per-request prompt cache")
 
     def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """A generation request asking for its answer streamed (families that stream)."""

@@ -43,6 +43,7 @@ OFFERS: tuple[str, ...] = (
 
 class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=OFFERS):
     streams: ClassVar[bool] = True
+    caches: ClassVar[bool] = True
 
     def _sampling(self, s: Sampling, generated: Sequence[int] = ()) -> dict[str, Any]:
         self.check_offered(s)
@@ -108,6 +109,11 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
 
     def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return {**body, "stream": True}
+
+    def warm_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``cache_prompt``: the slot keeps the KV cache of its last request and reuses its common
+        prefix with this one (the audit's other requests turn it off)."""
+        return {**body, "cache_prompt": True}
 
     def read_stream(self, events: Sequence[Any], report: bool) -> Generation:
         """llama-server's events: each partial one carries ``tokens`` (its one token), ``content``
@@ -191,6 +197,7 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Event
         ),
         n_probs > 0,
         stop=wire.stops(body.get("stop")),
+        cache_prompt=bool(body.get("cache_prompt", True)),  # llama-server's default: on
     )
     d = si.run(ask)
     si.record("/completion", ask)

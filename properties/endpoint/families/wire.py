@@ -47,6 +47,7 @@ class Ask:
     joint: bool = False  # SGLang's order of the cut-offs
     tempered_reports: bool = False  # SGLang reports the law before the cut-offs
     stop: tuple[str, ...] = ()  # stop strings over the tokens' texts
+    cache_prompt: bool = False  # asks the server to reuse its cached prompt (llama-server's field)
 
 
 @dataclass

@@ -1,0 +1,200 @@
+"""The acceptance oracle: does the engine accept as many drafts as its declared rule predicts?
+
+A bug can keep the law and lose the speed (drafts from a stale draft KV cache, a vocabulary map
+that lowers acceptance): the law tests pass it. An engine that declares its rule
+(``acceptance_rule``, :data:`RULES`) and the law its drafts are drawn from (``draft_law``), its
+draft length (``draft_tokens``) and its steps (``last_steps`` or a Generation's ``steps``) gets
+its acceptance tested against the rule's prediction along the tokens it emitted.
+
+``token_chain``: each step drafts a chain ``x_1 .. x_K`` from the draft law, each ``x_j`` after the
+step's context and the drafts before it, and verifies them in turn by token-level rejection
+sampling. Given everything before it, draft ``j`` is accepted with probability
+
+    alpha_j = sum_x min(p(x | c_j), q(x | c_j)),
+
+``c_j`` the context the step started from followed by the accepted drafts ``x_1 .. x_{j-1}``
+(proofs_notes/acceptance.md). A step that emitted ``e`` tokens accepted ``a = e - 1`` drafts, so it
+gives the indicators ``I_j = [j <= a]`` for ``j = 1 .. min(a + 1, K)``, each at a context the
+emitted tokens show. Their shortfall ``S = sum (alpha_j - I_j)`` is a sum of increments of mean 0
+in a range of width 1, so ``exp(lambda S - n lambda^2 / 8)`` is a supermartingale (Hoeffding's
+lemma) and, by Ville's inequality, it exceeds ``1/alpha`` with probability at most ``alpha`` at
+any time: the test is valid however the audit stops. ``lambda`` is fixed from the plan before
+any sample (``sqrt(8 ln(1/alpha) / n_plan)``). Crossing is ``acceptance_low``.
+
+What it does not test: acceptance above the prediction (a rule that accepts too much changes the
+law, which the law tests see), engines whose steps draft trees or a varying number of tokens, and
+requests whose samples may end early (an end of sequence, a stop string): those cases are skipped,
+and the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.engine.contract import Generation, Seq
+
+#: the rules whose acceptance the oracle predicts
+RULES = ("token_chain",)
+#: the share of the audit's alpha the acceptance test spends where it runs
+ACCEPTANCE_ALPHA_SHARE = 0.25
+
+
+@dataclass
+class Acceptance:
+    """The acceptance test of an audit (module docstring)."""
+
+    rule: str
+    alpha: float
+    lam: float
+    status: str = "not_run"  # as_predicted | low | not_run
+    why: str = ""  # what was not run, or why
+    indicators: int = 0
+    accepted: int = 0
+    predicted: float = 0.0
+    log_wealth: float = 0.0  # lambda * shortfall - n lambda^2 / 8 (its log, now)
+    crossed_at: int | None = None  # the indicator at which it crossed ln(1/alpha)
+    #: per draft position j: [indicators, accepted, predicted]
+    by_position: list[list[float]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # cases not tested, and why
+    without_steps: int = 0  # samples whose steps the engine did not report
+
+    @property
+    def threshold(self) -> float:
+        return math.log(1 / self.alpha)
+
+    def detects(self) -> float:
+        """The shortfall per indicator the test detects at its indicators so far (wealth reaching
+        the threshold at ``n`` indicators)."""
+        n = max(self.indicators, 1)
+        return (self.threshold + n * self.lam**2 / 8) / (self.lam * n)
+
+    def add(self, j: int, accepted: bool, predicted: float) -> None:
+        while len(self.by_position) < j:
+            self.by_position.append([0, 0, 0.0])
+        row = self.by_position[j - 1]
+        row[0] += 1
+        row[1] += int(accepted)
+        row[2] += predicted
+        self.indicators += 1
+        self.accepted += int(accepted)
+        self.predicted += predicted
+        self.log_wealth += self.lam * (predicted - int(accepted)) - self.lam**2 / 8
+        if self.crossed_at is None and self.log_wealth >= self.threshold:
+            self.crossed_at = self.indicators
+
+    def judge(self) -> None:
+        if self.indicators == 0:
+            self.status = "not_run"
+            if not self.why:
+                self.why = (
+                    f"the engine reported no steps for {self.without_steps} samples"
+                    if self.without_steps
+                    else "no draft was verified inside the samples"
+                )
+        else:
+            self.status = "low" if self.crossed_at is not None else "as_predicted"
+
+    def line(self) -> str:
+        if self.status == "not_run":
+            return f"acceptance: NOT TESTED ({self.why})"
+        obs, pred = self.accepted / self.indicators, self.predicted / self.indicators
+        where = ", ".join(
+            f"{j + 1}: {int(a)}/{int(n)} vs {p / n:.3f}" for j, (n, a, p) in enumerate(self.by_position) if n
+        )
+        head = (
+            f"acceptance ({self.rule}): {self.accepted} of {self.indicators} verified drafts accepted "
+            f"({obs:.3f}), the rule predicts {pred:.3f} along the emitted tokens"
+        )
+        if self.status == "low":
+            return (
+                f"{head}: LOW (e-value {math.exp(min(self.log_wealth, 700)):.3g} >= 1/alpha = "
+                f"{1 / self.alpha:.3g} after {self.crossed_at} drafts; alpha {self.alpha:g}); "
+                f"by position: {where}"
+            )
+        return (
+            f"{head}: as predicted (alpha {self.alpha:g}; detects a shortfall of {self.detects():.3g} "
+            f"per draft at this size); by position: {where}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "status": self.status,
+            "why": self.why,
+            "alpha": self.alpha,
+            "lambda": self.lam,
+            "indicators": self.indicators,
+            "accepted": self.accepted,
+            "predicted": self.predicted,
+            "log_e_value": self.log_wealth,
+            "crossed_at": self.crossed_at,
+            "detects_shortfall": self.detects() if self.indicators else None,
+            "by_position": [
+                {"position": j + 1, "drafts": int(n), "accepted": int(a), "predicted": p}
+                for j, (n, a, p) in enumerate(self.by_position)
+            ],
+            "skipped": list(self.skipped),
+            "samples_without_steps": self.without_steps,
+        }
+
+
+def declared(runner: Any) -> tuple[str, int] | None:
+    """The rule and draft length a case's engine declares (``acceptance_rule``), checked; None
+    where it declares none. A malformed declaration, or one without the draft law and the
+    steps it needs, is a contract violation (``capabilities``)."""
+    from specproof.properties.engine.runner import EngineViolation
+
+    rule = runner.optional("acceptance")
+    if rule is None:
+        return None
+    name, k = (rule.get("rule"), rule.get("drafts")) if isinstance(rule, dict) else (None, None)
+    if name not in RULES or not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise EngineViolation(
+            "capabilities",
+            f"acceptance_rule must be {{'rule': one of {RULES}, 'drafts': an int >= 1}}, got {rule!r}",
+            runner.case,
+        )
+    missing = [c for c in ("draft_law", "steps") if c not in runner.offers]
+    if missing:
+        raise EngineViolation(
+            "capabilities", f"acceptance_rule is declared without {' and '.join(missing)}", runner.case
+        )
+    return name, k
+
+
+def plan_lambda(alpha: float, planned_indicators: int) -> float:
+    """The bet fixed before any sample: best against the shortfall the plan's size detects."""
+    return math.sqrt(8 * math.log(1 / alpha) / max(planned_indicators, 1))
+
+
+def overlap(p: Any, q: Any) -> float:
+    """``sum_x min(p(x), q(x))``: token-level rejection sampling's acceptance probability."""
+    return float(np.minimum(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)).sum())
+
+
+def fold(acc: Acceptance, runner: Any, g: Generation, k: int) -> None:
+    """Add the indicators of sample ``g`` (module docstring); ``runner`` gives the target's law
+    after a prefix of the emitted tokens (``law``) and the engine's draft law (``draft_law``)."""
+    if not g.steps or sum(g.steps) < len(g.tokens):
+        acc.without_steps += 1  # the steps do not cover the sample: nothing to read
+        return
+    tokens: Seq = g.tokens
+    prompt = tuple(runner.case.prompt)
+    draft_law = runner.optional("draft_law")
+    start = 0
+    for e in g.steps:
+        accepted = e - 1
+        for j in range(1, min(accepted + 1, k) + 1):
+            at = start + j - 1  # the tokens before draft j: the step's context and its accepted drafts
+            if at > len(tokens):
+                break
+            prefix = tuple(tokens[:at])
+            q = draft_law(list(prompt + prefix))
+            acc.add(j, j <= accepted, overlap(runner.law(prefix), q))
+        start += e
+        if start >= len(tokens):
+            break
