@@ -134,3 +134,77 @@ def test_a_malformed_declaration_is_a_contract_violation(rule, kind):
     res = audit_engine(spec, EngineAuditConfig(samples=10))
     assert res.verdict == Verdict.CONTRACT_VIOLATION and res.violation["kind"] == kind, res.summary()
     assert "acceptance_rule" in res.violation["detail"]
+
+
+class _GreedyChain:
+    """Sample-and-compare on the draft model's argmax chain, as llama-server's draft model does:
+    a first token alone, then steps of ``min(3, M - pos - 1)`` greedy drafts, each kept while the
+    target's own sample equals it. ``lie`` reports one accepted draft more than it kept."""
+
+    vocab = 8
+
+    def __init__(self, sampling: Sampling, lie: bool = False) -> None:
+        self.target = ReferenceEngine(
+            engine_target(), draft_model(engine_target()), "iid_chain", "token", CHAIN3, sampling
+        )
+        self.q = draft_model(engine_target())
+        self.lie = lie
+        self.acceptance_rule = {"rule": "greedy_chain", "drafts": 3, "first": 1, "leave": 1}
+        self.last_counters: dict[str, int] = {}
+
+    def draft_law(self, context):  # type: ignore[no-untyped-def]
+        return self.q.law(tuple(int(x) for x in context))
+
+    def target_law(self, context, prompt_len=None):  # type: ignore[no-untyped-def]
+        return self.target.target_law(context)
+
+    def _draw(self, context, rng):  # type: ignore[no-untyped-def]
+        cdf = np.cumsum(self.target_law(list(context)))
+        return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), self.vocab - 1))
+
+    def generate(self, prompt_ids, max_new_tokens, seed):  # type: ignore[no-untyped-def]
+        rng = np.random.default_rng(seed)
+        out = [self._draw(prompt_ids, rng)]
+        drafted = accepted = 0
+        while len(out) < max_new_tokens:
+            k = min(3, max_new_tokens - len(out) - 1)
+            if k <= 0:
+                out.append(self._draw(list(prompt_ids) + out, rng))
+                continue
+            chain: list[int] = []
+            for _ in range(k):
+                chain.append(int(np.argmax(self.draft_law(list(prompt_ids) + out + chain))))
+            drafted += k
+            for d in chain:
+                y = self._draw(list(prompt_ids) + out, rng)
+                out.append(y)
+                if y != d:
+                    break
+                accepted += 1
+            else:
+                out.append(self._draw(list(prompt_ids) + out, rng))
+        self.last_counters = {"drafted": drafted, "accepted": accepted + int(self.lie)}
+        return out[:max_new_tokens]
+
+
+def test_greedy_chains_are_read_from_the_tokens_and_accept_as_predicted():
+    spec = EngineSpec("greedy", "user", "", _GreedyChain, 8, ((0, 6),), (Sampling(1.0),), tokens=6)
+    res = audit_engine(spec, EngineAuditConfig(samples=300, seed=0))
+    acc = res.acceptance
+    assert res.verdict == Verdict.PASS, res.summary()
+    assert acc is not None and acc.rule == "greedy_chain" and acc.status == "as_predicted"
+    assert acc.contradicted == 0 and acc.indicators > 300, res.summary()
+
+
+def test_counters_that_contradict_the_tokens_are_said():
+    def lying(s: Sampling) -> _GreedyChain:
+        return _GreedyChain(s, lie=True)
+
+    spec = EngineSpec("lying", "user", "", lying, 8, ((0, 6),), (Sampling(1.0),), tokens=6)
+    res = audit_engine(spec, EngineAuditConfig(samples=100, seed=0))
+    acc = res.acceptance
+    assert acc is not None and acc.contradicted == res.samples, res.summary()
+    assert "COUNTERS CONTRADICT THE TOKENS" in res.summary()
+    assert res.verdict == Verdict.MISREPORTED, res.summary()  # the law holds; its counters lie
+    (item,) = [i for i in signoff(res) if i.question == "acceptance as the rule predicts"]
+    assert item.answer == "no"

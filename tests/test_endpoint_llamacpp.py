@@ -63,6 +63,11 @@ def test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilit
     assert not any(c.rejected for c in r.cases)  # the law held in every case
     assert all(c.speculation.status == "ran" for c in r.cases), r.summary()
     assert r.reports.status == "wrong" and r.reports.worst["reported"] == 1.0
+    # the acceptance oracle (greedy_chain): the steps read from the tokens match the server's
+    # counters in every sample, and it accepts as the target's law predicts
+    acc = r.acceptance
+    assert acc is not None and acc.rule == "greedy_chain" and acc.contradicted == 0, r.summary()
+    assert acc.status == "as_predicted" and acc.indicators > 500, r.summary()
     assert r.control is not None and r.control.identical == r.control.coupled > 0
     assert r.control.tolerance is not None and r.control.tolerance < 1e-5
     assert r.description["profile"] == "llamacpp" and "n_probs" in r.description["recipe"]

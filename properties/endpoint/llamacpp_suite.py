@@ -26,7 +26,9 @@ it drafts there).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
+import functools
 import json
 import math
 import tempfile
@@ -38,7 +40,7 @@ from typing import Any
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
-from specproof.properties.engine.contract import GREEDY, T07, T1, Sampling, Seq
+from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling, Seq
 from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.servers import gguf_models, llamacpp, llamacpp_python
 from specproof.reference.errors import UsageError
@@ -99,6 +101,9 @@ class ServerConfig:
     num_pred_tokens: int = 10  # llama-cpp-python's prompt lookup: tokens drafted per lookup
     loads: tuple[int, ...] = ()  # the load axis's levels (requests in flight)
     prefix_cache: bool = False  # the prefix-cache axis: every case cold and with cache_prompt
+    #: the acceptance oracle (greedy_chain): the drafts per step of the server's greedy draft
+    #: chain, whose law the project knows (0: not declared)
+    greedy_drafts: int = 0
 
     @property
     def profile(self) -> str:
@@ -121,6 +126,7 @@ CONFIGS: tuple[ServerConfig, ...] = (
         ("--spec-draft-n-max", "4"),
         draft=True,
         samplings=DRAFT_SETTINGS,
+        greedy_drafts=4,
     ),
     ServerConfig(
         "llama-server.draft.samplers",
@@ -146,6 +152,7 @@ CONFIGS: tuple[ServerConfig, ...] = (
         ("--spec-draft-n-max", "4"),
         draft=True,
         prefix_cache=True,
+        greedy_drafts=4,
     ),
     ServerConfig(
         "llama-server.ngram-simple",
@@ -267,10 +274,33 @@ def audit_config(
                 )
                 try:
                     spec = endpoint_spec(endpoint, config.prompts, group, config.tokens, name)
+                    if config.greedy_drafts:
+                        spec = with_acceptance_oracle(spec, config.greedy_drafts, files)
                     out.append(audit_engine(spec, audit, progress=progress, announce=announce))
                 finally:
                     endpoint.close()
     return out
+
+
+def with_acceptance_oracle(spec: EngineSpec, drafts: int, files: dict[str, Any]) -> EngineSpec:
+    """The served engine declaring llama-server's draft-simple rule for the acceptance oracle
+    (properties/engine/acceptance.py, ``greedy_chain``): each step drafts the draft model's argmax
+    chain, at most ``drafts`` tokens and one fewer than the tokens left, after a first token
+    sampled alone, and keeps each draft the target's own sample equals. The draft law is the
+    draft GGUF's exact law, computed here (the server does not give it)."""
+    weights = gguf_models.read_weights(files["draft"])
+
+    @functools.cache
+    def law(context: tuple[int, ...]) -> list[float]:
+        return [float(v) for v in gguf_models.next_token_law(weights, list(context))]
+
+    def build(s: Sampling) -> Any:
+        engine: Any = spec.build(s)
+        engine.draft_law = lambda context: law(tuple(int(x) for x in context))
+        engine.acceptance_rule = {"rule": "greedy_chain", "drafts": drafts, "first": 1, "leave": 1}
+        return engine
+
+    return dataclasses.replace(spec, build=build)
 
 
 @contextlib.contextmanager

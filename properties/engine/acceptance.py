@@ -6,7 +6,7 @@ that lowers acceptance): the law tests pass it. An engine that declares its rule
 draft length (``draft_tokens``) and its steps (``last_steps`` or a Generation's ``steps``) gets
 its acceptance tested against the rule's prediction along the tokens it emitted.
 
-``token_chain``: each step drafts a chain ``x_1 .. x_K`` from the draft law, each ``x_j`` after the
+Two rules. ``token_chain``: each step drafts a chain ``x_1 .. x_K`` from the draft law, each ``x_j`` after the
 step's context and the drafts before it, and verifies them in turn by token-level rejection
 sampling. Given everything before it, draft ``j`` is accepted with probability
 
@@ -20,6 +20,14 @@ in a range of width 1, so ``exp(lambda S - n lambda^2 / 8)`` is a supermartingal
 lemma) and, by Ville's inequality, it exceeds ``1/alpha`` with probability at most ``alpha`` at
 any time: the test is valid however the audit stops. ``lambda`` is fixed from the plan before
 any sample (``sqrt(8 ln(1/alpha) / n_plan)``). Crossing is ``acceptance_low``.
+
+``greedy_chain`` (llama-server's draft model: the draft is the draft model's argmax chain, each
+draft accepted when the target's own sample at its position equals it): draft ``j`` is accepted with
+probability ``p(x_j | c_j)``. The drafts are a function of the context, so the steps are read from
+the tokens alone (a step after ``pos`` emitted tokens drafts ``min(K, M - pos - leave)``, the
+first ``first`` tokens come before any step), and the engine's counters, where it gives them, must
+equal that reading: a sample whose counters differ is counted, and the line says the counters
+contradict the tokens (or the declared draft law is not the engine's).
 
 What it does not test: acceptance above the prediction (a rule that accepts too much changes the
 law, which the law tests see), engines whose steps draft trees or a varying number of tokens, and
@@ -38,7 +46,18 @@ import numpy as np
 from specproof.properties.engine.contract import Generation, Seq
 
 #: the rules whose acceptance the oracle predicts
-RULES = ("token_chain",)
+RULES = ("token_chain", "greedy_chain")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A declared rule: its name, the drafts a step makes at most, and (``greedy_chain``) the
+    tokens emitted before the first step and the tokens of the horizon a step leaves undrafted."""
+
+    name: str
+    drafts: int
+    first: int = 0
+    leave: int = 0
 #: the share of the audit's alpha the acceptance test spends where it runs
 ACCEPTANCE_ALPHA_SHARE = 0.25
 
@@ -61,6 +80,9 @@ class Acceptance:
     by_position: list[list[float]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # cases not tested, and why
     without_steps: int = 0  # samples whose steps the engine did not report
+    #: greedy_chain: samples whose counters differ from the steps the tokens show, and the first
+    contradicted: int = 0
+    first_contradiction: dict[str, Any] | None = None
 
     @property
     def threshold(self) -> float:
@@ -109,6 +131,12 @@ class Acceptance:
             f"acceptance ({self.rule}): {self.accepted} of {self.indicators} verified drafts accepted "
             f"({obs:.3f}), the rule predicts {pred:.3f} along the emitted tokens"
         )
+        if self.contradicted:
+            f = self.first_contradiction or {}
+            head += (
+                f"; COUNTERS CONTRADICT THE TOKENS in {self.contradicted} samples (e.g. {f.get('tokens')}: "
+                f"drafted/accepted {f.get('counters')} reported, {f.get('read_from_tokens')} by the rule)"
+            )
         if self.status == "low":
             return (
                 f"{head}: LOW (e-value {math.exp(min(self.log_wealth, 700)):.3g} >= 1/alpha = "
@@ -139,31 +167,43 @@ class Acceptance:
             ],
             "skipped": list(self.skipped),
             "samples_without_steps": self.without_steps,
+            "counters_contradicted": self.contradicted,
+            "first_contradiction": self.first_contradiction,
         }
 
 
-def declared(runner: Any) -> tuple[str, int] | None:
-    """The rule and draft length a case's engine declares (``acceptance_rule``), checked; None
-    where it declares none. A malformed declaration, or one without the draft law and the
-    steps it needs, is a contract violation (``capabilities``)."""
+def declared(runner: Any) -> Rule | None:
+    """The rule a case's engine declares (``acceptance_rule``), checked; None where it declares
+    none. A malformed declaration, or one without what it needs (the draft law; the steps, for
+    ``token_chain``), is a contract violation (``capabilities``)."""
     from specproof.properties.engine.runner import EngineViolation
 
-    rule = runner.optional("acceptance")
-    if rule is None:
+    given = runner.optional("acceptance")
+    if given is None:
         return None
-    name, k = (rule.get("rule"), rule.get("drafts")) if isinstance(rule, dict) else (None, None)
-    if name not in RULES or not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    fields = dict(given) if isinstance(given, dict) else {}
+    try:
+        rule = Rule(fields.pop("rule"), **fields)
+        ok = rule.name in RULES and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= (1 if f == "drafts" else 0)
+            for f, v in (("drafts", rule.drafts), ("first", rule.first), ("leave", rule.leave))
+        )
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
         raise EngineViolation(
             "capabilities",
-            f"acceptance_rule must be {{'rule': one of {RULES}, 'drafts': an int >= 1}}, got {rule!r}",
+            f"acceptance_rule must be {{'rule': one of {RULES}, 'drafts': an int >= 1[, 'first': int, "
+            f"'leave': int]}}, got {given!r}",
             runner.case,
         )
-    missing = [c for c in ("draft_law", "steps") if c not in runner.offers]
+    need = ("draft_law", "steps") if rule.name == "token_chain" else ("draft_law",)
+    missing = [c for c in need if c not in runner.offers]
     if missing:
         raise EngineViolation(
             "capabilities", f"acceptance_rule is declared without {' and '.join(missing)}", runner.case
         )
-    return name, k
+    return rule
 
 
 def plan_lambda(alpha: float, planned_indicators: int) -> float:
@@ -176,9 +216,13 @@ def overlap(p: Any, q: Any) -> float:
     return float(np.minimum(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)).sum())
 
 
-def fold(acc: Acceptance, runner: Any, g: Generation, k: int) -> None:
+def fold(acc: Acceptance, runner: Any, g: Generation, rule: Rule) -> None:
     """Add the indicators of sample ``g`` (module docstring); ``runner`` gives the target's law
     after a prefix of the emitted tokens (``law``) and the engine's draft law (``draft_law``)."""
+    if rule.name == "greedy_chain":
+        _fold_greedy(acc, runner, g, rule)
+        return
+    k = rule.drafts
     if not g.steps or sum(g.steps) < len(g.tokens):
         acc.without_steps += 1  # the steps do not cover the sample: nothing to read
         return
@@ -198,3 +242,37 @@ def fold(acc: Acceptance, runner: Any, g: Generation, k: int) -> None:
         start += e
         if start >= len(tokens):
             break
+
+
+def _fold_greedy(acc: Acceptance, runner: Any, g: Generation, rule: Rule) -> None:
+    """``greedy_chain``: the steps read from the tokens (module docstring), checked against the
+    engine's counters."""
+    tokens, m = tuple(g.tokens), len(g.tokens)
+    prompt = tuple(runner.case.prompt)
+    draft_law = runner.optional("draft_law")
+    pos, drafted, accepted = min(rule.first, m), 0, 0
+    while pos < m:
+        k = min(rule.drafts, m - pos - rule.leave)
+        if k <= 0:
+            pos += 1
+            continue
+        chain: list[int] = []
+        for _ in range(k):
+            chain.append(int(np.argmax(np.asarray(draft_law(list(prompt + tokens[:pos] + tuple(chain)))))))
+        n = 0
+        while n < k and pos + n < m and tokens[pos + n] == chain[n]:
+            n += 1
+        for j in range(1, min(n + 1, k) + 1):
+            if pos + j - 1 >= m:
+                break  # the horizon ended before this draft was verified
+            prefix = tokens[: pos + j - 1]
+            acc.add(j, j <= n, float(runner.law(prefix)[chain[j - 1]]))
+        drafted, accepted, pos = drafted + k, accepted + n, pos + n + 1
+    if g.drafted is not None and (g.drafted, g.accepted or 0) != (drafted, accepted):
+        acc.contradicted += 1
+        if acc.first_contradiction is None:
+            acc.first_contradiction = {
+                "tokens": list(tokens),
+                "counters": [g.drafted, g.accepted or 0],
+                "read_from_tokens": [drafted, accepted],
+            }

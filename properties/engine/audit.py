@@ -53,6 +53,7 @@ from specproof.properties.audit.sequences import check_sequences
 from specproof.properties.engine.acceptance import (
     ACCEPTANCE_ALPHA_SHARE,
     Acceptance,
+    Rule,
     declared,
     fold,
     plan_lambda,
@@ -213,7 +214,7 @@ class EngineAudit:
         self.probe_chunk = 1  # samples drawn at once when the time per sample was probed
         self.out_of_time = False
         self.acceptance_cases: set[int] = set()  # the cases the acceptance oracle tests
-        self.acceptance_drafts = 0
+        self.acceptance_rule: Rule | None = None
 
     def run(self) -> EngineAuditResult:
         res = self.result
@@ -306,9 +307,9 @@ class EngineAudit:
         rules = {d for _, d in found if d is not None}
         if not rules:
             return
-        (rule, k), *more = sorted(rules)
-        self.acceptance_drafts = k
-        acc = Acceptance(rule, self.config.alpha * ACCEPTANCE_ALPHA_SHARE, lam=1.0)
+        rule, *more = sorted(rules, key=str)
+        self.acceptance_rule = rule
+        acc = Acceptance(rule.name, self.config.alpha * ACCEPTANCE_ALPHA_SHARE, lam=1.0)
         for i, d in found:
             case = self.runners[i].case
             if d is None or more:
@@ -567,8 +568,8 @@ class EngineAudit:
             r.forwards[g.forwards] += 1
         r.speculation.add(g)
         self.result.speculation.add(g)
-        if r.case.index in self.acceptance_cases and self.result.acceptance is not None:
-            fold(self.result.acceptance, runner, g, self.acceptance_drafts)
+        if r.case.index in self.acceptance_cases and self.result.acceptance and self.acceptance_rule:
+            fold(self.result.acceptance, runner, g, self.acceptance_rule)
         seqs.append(seq)
         r.n += 1
         if not self.cells_on:
@@ -750,7 +751,11 @@ class EngineAudit:
             res.verdict = Verdict.NO_SPECULATION
         elif res.acceptance is not None and res.acceptance.status == "low":
             res.verdict = Verdict.ACCEPTANCE_LOW
-        elif res.reports.status in ("wrong", "absent") or res.streaming.status == "reports_differ":
+        elif (
+            res.reports.status in ("wrong", "absent")
+            or res.streaming.status == "reports_differ"
+            or (res.acceptance is not None and res.acceptance.contradicted)
+        ):
             res.verdict = Verdict.MISREPORTED
         elif res.fault is not None or untested or any(r.budget_limited for r in res.cases):
             res.verdict = Verdict.UNDERPOWERED

@@ -205,7 +205,7 @@ def _acceptance(r: EngineAuditResult) -> Item:
     detail = acc.line().split(": ", 1)[-1]
     if acc.status == "not_run":
         return Item(q, NOT_TESTED, acc.why)
-    return Item(q, NO if acc.status == "low" else YES, detail)
+    return Item(q, NO if acc.status == "low" or acc.contradicted else YES, detail)
 
 
 def markdown(r: EngineAuditResult) -> str:
