@@ -332,9 +332,10 @@ def audit_endpoint(
     :func:`audit_engine` (T = 1 and 0.7 by default); ``vocab``, ``concurrency``, ``timeout``,
     ``retries`` as :class:`EndpointOptions` says; ``loads``: requests in flight to audit every case
     at (docs/endpoint-audit.md, "Under load"); ``prefix_cache``: every case cold and after a
-    prefix-cache hit (docs/endpoint-audit.md, "After a prefix-cache hit"); ``options`` are :class:`EngineAuditConfig`
-    fields. The result is the engine audit's, with the server's counters (``speculation``), its
-    reported probabilities checked (``reports``) and the control (``control``);
+    prefix-cache hit (docs/endpoint-audit.md, "After a prefix-cache hit"); ``options`` are
+    :class:`EngineAuditConfig` fields. The result is the engine audit's, with the server's
+    counters (``speculation``), its reported probabilities checked (``reports``) and the control
+    (``control``);
     docs/endpoint-audit.md says how to launch each family. ``workers``/``ray``: each Ray actor
     opens its own client to the same servers. ``target``: the twin's former name, still taken.
     Safe to call inside a running event loop; :func:`audit_endpoint_async` awaits it."""

@@ -89,6 +89,10 @@ def test_eight_slots_keep_the_law_and_the_seeds_with_8_requests_in_flight(files)
     assert [(s.level, s.seeds, s.differing) for s in load.seeds] == [(1, 16, 0), (8, 16, 0)], r.summary()
     assert load.background is not None and load.background["records"] >= 300, r.summary()
     assert not load.background_lossy and all(c.speculation.status == "ran" for c in r.cases)
+    # acceptance as its rule predicts alone and with 8 in flight, its counters read from the tokens
+    acc = r.acceptance
+    assert acc is not None and acc.status == "as_predicted" and acc.contradicted == 0, r.summary()
+    assert len(acc.by_case) == 2 and all(n > 200 for n, _, _ in acc.by_case.values()), r.summary()
 
 
 def test_stop_strings_keep_the_law_and_the_stream_loses_a_held_back_partial_stop(files):

@@ -214,6 +214,9 @@ class LoadedEngine(EndpointEngine):
     def __init__(self, base: EndpointEngine, level: int, endpoint: Endpoint) -> None:
         super().__init__(base.client, base.profile, base.sampling, base.vocab, base.twin, base._laws)
         self.level, self.endpoint = level, endpoint
+        for declared in ("draft_law", "acceptance_rule"):  # what a suite declared on the setting
+            if hasattr(base, declared):
+                setattr(self, declared, getattr(base, declared))
         self.batch = base.batch if level > 1 else max(1, base.batch // base.client.concurrency)
         settings = list(endpoint.settings or (base.sampling,))
         if all(s.temperature != 0.5 for s in settings):

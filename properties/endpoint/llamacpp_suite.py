@@ -144,6 +144,7 @@ CONFIGS: tuple[ServerConfig, ...] = (
         ("--spec-draft-n-max", "4", "-np", "8", "-c", "2048"),
         draft=True,
         loads=(1, 8),
+        greedy_drafts=4,
     ),
     ServerConfig(
         "llama-server.draft.cache",

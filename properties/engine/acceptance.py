@@ -58,6 +58,8 @@ class Rule:
     drafts: int
     first: int = 0
     leave: int = 0
+
+
 #: the share of the audit's alpha the acceptance test spends where it runs
 ACCEPTANCE_ALPHA_SHARE = 0.25
 
@@ -78,6 +80,8 @@ class Acceptance:
     crossed_at: int | None = None  # the indicator at which it crossed ln(1/alpha)
     #: per draft position j: [indicators, accepted, predicted]
     by_position: list[list[float]] = field(default_factory=list)
+    #: per case (its name): [indicators, accepted, predicted]
+    by_case: dict[str, list[float]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # cases not tested, and why
     without_steps: int = 0  # samples whose steps the engine did not report
     #: greedy_chain: samples whose counters differ from the steps the tokens show, and the first
@@ -94,13 +98,13 @@ class Acceptance:
         n = max(self.indicators, 1)
         return (self.threshold + n * self.lam**2 / 8) / (self.lam * n)
 
-    def add(self, j: int, accepted: bool, predicted: float) -> None:
+    def add(self, j: int, accepted: bool, predicted: float, case: str = "") -> None:
         while len(self.by_position) < j:
             self.by_position.append([0, 0, 0.0])
-        row = self.by_position[j - 1]
-        row[0] += 1
-        row[1] += int(accepted)
-        row[2] += predicted
+        for row in (self.by_position[j - 1], self.by_case.setdefault(case, [0, 0, 0.0])):
+            row[0] += 1
+            row[1] += int(accepted)
+            row[2] += predicted
         self.indicators += 1
         self.accepted += int(accepted)
         self.predicted += predicted
@@ -131,6 +135,10 @@ class Acceptance:
             f"acceptance ({self.rule}): {self.accepted} of {self.indicators} verified drafts accepted "
             f"({obs:.3f}), the rule predicts {pred:.3f} along the emitted tokens"
         )
+        if len(self.by_case) > 1:
+            head += "; by case: " + "; ".join(
+                f"{name}: {int(a)}/{int(n)} vs {p / n:.3f}" for name, (n, a, p) in self.by_case.items() if n
+            )
         if self.contradicted:
             f = self.first_contradiction or {}
             head += (
@@ -161,6 +169,10 @@ class Acceptance:
             "log_e_value": self.log_wealth,
             "crossed_at": self.crossed_at,
             "detects_shortfall": self.detects() if self.indicators else None,
+            "by_case": [
+                {"case": name, "drafts": int(n), "accepted": int(a), "predicted": p}
+                for name, (n, a, p) in self.by_case.items()
+            ],
             "by_position": [
                 {"position": j + 1, "drafts": int(n), "accepted": int(a), "predicted": p}
                 for j, (n, a, p) in enumerate(self.by_position)
@@ -238,7 +250,7 @@ def fold(acc: Acceptance, runner: Any, g: Generation, rule: Rule) -> None:
                 break
             prefix = tuple(tokens[:at])
             q = draft_law(list(prompt + prefix))
-            acc.add(j, j <= accepted, overlap(runner.law(prefix), q))
+            acc.add(j, j <= accepted, overlap(runner.law(prefix), q), runner.case.name)
         start += e
         if start >= len(tokens):
             break
@@ -266,7 +278,7 @@ def _fold_greedy(acc: Acceptance, runner: Any, g: Generation, rule: Rule) -> Non
             if pos + j - 1 >= m:
                 break  # the horizon ended before this draft was verified
             prefix = tokens[: pos + j - 1]
-            acc.add(j, j <= n, float(runner.law(prefix)[chain[j - 1]]))
+            acc.add(j, j <= n, float(runner.law(prefix)[chain[j - 1]]), runner.case.name)
         drafted, accepted, pos = drafted + k, accepted + n, pos + n + 1
     if g.drafted is not None and (g.drafted, g.accepted or 0) != (drafted, accepted):
         acc.contradicted += 1

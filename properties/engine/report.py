@@ -124,6 +124,8 @@ def _details(r: EngineAuditResult) -> list[Any]:
         if r.verdict == Verdict.CONTRACT_VIOLATION:
             return out
     out += [("p", r.speculation.line()), ("p", r.reports.line())]
+    if r.acceptance is not None:
+        out.append(("p", r.acceptance.line()))
     if r.control is not None:
         out.append(("p", r.control.line()))
     w = r.witness or (min(r.cases, key=lambda c: c.pvalue) if r.cases else None)
