@@ -115,12 +115,17 @@ def _stops(r: EngineAuditResult) -> Item:
     )
 
 
+def _by_status(q: str, check: Any, good: str) -> Item:
+    """A check's own status and line as the item's answer: not tested where it did not run,
+    yes where it reads ``good``, else no."""
+    detail = check.line().split(": ", 1)[-1]
+    if check.status in ("not_offered", "stopped"):
+        return Item(q, NOT_TESTED, detail)
+    return Item(q, YES if check.status == good else NO, detail)
+
+
 def _streaming(r: EngineAuditResult) -> Item:
-    q = "a streamed answer equals the whole answer"
-    s = r.streaming
-    if s.status in ("not_offered", "stopped"):
-        return Item(q, NOT_TESTED, s.line().split(": ", 1)[-1])
-    return Item(q, YES if s.status == "equal" else NO, s.line().split(": ", 1)[-1])
+    return _by_status("a streamed answer equals the whole answer", r.streaming, "equal")
 
 
 def _grammar(r: EngineAuditResult) -> Item:
@@ -135,11 +140,7 @@ def _grammar(r: EngineAuditResult) -> Item:
 
 
 def _reports(r: EngineAuditResult) -> Item:
-    q = "reported probabilities are the law's"
-    rep = r.reports
-    if rep.status in ("not_offered", "stopped"):
-        return Item(q, NOT_TESTED, rep.line().split(": ", 1)[-1])
-    return Item(q, YES if rep.status == "consistent" else NO, rep.line().split(": ", 1)[-1])
+    return _by_status("reported probabilities are the law's", r.reports, "consistent")
 
 
 def _control(r: EngineAuditResult) -> Item:
