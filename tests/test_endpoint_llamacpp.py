@@ -160,6 +160,16 @@ def test_a_prefix_cache_hit_keeps_the_law(files, llamacpp_bin):
     assert warm[1]["timings"]["cache_n"] > 0 and warm[1]["tokens"] == cold["tokens"]
 
 
+def test_a_prompt_longer_than_a_batch_keeps_the_law_and_the_acceptance(files):
+    """A 40-token prompt read in chunks of 8 (-b 8 -ub 8), the twin reading it whole: the law
+    holds and the draft model accepts as its rule predicts."""
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft.chunked"], CONFIG, files, [T1])
+    assert len(r.cases[0].case.prompt) == 40 and not any(c.rejected for c in r.cases), r.summary()
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    acc = r.acceptance
+    assert acc is not None and acc.status == "as_predicted" and acc.contradicted == 0, r.summary()
+
+
 def test_an_ngram_speculation_type_keeps_the_law(files):
     (r,) = suite.audit_config(suite.BY_NAME["llama-server.ngram-cache"], CONFIG, files)
     assert not any(c.rejected for c in r.cases), r.summary()

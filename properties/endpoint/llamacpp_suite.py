@@ -52,6 +52,8 @@ PLAIN: tuple[Seq, ...] = ((1, 2),)
 #: into (the map- and cache-based types need the run; ngram-simple drafts on the cycle)
 REPEATING: tuple[Seq, ...] = ((5, 1, 9, 8, 7, 10, 8, 7, 10, 8),)
 ELEVENS: tuple[Seq, ...] = ((3, 2, 12, 8, 7, 10, 10, 10, 10, 11, 11, 11),)
+#: a prompt of 40 tokens, five chunks of the chunked configuration's batch of 8
+LONG_PROMPT: Seq = tuple((i * 7) % 15 + 1 for i in range(40))
 NGRAM_SETTINGS = (Sampling(0.3), GREEDY)
 DRAFT_SETTINGS = (T1, T07, Sampling(0.7, top_k=5), Sampling(1.0, top_p=0.8), Sampling(1.0, min_p=0.1), GREEDY)
 #: stop strings over the tiny vocabulary's texts: one letter, and a pair the target often emits
@@ -153,6 +155,15 @@ CONFIGS: tuple[ServerConfig, ...] = (
         ("--spec-draft-n-max", "4"),
         draft=True,
         prefix_cache=True,
+        greedy_drafts=4,
+    ),
+    ServerConfig(
+        "llama-server.draft.chunked",
+        "draft model as above, a 40-token prompt read in chunks of 8 (-b 8 -ub 8: the target's and the "
+        "draft model's prompt KV written chunk by chunk)",
+        ("--spec-draft-n-max", "4", "-b", "8", "-ub", "8"),
+        draft=True,
+        prompts=(LONG_PROMPT,),
         greedy_drafts=4,
     ),
     ServerConfig(
