@@ -50,6 +50,10 @@ def test_the_correct_stand_in_passes_at_every_level():
     text = res.summary()
     assert "load: levels 1, 8" in text and "seed use with 8 in flight: 16 seeds drawn twice" in text
     assert res.to_json()["load"]["levels"] == [1, 8]
+    # acceptance across the levels: the same within the bound (alpha a quarter of the audit's)
+    axis = res.axis_acceptance
+    assert axis is not None and axis.status == "same" and axis.alpha == pytest.approx(1e-3 / 4)
+    assert len(axis.pairs) == 1 and axis.pairs[0]["where"] == "with 8 in flight"
 
 
 def test_rows_from_another_request_are_lossy_only_with_8_in_flight():

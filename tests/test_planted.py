@@ -106,7 +106,11 @@ def _audit_bug(bug: str) -> Verdict:
         ep = Endpoint(
             # a dead server is not waited for; a flaky one is retried
             EndpointOptions(
-                (si.url,), twin=twin.url, concurrency=4, retries=retries, prefix_cache=bug == "prefix_poison"
+                (si.url,),
+                twin=twin.url,
+                concurrency=4,
+                retries=retries,
+                prefix_cache=bug in ("prefix_poison", "stale_after_hit"),
             ),
             transports=transports,
         )
@@ -114,7 +118,8 @@ def _audit_bug(bug: str) -> Verdict:
             spec = endpoint_spec(ep, prompts=[(0, 6)], samplings=list(entry.settings or (T1,)), tokens=4)
             # batch_rows moves the joint law by less than the other bugs: rejected near 300 samples
             # at p ~ 1e-5 (level 1.25e-4), so it is given 1,000 (early stopping ends it sooner)
-            n = 1000 if bug == "batch_rows" else 200
+            # stale_after_hit's acceptance drop (about 0.49 to 0.37 per sample) needs about 1,000 a case
+            n = 1000 if bug in ("batch_rows", "stale_after_hit") else 200
             config = EngineAuditConfig(alpha=1e-3, samples=n, seed=1, report_samples=16)
             return audit_engine(spec, config).verdict
         except UsageError:

@@ -93,6 +93,9 @@ stop_past_block      contract violation    a stop string completed inside a step
                                            honoured at the block's end: tokens past the stop
 stop_tail_only       contract violation    only each block's tail is scanned for a stop string:
                                            a stop inside a block is missed
+stale_after_hit      acceptance_low        after a prefix-cache hit the drafts come after the
+                                           context's first token alone, their law told: the
+                                           law holds, acceptance drops after a hit only
 prefix_poison        lossy                 after a prefix-cache hit (``cache_prompt`` and the
                                            prompt of the request served before), verification
                                            is given that request's draft rows; exact cold
@@ -230,6 +233,13 @@ BUGS: dict[str, Planted] = planted(
         'after a prefix-cache hit"',
     ),
     Planted(
+        "stale_after_hit",
+        Verdict.ACCEPTANCE_LOW,
+        "after a prefix-cache hit the draft model's cache is not refilled (drafts after the context's "
+        "first token alone) and the verifier is told their law: the law holds, fewer drafts are "
+        "accepted than cold (the prefix-cache axis's acceptance comparison flags it)",
+    ),
+    Planted(
         "nan_reports",
         Verdict.LOSSY,
         "greedy_verify's lossy verification, and every request asking for probabilities of more "
@@ -311,12 +321,16 @@ class ServedModel:
         law: Callable[[Seq], Sequence[float]],
         rule: str,
         rows_from: Seq | None = None,
+        stale: bool = False,
     ) -> tuple[list[int], int, int]:
         """The reference loop's steps on the target laws ``law`` (no KV cache): the same process,
         rule and draws from ``rng`` as :func:`specproof.reference.decode.decode` (with
         :meth:`tempered` laws, the same tokens). Returns the first ``n`` tokens and the drafted
         and accepted counts. ``rows_from`` (the ``batch_rows`` bug): the verifier is told the
-        draft laws after that context (another request's), not after the step's own."""
+        draft laws after that context (another request's), not after the step's own.
+        ``stale`` (the ``stale_after_hit`` bug): the drafts are drawn after the context's first
+        token alone (a draft cache never filled), and the verifier is told their law (consistent:
+        the law holds)."""
         proc, verify = self.proposer.process, RULES[rule]
         shape = DraftTree(self.proposer.shape, "shape")
         tokens, drafted, accepted = list(context), 0, 0
@@ -324,6 +338,8 @@ class ServedModel:
         while len(tokens) - len(context) < n:
             ctx = tuple(tokens)
             draft = self.drafter(ctx)
+            if stale:
+                draft = _Elsewhere(self.drafter(ctx[:1]), ctx, ctx[:1])
             proposal = proc.propose(Sampler(rng), shape, ctx, draft)
             laws = [law(c) for c in node_contexts(ctx, proposal)]
             told = ctx if rows_from is None else tuple(rows_from)
@@ -335,6 +351,17 @@ class ServedModel:
             drafted += len(proposal.tokens) - 1
             accepted += len(emitted) - 1
         return tokens[len(context) :][:n], drafted, accepted
+
+
+class _Elsewhere:
+    """A draft model read after another context: its law after ``here`` + drafts is the model's
+    after ``there`` + the same drafts."""
+
+    def __init__(self, lm: Any, here: Seq, there: Seq) -> None:
+        self.lm, self.here, self.there, self.vocab = lm, here, there, lm.vocab
+
+    def law(self, context: Seq) -> tuple[Any, ...]:
+        return tuple(self.lm.law(self.there + tuple(context[len(self.here) :])))
 
 
 def _cut(steps: Sequence[int], n: int) -> list[int]:
@@ -543,8 +570,20 @@ class StandIn:
                 rule = "greedy"  # bug: greedy_verify, nan_reports
             context = ask.prompt + (out[0],)
             others = self._others(ask) if bug == "batch_rows" else []
-            poisoned = len(others) >= 2 or (bug == "prefix_poison" and hit)  # another request's rows
-            if poisoned and self._last_rows:
+            crowded = len(others) >= 2 and bool(self._last_rows)  # more than 2 in flight
+            poisoned = (crowded and bug == "batch_rows") or (bug == "prefix_poison" and hit)
+            if bug == "stale_after_hit" and hit:
+                target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
+                more, drawn.drafted, drawn.accepted = m.laws_loop(
+                    context,
+                    rest,
+                    rng,
+                    target,
+                    rule,
+                    stale=True,  # bug: stale_after_hit
+                )
+                steps = m.last_steps
+            elif poisoned and self._last_rows:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 rows = self._last_rows  # bug: batch_rows, prefix_poison
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule, rows)

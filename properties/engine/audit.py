@@ -58,6 +58,7 @@ from specproof.properties.engine.acceptance import (
     fold,
     plan_lambda,
 )
+from specproof.properties.engine.axis_acceptance import AxisAcceptance
 from specproof.properties.engine.capabilities import capabilities_of
 from specproof.properties.engine.checks import (
     Control,
@@ -215,6 +216,7 @@ class EngineAudit:
         self.out_of_time = False
         self.acceptance_cases: set[int] = set()  # the cases the acceptance oracle tests
         self.acceptance_rule: Rule | None = None
+        self.shares: dict[int, list[float]] = {}  # per case: each sample's accepted share
 
     def run(self) -> EngineAuditResult:
         res = self.result
@@ -306,6 +308,11 @@ class EngineAudit:
         found = [(i, declared(rn)) for i, rn in enumerate(self.runners)]
         rules = {d for _, d in found if d is not None}
         if not rules:
+            counted = any("counters" in rn.offers for rn in self.runners)
+            if counted and (self.loads or self.spec.prefix_cache):
+                alpha = self.config.alpha * ACCEPTANCE_ALPHA_SHARE
+                self.result.axis_acceptance = AxisAcceptance(alpha)
+                self._share_alpha()
             return
         rule, *more = sorted(rules, key=str)
         self.acceptance_rule = rule
@@ -321,6 +328,10 @@ class EngineAudit:
         if not self.acceptance_cases:
             acc.why = "every case skipped: " + "; ".join(acc.skipped)
         self.result.acceptance = acc
+        self._share_alpha()
+
+    def _share_alpha(self) -> None:
+        """The law tests' alpha with an acceptance test beside them (a quarter of the audit's)."""
         share = 1 - BACKGROUND_ALPHA_SHARE * bool(self.loads) - ACCEPTANCE_ALPHA_SHARE
         main = self.config.alpha * share
         both = self.cells_on and self.tokens_on
@@ -570,6 +581,8 @@ class EngineAudit:
         self.result.speculation.add(g)
         if r.case.index in self.acceptance_cases and self.result.acceptance and self.acceptance_rule:
             fold(self.result.acceptance, runner, g, self.acceptance_rule)
+        if self.result.axis_acceptance is not None and g.drafted:
+            self.shares.setdefault(r.case.index, []).append((g.accepted or 0) / g.drafted)
         seqs.append(seq)
         r.n += 1
         if not self.cells_on:
@@ -704,6 +717,8 @@ class EngineAudit:
         res, c = self.result, self.config
         if res.acceptance is not None:
             res.acceptance.judge()
+        if res.axis_acceptance is not None and res.axis_acceptance.status == "not_run":
+            res.axis_acceptance.judge(res.cases, self.shares)
         for r in res.cases:
             r.budget_limited = (
                 (self.out_of_time or res.fault is not None) and r.n < r.planned and not r.rejected
@@ -749,7 +764,9 @@ class EngineAudit:
             res.verdict = Verdict.CONTRACT_VIOLATION
         elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
             res.verdict = Verdict.NO_SPECULATION
-        elif res.acceptance is not None and res.acceptance.status == "low":
+        elif (res.acceptance is not None and res.acceptance.status == "low") or (
+            res.axis_acceptance is not None and res.axis_acceptance.status == "low"
+        ):
             res.verdict = Verdict.ACCEPTANCE_LOW
         elif (
             res.reports.status in ("wrong", "absent")

@@ -18,6 +18,7 @@ from specproof.properties.verdicts import Verdict
 if TYPE_CHECKING:
     from specproof.properties.engine.acceptance import Acceptance
     from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.engine.axis_acceptance import AxisAcceptance
     from specproof.properties.engine.load import LoadResult
 
 
@@ -141,6 +142,8 @@ class EngineAuditResult:
     streaming: Streaming = field(default_factory=Streaming)
     #: the acceptance oracle's test (:mod:`.acceptance`; None: the engine declares no rule)
     acceptance: Acceptance | None = None
+    #: acceptance compared across a workload axis (:mod:`.axis_acceptance`; None: not run)
+    axis_acceptance: AxisAcceptance | None = None
     #: why sampling stopped before the plan when the engine stopped answering
     fault: str | None = None
     #: what the engine says about how it was reached (a server's profile, recipe, identity)
@@ -314,6 +317,8 @@ class EngineAuditResult:
             lines.append(f"  {self.streaming.line()}")
         if self.acceptance is not None:
             lines.append(f"  {self.acceptance.line()}")
+        if self.axis_acceptance is not None:
+            lines.append(f"  {self.axis_acceptance.line()}")
         if self.load is not None:
             lines += [f"  {line}" for line in self.load.lines()]
         c = self.config
@@ -402,6 +407,7 @@ class EngineAuditResult:
             "control": None if self.control is None else self.control.to_json(),
             "streaming": self.streaming.to_json(),
             "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
+            "axis_acceptance": None if self.axis_acceptance is None else self.axis_acceptance.to_json(),
             "description": self.description,
             "witness": None if w is None else w.to_json(),
             "witness_text": self.witness_text(),

@@ -196,6 +196,12 @@ def _acceptance(r: EngineAuditResult) -> Item:
     q = "acceptance as the rule predicts"
     acc = r.acceptance
     counters = r.speculation.line().split(": ", 1)[-1]
+    axis = r.axis_acceptance
+    if acc is None and axis is not None:
+        detail = axis.line().split(": ", 1)[-1]
+        if axis.status == "not_run":
+            return Item(q, NOT_TESTED, axis.why)
+        return Item(q, NO if axis.status == "low" else YES, f"no rule declared; across the axis: {detail}")
     if acc is None:
         return Item(
             q,
