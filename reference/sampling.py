@@ -199,6 +199,8 @@ class Sampling:
             if x == self.eos:
                 return k + 1
             if self.stop:
+                if not 0 <= x < len(self.texts):
+                    raise SpecproofInputError("out", f"id {x} has no text (texts holds {len(self.texts)})")
                 before = len(text)
                 text += self.texts[x]
                 # only a match that ends inside this token's text is new

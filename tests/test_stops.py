@@ -21,7 +21,7 @@ from specproof.properties.engine.request import EngineRequest, parse_param
 from specproof.properties.engine.stop_mutants import STOPS, TEXTS, cut
 from specproof.properties.verdicts import Verdict
 from specproof.reference.decode import decode
-from specproof.reference.errors import BadParameterError, UsageError
+from specproof.reference.errors import BadParameterError, SpecproofInputError, UsageError
 from specproof.reference.proposers.draft_model import draft_model
 from specproof.reference.sampling import Sampling, processed_law
 
@@ -74,6 +74,8 @@ def test_bad_stop_parameters_name_the_argument():
         Sampling(1.0, stop="a", texts=WORDS)  # type: ignore[arg-type]
     with pytest.raises(BadParameterError, match="texts"):
         Sampling(1.0, stop=("a",), texts=WORDS).check_vocab(8)
+    with pytest.raises(SpecproofInputError, match="id 7 has no text"):
+        Sampling(1.0, stop=("a",), texts=WORDS).end([0, 7])
     assert parse_param("stop=c;ab") == ("stop", ("c", "ab"))
     with pytest.raises(UsageError, match="stop"):
         parse_param("stop=;")
