@@ -75,7 +75,7 @@ def test_bad_stop_parameters_name_the_argument():
     with pytest.raises(BadParameterError, match="texts"):
         Sampling(1.0, stop=("a",), texts=WORDS).check_vocab(8)
     with pytest.raises(SpecproofInputError, match="id 7 has no text"):
-        Sampling(1.0, stop=("a",), texts=WORDS).end([0, 7])
+        Sampling(1.0, stop=("a",), texts=WORDS).end([1, 7])
     assert parse_param("stop=c;ab") == ("stop", ("c", "ab"))
     with pytest.raises(UsageError, match="stop"):
         parse_param("stop=;")
