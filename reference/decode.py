@@ -97,8 +97,6 @@ def decode(
     for _ in range(steps):
         if until is not None and len(out.tokens) - len(prompt) >= until:
             break
-        if sampling is not None and sampling.ends and sampling.end(out.tokens[len(prompt) :]) is not None:
-            break
         ctx = tuple(out.tokens)
         ch = Sampler(rng)
         draft = drafter(ctx)
@@ -119,26 +117,25 @@ def decode(
         out.overlaps.extend(_first_child_overlaps(step))
         outcome = verify(Sampler(rng), step)
         cache.commit(tree, outcome.accepted, prefix_len)
-        emitted = outcome.emitted(step)
-        done = len(out.tokens) - len(prompt)
-        ended = None
-        if sampling is not None and sampling.ends:
-            ended = sampling.end([*out.tokens[len(prompt) :], *emitted])
-        if ended is not None:
-            # the end is absorbing: the output stops at the token that ended it, and so does the
-            # loop; the rest of the block is dropped
-            keep = ended - done
-            out.tokens.extend(emitted[:keep])
-            out.emitted_per_step.append(keep)
-            out.drafted_per_step.append(len(proposal.tokens) - 1)
-            break
+        emitted = _until_end(sampling, out.tokens[len(prompt) :], outcome.emitted(step))
         out.tokens.extend(emitted)
         out.emitted_per_step.append(len(emitted))
         out.drafted_per_step.append(len(proposal.tokens) - 1)
+        if sampling is not None and sampling.ends and sampling.end(out.tokens[len(prompt) :]) is not None:
+            break  # the end is absorbing: the output stops at the token that ended it, and so does the loop
         # the new last token (node 0 of the next tree) is not cached; the accepted path is
         if len(cache) != len(out.tokens) - 1:  # pragma: no cover - an invariant of commit
             raise InternalError(f"cache holds {len(cache)} tokens, expected {len(out.tokens) - 1}")
     return out
+
+
+def _until_end(sampling: Sampling | None, done: Sequence[int], emitted: Sequence[int]) -> Sequence[int]:
+    """A step's ``emitted`` tokens up to the one that ends the output (an eos, a stop string),
+    after the ``done`` generated before it; the rest of the block is dropped."""
+    if sampling is None or not sampling.ends:
+        return emitted
+    ended = sampling.end([*done, *emitted])
+    return emitted if ended is None else emitted[: ended - len(done)]
 
 
 def node_context(ctx: tuple[int, ...], tree: DraftTree, tokens: Sequence[int], i: int) -> tuple[int, ...]:

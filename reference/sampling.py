@@ -209,6 +209,15 @@ class Sampling:
                     return k + 1
         return None
 
+    def stopped_by(self, out: Sequence[int]) -> str | None:
+        """The stop string that ended ``out`` (the first of ``stop`` in its text up to its end),
+        or None where it did not end on one."""
+        k = self.end(out) if self.stop else None
+        if k is None:
+            return None
+        text = "".join(self.texts[x] for x in out[:k])
+        return next((t for t in self.stop if t in text), None)
+
     @property
     def output_scoped(self) -> bool:
         """Whether the law needs to know where the prompt ends (a parameter that counts or reads

@@ -110,14 +110,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
 import functools
 import http.server
 import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -126,19 +125,11 @@ import torch
 
 from specproof.properties.endpoint.families import llamacpp, openai, sglang, vllm, wire
 from specproof.properties.endpoint.families.wire import Ask, Drawn, RequestError, token_texts
+from specproof.properties.endpoint.served_model import ServedModel
 from specproof.properties.engine.contract import Sampling, Seq
-from specproof.properties.engine.loops import ReferenceEngine, engine_target
 from specproof.properties.engine.stop_mutants import cut
 from specproof.properties.verdicts import Planted, Verdict, planted
-from specproof.reference.choices import Sampler
 from specproof.reference.errors import SpecproofError, UsageError
-from specproof.reference.processes import node_contexts
-from specproof.reference.proposers import PROPOSERS
-from specproof.reference.rules import RULES
-from specproof.reference.sampling import warp
-from specproof.reference.step import make_step
-from specproof.reference.transformer import KVCache, TinyTransformer, TransformerLM
-from specproof.reference.tree import DraftTree
 
 #: stop strings over the stand-in's token texts: one token's whole text, and one that spans two
 STOP_SETTING = Sampling(1.0, stop=("<t2>", "3><t1"), texts=tuple(token_texts(8)))
@@ -252,116 +243,6 @@ BUGS: dict[str, Planted] = planted(
 TRANSPORT_FAULTS = ("flaky", "dies", "crashes")
 #: the private seed of ``ignores_seed``
 FIXED_SEED = 1234
-
-
-# --------------------------------------------------------------------------- the served model
-
-
-class ServedModel:
-    """The model a stand-in serves: the target, its laws (memoized logits), the ``draft``
-    proposer's drafter and the reference loops. Not thread-safe: :class:`StandIn` calls it from
-    one worker thread."""
-
-    def __init__(self, seed: int = 0, vocab: int = 8) -> None:
-        base = engine_target()
-        if (seed, vocab) == (0, base.vocab):
-            self.target = base
-        else:
-            self.target = TinyTransformer(dataclasses.replace(base.config, vocab=vocab), seed=seed)
-        self.seed, self.vocab = seed, vocab
-        self.proposer = PROPOSERS["draft"]
-        self.drafter = self.proposer.make_drafter(self.target, trained=False)
-        self.name = f"tiny-transformer-seed{seed}-v{vocab}"
-        self.params = sum(p.numel() for p in self.target.parameters())
-        self._logits: dict[Seq, np.ndarray] = {}
-        self._loops: dict[tuple[float, str], ReferenceEngine] = {}
-        self._lms: dict[float, TransformerLM] = {}
-        self.last_steps: list[int] = []  # tokens emitted per step by the last laws_loop
-
-    def logits(self, context: Seq) -> np.ndarray:
-        if context not in self._logits:
-            with torch.no_grad():
-                out, _ = self.target.forward(torch.tensor(context), KVCache())
-            self._logits[context] = out[-1].to(torch.float64).numpy().copy()
-        return self._logits[context]
-
-    def law(self, context: Seq, s: Sampling, joint: bool = False) -> np.ndarray:
-        """The law after ``context`` under ``s``: HF's order of the cut-offs, or SGLang's
-        (top-k and top-p jointly on the tempered law, then min-p) with ``joint``."""
-        z = self.logits(context)
-        if joint and s.truncated and not s.greedy:
-            return np.asarray(warp(z, s, order="sglang"))
-        return np.asarray(s.law(list(z)))
-
-    def draft_prob(self, context: Seq, token: int) -> float:
-        """The draft model's probability of ``token`` after ``context`` (its law at T = 1)."""
-        return float(self.drafter(context).law(context)[token])
-
-    def loop(self, temperature: float, rule: str) -> ReferenceEngine:
-        """The reference loop (KV cache, tree forward) at ``temperature`` verified by ``rule``."""
-        key = (temperature, rule)
-        if key not in self._loops:
-            p = self.proposer
-            self._loops[key] = ReferenceEngine(
-                self.target, self.drafter, p.process, rule, p.shape, Sampling(temperature)
-            )
-        return self._loops[key]
-
-    def tempered(self, temperature: float) -> Callable[[Seq], Sequence[float]]:
-        """The target's law at ``temperature`` as the reference loop computes it (memoized)."""
-        if temperature not in self._lms:
-            self._lms[temperature] = TransformerLM(self.target, temperature)
-        return self._lms[temperature].law
-
-    def laws_loop(
-        self,
-        context: Seq,
-        n: int,
-        rng: np.random.Generator,
-        law: Callable[[Seq], Sequence[float]],
-        rule: str,
-        rows_from: Seq | None = None,
-        stale: bool = False,
-    ) -> tuple[list[int], int, int]:
-        """The reference loop's steps on the target laws ``law`` (no KV cache): the same process,
-        rule and draws from ``rng`` as :func:`specproof.reference.decode.decode` (with
-        :meth:`tempered` laws, the same tokens). Returns the first ``n`` tokens and the drafted
-        and accepted counts. ``rows_from`` (the ``batch_rows`` bug): the verifier is told the
-        draft laws after that context (another request's), not after the step's own.
-        ``stale`` (the ``stale_after_hit`` bug): the drafts are drawn after the context's first
-        token alone (a draft cache never filled), and the verifier is told their law (consistent:
-        the law holds)."""
-        proc, verify = self.proposer.process, RULES[rule]
-        shape = DraftTree(self.proposer.shape, "shape")
-        tokens, drafted, accepted = list(context), 0, 0
-        self.last_steps = []
-        while len(tokens) - len(context) < n:
-            ctx = tuple(tokens)
-            draft = self.drafter(ctx)
-            if stale:
-                draft = _Elsewhere(self.drafter(ctx[:1]), ctx, ctx[:1])
-            proposal = proc.propose(Sampler(rng), shape, ctx, draft)
-            laws = [law(c) for c in node_contexts(ctx, proposal)]
-            told = ctx if rows_from is None else tuple(rows_from)
-            q = proc.draft_probs(told, proposal, draft if rows_from is None else self.drafter(told))
-            step = make_step(proposal.parents, proposal.tokens, q, laws)
-            emitted = verify(Sampler(rng), step).emitted(step)
-            tokens.extend(emitted)
-            self.last_steps.append(len(emitted))
-            drafted += len(proposal.tokens) - 1
-            accepted += len(emitted) - 1
-        return tokens[len(context) :][:n], drafted, accepted
-
-
-class _Elsewhere:
-    """A draft model read after another context: its law after ``here`` + drafts is the model's
-    after ``there`` + the same drafts."""
-
-    def __init__(self, lm: Any, here: Seq, there: Seq) -> None:
-        self.lm, self.here, self.there, self.vocab = lm, here, there, lm.vocab
-
-    def law(self, context: Seq) -> tuple[Any, ...]:
-        return tuple(self.lm.law(self.there + tuple(context[len(self.here) :])))
 
 
 def _cut(steps: Sequence[int], n: int) -> list[int]:
@@ -630,10 +511,7 @@ class StandIn:
         elif self.bug == "stop_tail_only":
             fault = "tail_only"  # bug: stop_tail_only
         k = cut(s, tuple(drawn.tokens), tuple(drawn.steps), fault)
-        end = s.end(drawn.tokens[:k])
-        if end is not None:
-            text = "".join(self.texts[x] for x in drawn.tokens[:end])
-            drawn.stopped_by = next(t for t in ask.stop if t in text)
+        drawn.stopped_by = s.stopped_by(drawn.tokens[:k])
         del drawn.tokens[k:]
         drawn.steps = _cut(drawn.steps, k)
 

@@ -38,11 +38,13 @@ and the report says so.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from specproof.properties.engine.axis_acceptance import AxisAcceptance
 from specproof.properties.engine.contract import Generation, Seq
 
 #: the rules whose acceptance the oracle predicts
@@ -216,6 +218,47 @@ def declared(runner: Any) -> Rule | None:
             "capabilities", f"acceptance_rule is declared without {' and '.join(missing)}", runner.case
         )
     return rule
+
+
+@dataclass
+class AcceptanceStart:
+    """What an audit tests of acceptance: the oracle of a declared rule (its cases), or the
+    comparison across a workload axis, or nothing."""
+
+    oracle: Acceptance | None = None
+    axis: AxisAcceptance | None = None
+    rule: Rule | None = None
+    cases: set[int] = field(default_factory=set)  # the cases the oracle tests
+
+    @property
+    def runs(self) -> bool:
+        return self.oracle is not None or self.axis is not None
+
+
+def start_acceptance(runners: Sequence[Any], alpha: float, on_axis: bool) -> AcceptanceStart:
+    """The oracle at ``alpha`` where a case's engine declares a rule (the cases of another
+    rule, or whose samples may end early, skipped and said); else, on a workload axis of an
+    engine with counters, the comparison across it (:mod:`.axis_acceptance`)."""
+    found = [(i, declared(rn)) for i, rn in enumerate(runners)]
+    rules = {d for _, d in found if d is not None}
+    if not rules:
+        if on_axis and any("counters" in rn.offers for rn in runners):
+            return AcceptanceStart(axis=AxisAcceptance(alpha))
+        return AcceptanceStart()
+    rule, *more = sorted(rules, key=str)
+    oracle = Acceptance(rule.name, alpha, lam=1.0)
+    out = AcceptanceStart(oracle, rule=rule)
+    for i, d in found:
+        name = runners[i].case.name
+        if d is None or more:
+            oracle.skipped.append(f"{name}: {'no rule declared' if d is None else 'another rule'}")
+        elif runners[i].case.sampling.ends:
+            oracle.skipped.append(f"{name}: its samples may end early (eos, stop strings)")
+        else:
+            out.cases.add(i)
+    if not out.cases:
+        oracle.why = "every case skipped: " + "; ".join(oracle.skipped)
+    return out
 
 
 def plan_lambda(alpha: float, planned_indicators: int) -> float:

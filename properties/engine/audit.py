@@ -52,13 +52,11 @@ from specproof.properties.audit import stats
 from specproof.properties.audit.sequences import check_sequences
 from specproof.properties.engine.acceptance import (
     ACCEPTANCE_ALPHA_SHARE,
-    Acceptance,
-    Rule,
-    declared,
+    AcceptanceStart,
     fold,
     plan_lambda,
+    start_acceptance,
 )
-from specproof.properties.engine.axis_acceptance import AxisAcceptance
 from specproof.properties.engine.capabilities import capabilities_of
 from specproof.properties.engine.checks import (
     Control,
@@ -187,14 +185,7 @@ class EngineAudit:
             raise UsageError("an engine audit needs at least one prompt and one sampling setting")
         for s in spec.samplings:
             s.check_vocab(spec.vocab)  # ids a request names (logit bias, bad words, eos) exist
-        both = self.cells_on and self.tokens_on
-        #: the cases' law tests' share of the family-wise alpha (the background requests' token
-        #: test has the rest, where a load axis is asked)
-        main = config.alpha * (1 - BACKGROUND_ALPHA_SHARE) if self.loads else config.alpha
-        #: each law test's share of it
-        self.alpha_cells = main / 2 if both else main
-        self.alpha_tokens = main / 2 if both else main
-        self.alpha_look = self.alpha_cells / (len(self.cases) * config.looks)
+        self._share_alpha(acceptance=False)
         self.tokens: TokenStage | None = None
         self.planned_tokens = 0
         self.result = EngineAuditResult(
@@ -214,8 +205,7 @@ class EngineAudit:
         self.stage = "contract"  # the stage running (named in a violation)
         self.probe_chunk = 1  # samples drawn at once when the time per sample was probed
         self.out_of_time = False
-        self.acceptance_cases: set[int] = set()  # the cases the acceptance oracle tests
-        self.acceptance_rule: Rule | None = None
+        self.accept = AcceptanceStart()  # the acceptance tests (:mod:`.acceptance`), from the contract stage
         self.shares: dict[int, list[float]] = {}  # per case: each sample's accepted share
 
     def run(self) -> EngineAuditResult:
@@ -299,40 +289,23 @@ class EngineAudit:
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
         acc = self.result.acceptance
         if acc is not None:
-            planned = sum(self.result.cases[i].planned for i in self.acceptance_cases) * self.spec.tokens // 2
+            planned = sum(self.result.cases[i].planned for i in self.accept.cases) * self.spec.tokens // 2
             acc.lam = plan_lambda(acc.alpha, planned)
 
     def _start_acceptance(self) -> None:
-        """Where a case's engine declares its rule (:mod:`.acceptance`): the oracle's test, with
-        its share of the family-wise alpha taken from the law tests'."""
-        found = [(i, declared(rn)) for i, rn in enumerate(self.runners)]
-        rules = {d for _, d in found if d is not None}
-        if not rules:
-            counted = any("counters" in rn.offers for rn in self.runners)
-            if counted and (self.loads or self.spec.prefix_cache):
-                alpha = self.config.alpha * ACCEPTANCE_ALPHA_SHARE
-                self.result.axis_acceptance = AxisAcceptance(alpha)
-                self._share_alpha()
-            return
-        rule, *more = sorted(rules, key=str)
-        self.acceptance_rule = rule
-        acc = Acceptance(rule.name, self.config.alpha * ACCEPTANCE_ALPHA_SHARE, lam=1.0)
-        for i, d in found:
-            case = self.runners[i].case
-            if d is None or more:
-                acc.skipped.append(f"{case.name}: {'no rule declared' if d is None else 'another rule'}")
-            elif case.sampling.ends:
-                acc.skipped.append(f"{case.name}: its samples may end early (eos, stop strings)")
-            else:
-                self.acceptance_cases.add(i)
-        if not self.acceptance_cases:
-            acc.why = "every case skipped: " + "; ".join(acc.skipped)
-        self.result.acceptance = acc
-        self._share_alpha()
+        """The acceptance tests where they apply (:mod:`.acceptance`), with their share of the
+        family-wise alpha taken from the law tests'."""
+        on_axis = bool(self.loads or self.spec.prefix_cache)
+        self.accept = start_acceptance(self.runners, self.config.alpha * ACCEPTANCE_ALPHA_SHARE, on_axis)
+        self.result.acceptance, self.result.axis_acceptance = self.accept.oracle, self.accept.axis
+        if self.accept.runs:
+            self._share_alpha(acceptance=True)
 
-    def _share_alpha(self) -> None:
-        """The law tests' alpha with an acceptance test beside them (a quarter of the audit's)."""
-        share = 1 - BACKGROUND_ALPHA_SHARE * bool(self.loads) - ACCEPTANCE_ALPHA_SHARE
+    def _share_alpha(self, acceptance: bool) -> None:
+        """The law tests' alpha: the audit's, less the background requests' token test's share
+        where a load axis is asked and an acceptance test's where one runs; split between the
+        cells test and the token test where both run, and over the cases' looks."""
+        share = 1 - BACKGROUND_ALPHA_SHARE * bool(self.loads) - ACCEPTANCE_ALPHA_SHARE * acceptance
         main = self.config.alpha * share
         both = self.cells_on and self.tokens_on
         self.alpha_cells = main / 2 if both else main
@@ -579,8 +552,8 @@ class EngineAudit:
             r.forwards[g.forwards] += 1
         r.speculation.add(g)
         self.result.speculation.add(g)
-        if r.case.index in self.acceptance_cases and self.result.acceptance and self.acceptance_rule:
-            fold(self.result.acceptance, runner, g, self.acceptance_rule)
+        if r.case.index in self.accept.cases and self.accept.oracle and self.accept.rule:
+            fold(self.accept.oracle, runner, g, self.accept.rule)
         if self.result.axis_acceptance is not None and g.drafted:
             self.shares.setdefault(r.case.index, []).append((g.accepted or 0) / g.drafted)
         seqs.append(seq)

@@ -326,9 +326,7 @@ class CaseRunner:
             if seq[k - 1] == self.eos:
                 kind, what = "after_eos", f"end of sequence {self.eos}"
             else:
-                s = self.case.sampling
-                text = "".join(s.texts[x] for x in seq[:k])
-                hit = next((t for t in s.stop if t in text), "?")
+                hit = self.case.sampling.stopped_by(seq)
                 kind, what = (
                     "after_stop",
                     f"the stop string {hit!r}, completed by token {k} (id {seq[k - 1]})",
