@@ -9,7 +9,8 @@ audit's default 1e-4 over the cases. What they show:
   min-p and greedy decoding; it speculated (drafted and accepted); it is token-for-token the
   server without speculation under the same seed (its verifier samples the target once per
   emitted token and compares); and the probabilities it reports for drafted tokens are wrong
-  (1.0), so the verdict is ``misreported``;
+  (1.0), so the verdict is ``misreported``; its ``/metrics`` speculation totals grow by exactly
+  what its answers' counters say;
 * an n-gram speculation type likewise;
 * the command line and the JSON carry the recipe, the counters, the tolerance and the control;
 * llama-cpp-python's server (profile ``llamacpp-python``, skipped unless installed: ``specproof
@@ -71,6 +72,10 @@ def test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilit
     assert r.control is not None and r.control.identical == r.control.coupled > 0
     assert r.control.tolerance is not None and r.control.tolerance < 1e-5
     assert r.description["profile"] == "llamacpp" and "n_probs" in r.description["recipe"]
+    # its /metrics totals grew by exactly what its answers' counters said over the sample stage
+    m = r.metrics
+    assert m.status == "agree" and m.tally.drafted > 0 and m.tally.answers == r.samples, r.summary()
+    assert m.grew == {"drafted": m.tally.drafted, "accepted": m.tally.accepted}
     # streamed, the same tokens and text, other probabilities (and none for some tokens), also wrong
     st = r.streaming
     assert (st.status, st.hard, st.samples) == ("reports_differ", 0, 16), r.summary()

@@ -232,6 +232,18 @@ class Client:
         """``GET`` of one replica's ``path``, decoded."""
         return self._run(self._send("GET", self.urls[replica % len(self.urls)] + path, None))
 
+    def get_text(self, path: str, replica: int = 0) -> str:
+        """``GET`` of one replica's ``path``, its answer as text (a Prometheus page, say)."""
+
+        async def once() -> str:
+            url = self.urls[replica % len(self.urls)] + path
+            r = await self._client().get(url)
+            if r.status_code >= 400:
+                self._refused(url, r.status_code, r.text)
+            return r.text
+
+        return str(self._run(self._retrying("GET", self.urls[replica % len(self.urls)] + path, once)))
+
     def post(self, path: str, body: dict[str, Any], replica: int = 0) -> Any:
         """One ``POST``, its JSON answer decoded."""
         return self._run(self._send("POST", self.urls[replica % len(self.urls)] + path, body))

@@ -71,6 +71,8 @@ class EndpointEngine:
         self.warm = False
         if profile.caches:
             self.at_cache = self._at_cache
+        if profile.metrics is not None:
+            self.server_metrics = self._server_metrics
 
     def _generation(
         self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int, report: bool
@@ -181,6 +183,22 @@ class EndpointEngine:
         if self.endpoint is None:
             raise UsageError("loads: this engine was made without its Endpoint (Endpoint.engine makes it)")
         return LoadedEngine(self, level, self.endpoint)
+
+    def _server_metrics(self) -> dict[str, int] | None:
+        """The servers' speculation totals, summed over the replicas, and the requests this
+        client sent again (:mod:`specproof.properties.engine.metrics`); None where a replica
+        serves no metrics page or the page has no speculation totals."""
+        assert self.profile.metrics is not None
+        total = {"drafted": 0, "accepted": 0}
+        for i in range(len(self.client.urls)):
+            try:
+                got = self.profile.read_metrics(self.client.get_text(self.profile.metrics[0], replica=i))
+            except (RequestRefused, AnswerError):
+                return None
+            if got is None:
+                return None
+            total = {k: total[k] + got[k] for k in total}
+        return {**total, "retried": self.client.retried}
 
     def describe(self) -> dict[str, Any]:
         return {

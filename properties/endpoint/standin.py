@@ -25,6 +25,9 @@ tested end to end, through HTTP, without a third-party server.
                                llama-server and vLLM
 ``GET /get_model_info``        ``model_path``, like SGLang
 ``GET /health``                ``{"status": "ok"}``
+``GET /metrics``               the speculation totals since start, in llama-server's Prometheus
+                               names (``llamacpp:spec_decode_num_draft_tokens_total``,
+                               ``..._accepted_tokens_total``)
 =============================  ==============================================================
 
 Behind them, one served model (:class:`ServedModel`): :func:`~specproof.properties.engine.loops.engine_target`
@@ -99,6 +102,11 @@ stale_after_hit      acceptance_low        after a prefix-cache hit the drafts c
 prefix_poison        lossy                 after a prefix-cache hit (``cache_prompt`` and the
                                            prompt of the request served before), verification
                                            is given that request's draft rows; exact cold
+averaged_metric      misreported           ``GET /metrics`` gives accepted drafts as the drafted
+                                           total times the mean of the requests' accepted
+                                           shares (a mean of ratios for a ratio of sums,
+                                           THUDM/slime PR#2240): every answer right, the
+                                           dashboard's acceptance wrong
 ===================  ====================  ==================================================
 
 Requests in flight are those the stand-in has received and not yet answered (they wait for the
@@ -231,6 +239,13 @@ BUGS: dict[str, Planted] = planted(
         "accepted than cold (the prefix-cache axis's acceptance comparison flags it)",
     ),
     Planted(
+        "averaged_metric",
+        Verdict.MISREPORTED,
+        "GET /metrics reports accepted draft tokens as the drafted total times the mean of the requests' "
+        "accepted shares (a mean of per-request ratios where a ratio of sums is meant; THUDM/slime "
+        "PR#2240): every answer is right, the dashboard's acceptance is not",
+    ),
+    Planted(
         "nan_reports",
         Verdict.LOSSY,
         "greedy_verify's lossy verification, and every request asking for probabilities of more "
@@ -313,6 +328,8 @@ class StandIn:
         self._arrivals = 0
         self.most_in_flight = 0  # the most requests it has had in flight at once
         self._last_rows: Seq = ()  # the context of the last speculative request served
+        self.drafted_total = self.accepted_total = 0  # what GET /metrics says
+        self._rates: list[float] = []  # each request's accepted share (averaged_metric's mean)
         self._lock = threading.Lock()
         self._dead = False
         self._stopping = threading.Event()
@@ -405,10 +422,34 @@ class StandIn:
             self._flight[key] = ask
             self.most_in_flight = max(self.most_in_flight, len(self._flight))
         try:
-            return self._worker.submit(self._generate, ask).result()
+            drawn = self._worker.submit(self._generate, ask).result()
         finally:
             with self._lock:
                 del self._flight[key]
+        with self._lock:
+            self.drafted_total += drawn.drafted
+            self.accepted_total += drawn.accepted
+            if drawn.drafted:
+                self._rates.append(drawn.accepted / drawn.drafted)
+        return drawn
+
+    def metrics_page(self) -> str:
+        """``GET /metrics``: the speculation totals since start, in llama-server's Prometheus names."""
+        with self._lock:
+            drafted, accepted = self.drafted_total, self.accepted_total
+            if self.bug == "averaged_metric" and self._rates:
+                accepted = round(drafted * sum(self._rates) / len(self._rates))  # bug: averaged_metric
+        lines = []
+        for name, value, doc in (
+            ("spec_decode_num_draft_tokens_total", drafted, "draft tokens proposed"),
+            ("spec_decode_num_accepted_tokens_total", accepted, "draft tokens accepted"),
+        ):
+            lines += [
+                f"# HELP llamacpp:{name} {doc}",
+                f"# TYPE llamacpp:{name} counter",
+                f"llamacpp:{name} {value}",
+            ]
+        return "\n".join(lines) + "\n"
 
     def _others(self, ask: Ask) -> list[Ask]:
         """The other requests in flight, in arrival order."""
@@ -521,6 +562,8 @@ class StandIn:
         if method == "GET":
             if path == "/health":
                 return 200, {"status": "ok"}
+            if path == "/metrics":
+                return 200, self.metrics_page()
             if path in ("/v1/models", "/models"):
                 return 200, models(self)
             if path == "/get_model_info":
@@ -630,10 +673,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, obj: Any) -> None:
-        streamed = isinstance(obj, wire.Events)
-        data = obj.sse() if streamed else json.dumps(obj).encode()
+        streamed, text = isinstance(obj, wire.Events), isinstance(obj, str)
+        data = obj.sse() if streamed else obj.encode() if text else json.dumps(obj).encode()
+        kind = (
+            "text/event-stream" if streamed else "text/plain; version=0.0.4" if text else "application/json"
+        )
         self.send_response(status)
-        self.send_header("Content-Type", "text/event-stream" if streamed else "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -705,6 +751,8 @@ class InProcess(httpx.AsyncBaseTransport):
         status, obj = await loop.run_in_executor(None, si.respond, request.method, request.url.path, raw)
         if isinstance(obj, wire.Events):
             return httpx.Response(status, content=obj.sse(), headers={"Content-Type": "text/event-stream"})
+        if isinstance(obj, str):
+            return httpx.Response(status, text=obj)
         return httpx.Response(status, json=obj)
 
 

@@ -83,6 +83,7 @@ from specproof.properties.engine.load import (
     load_violation,
     only_at,
 )
+from specproof.properties.engine.metrics import Tally, metrics_check
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
 from specproof.properties.engine.runner import (
     CaseRunner,
@@ -207,6 +208,7 @@ class EngineAudit:
         self.out_of_time = False
         self.accept = AcceptanceStart()  # the acceptance tests (:mod:`.acceptance`), from the contract stage
         self.shares: dict[int, list[float]] = {}  # per case: each sample's accepted share
+        self.tally = Tally()  # the counters of every answer the sample stage got (:mod:`.metrics`)
 
     def run(self) -> EngineAuditResult:
         res = self.result
@@ -485,6 +487,32 @@ class EngineAudit:
         return lines
 
     def sample(self) -> None:
+        """The law test's samples (:meth:`_sample`), with the server's own metrics read before and
+        after where the engine offers them (:mod:`.metrics`)."""
+        meter = next((rn for rn in self.runners if "metrics" in rn.offers), None)
+        before = self._server_metrics(meter)
+        self._sample()
+        after = self._server_metrics(meter)
+        if meter is not None and (before is None or after is None):
+            self.result.metrics.why = "server_metrics() gave none (a llama-server started without --metrics)"
+        if before is not None and after is not None:
+            why = ""
+            if self.loads:
+                why = "the load axis's background requests draft too"
+            elif self.result.fault:
+                why = "a fault: requests whose answers never came may have been counted"
+            self.result.metrics = metrics_check(before, after, self.tally, why)
+
+    def _server_metrics(self, runner: CaseRunner | None) -> dict[str, int] | None:
+        if runner is None:
+            return None
+        try:
+            got = runner.optional("metrics")()
+        except EngineUnavailable:
+            return None
+        return None if got is None else dict(got)
+
+    def _sample(self) -> None:
         """Round-robin over the cases, one look at a time; test each case at its look. Samples are
         drawn in chunks (one sample for an engine without ``generate_many``); the budget and a
         fault stop sampling at a chunk boundary, and every sample drawn is kept, in index order."""
@@ -524,6 +552,8 @@ class EngineAudit:
         except EngineUnavailable as e:
             gens = e.done
             self.result.fault = f"{e.detail} (after {r.n + len(gens)} samples of {r.case.name})"
+        for g in gens:
+            self.tally.add(g.drafted, g.accepted)
         try:
             runner.prefetch([g.tokens for g in gens])  # the laws of the chunk, read at once
         except EngineUnavailable as e:
@@ -686,7 +716,8 @@ class EngineAudit:
         then, when the law held: ``no_speculation`` when the engine's counters show nothing
         drafted or accepted, ``acceptance_low`` when it accepted fewer drafts than its declared
         rule predicts (:mod:`.acceptance`), ``misreported`` when its reported probabilities are not
-        the law's, ``underpowered`` when a case ran short (the budget or a fault), else ``pass``."""
+        the law's (or its own metrics not its answers' counters: :mod:`.metrics`),
+        ``underpowered`` when a case ran short (the budget or a fault), else ``pass``."""
         res, c = self.result, self.config
         if res.acceptance is not None:
             res.acceptance.judge()
@@ -745,6 +776,7 @@ class EngineAudit:
             res.reports.status in ("wrong", "absent")
             or res.streaming.status == "reports_differ"
             or (res.acceptance is not None and res.acceptance.contradicted)
+            or res.metrics.status == "differ"
         ):
             res.verdict = Verdict.MISREPORTED
         elif res.fault is not None or untested or any(r.budget_limited for r in res.cases):

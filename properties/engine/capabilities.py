@@ -128,6 +128,13 @@ CAPABILITIES: dict[str, Capability] = {
             "audit's prefix-cache axis, --prefix-cache)",
         ),
         Capability(
+            "metrics",
+            ("server_metrics",),
+            "server_metrics() -> {'drafted': int, 'accepted': int, 'retried': int}: the server's own "
+            "cumulative speculation totals and the requests its client sent twice (the audit requires "
+            "their growth over the sample stage to equal its answers' counters), or None where not served",
+        ),
+        Capability(
             "background",
             ("background",),
             "background() -> (records, laws): the background requests a loaded engine sent beside the "

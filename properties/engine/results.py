@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from specproof.properties.audit.sequences import SequenceTest
 from specproof.properties.engine.checks import Control, Reports, Speculation, Streaming
 from specproof.properties.engine.contract import Sampling, Seq
+from specproof.properties.engine.metrics import MetricsCheck
 from specproof.properties.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ class EngineAuditResult:
     acceptance: Acceptance | None = None
     #: acceptance compared across a workload axis (:mod:`.axis_acceptance`; None: not run)
     axis_acceptance: AxisAcceptance | None = None
+    #: the server's own speculation totals against its answers' counters (:mod:`.metrics`)
+    metrics: MetricsCheck = field(default_factory=MetricsCheck)
     #: why sampling stopped before the plan when the engine stopped answering
     fault: str | None = None
     #: what the engine says about how it was reached (a server's profile, recipe, identity)
@@ -319,6 +322,8 @@ class EngineAuditResult:
             lines.append(f"  {self.acceptance.line()}")
         if self.axis_acceptance is not None:
             lines.append(f"  {self.axis_acceptance.line()}")
+        if self.metrics.status != "not_offered" or self.metrics.why:
+            lines.append(f"  {self.metrics.line()}")
         if self.load is not None:
             lines += [f"  {line}" for line in self.load.lines()]
         c = self.config
@@ -408,6 +413,7 @@ class EngineAuditResult:
             "streaming": self.streaming.to_json(),
             "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
             "axis_acceptance": None if self.axis_acceptance is None else self.axis_acceptance.to_json(),
+            "metrics": self.metrics.to_json(),
             "description": self.description,
             "witness": None if w is None else w.to_json(),
             "witness_text": self.witness_text(),

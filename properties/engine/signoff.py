@@ -194,6 +194,15 @@ def _prefix_cache(r: EngineAuditResult) -> Item:
 
 def _acceptance(r: EngineAuditResult) -> Item:
     q = "acceptance as the rule predicts"
+    if r.metrics.status == "differ":  # what the dashboard reads is not what the answers said
+        return Item(q, NO, r.metrics.line().split(": ", 1)[-1])
+    item = _acceptance_rule(r, q)
+    if r.metrics.status != "not_offered":
+        item = Item(item.question, item.answer, f"{item.detail}; {r.metrics.line()}")
+    return item
+
+
+def _acceptance_rule(r: EngineAuditResult, q: str) -> Item:
     acc = r.acceptance
     counters = r.speculation.line().split(": ", 1)[-1]
     axis = r.axis_acceptance

@@ -297,7 +297,8 @@ def _healthy(url: str) -> bool:
 def server_command(
     binary_dir: Path, model: Path, port: int, draft: Path | None = None, extra_args: Sequence[str] = ()
 ) -> list[str]:
-    """The ``llama-server`` command line: loopback, one slot, one thread, exact f32 attention.
+    """The ``llama-server`` command line: loopback, one slot, one thread, exact f32 attention,
+    ``/metrics`` served (the audit checks its speculation totals against the answers' counters).
 
     With ``draft``, speculation is ``--spec-type draft-simple`` unless ``extra_args`` names a type.
     ``-fa off`` and an f32 KV cache keep the served law within float32 rounding of the exact law
@@ -305,7 +306,23 @@ def server_command(
     ``extra_args`` come last, so they override these defaults.
     """
     cmd = [str(Path(binary_dir) / "llama-server"), "--host", HOST, "--port", str(port), "-m", str(model)]
-    cmd += ["-c", "256", "-np", "1", "-t", "1", "-tb", "1", "-fa", "off", "-ctk", "f32", "-ctv", "f32"]
+    cmd += [
+        "-c",
+        "256",
+        "-np",
+        "1",
+        "-t",
+        "1",
+        "-tb",
+        "1",
+        "-fa",
+        "off",
+        "-ctk",
+        "f32",
+        "-ctv",
+        "f32",
+        "--metrics",
+    ]
     if draft is not None:
         cmd += ["-md", str(draft), "-ctkd", "f32", "-ctvd", "f32"]
         if "--spec-type" not in extra_args:  # without it the draft is loaded but never used

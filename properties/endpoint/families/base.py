@@ -60,6 +60,26 @@ def law_from_pairs(pairs: Sequence[tuple[int, float]], vocab: int, where: str) -
     return [float(v) for v in law]
 
 
+def prometheus_totals(text: str, names: Sequence[str]) -> dict[str, float | None]:
+    """Each named metric's value in a Prometheus text page, summed over its label sets (None where
+    the page has no sample of it). A value that is not a number is an answer error."""
+    out: dict[str, float | None] = {n: None for n in names}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(None, 1)[0]
+        if name not in out:
+            continue
+        # the value follows the labels (whose quoted values may hold spaces), then an optional time
+        rest = line[line.rindex("}") + 1 :] if "{" in line and "}" in line else line[len(name) :]
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError) as e:
+            raise AnswerError(f"metric {name}: no number in {line[:200]!r}") from e
+        out[name] = (out[name] or 0.0) + value
+    return out
+
+
 def rebuilt_from_raw(s: Sampling) -> bool:
     """Whether the setting's law is a function of the raw next-token law alone (temperature and
     the cut-offs; no penalty, bias, ban or grammar), so a server's raw log-probabilities give it
@@ -110,6 +130,9 @@ class Profile(abc.ABC):
     streams: ClassVar[bool] = False
     #: a per-request prompt cache the audit can ask for (:meth:`warm_body`: the prefix-cache axis)
     caches: ClassVar[bool] = False
+    #: the server's Prometheus page and the names of its draft-token and accepted-token totals
+    #: (:meth:`read_metrics`; None: the family's metrics are not read)
+    metrics: ClassVar[tuple[str, str, str] | None] = None
 
     def __init_subclass__(
         cls,
@@ -192,6 +215,17 @@ class Profile(abc.ABC):
         """Draft tokens the answer to a law request says were proposed (0 when it says none)."""
         g = self.read_generation(answer, report=False)
         return g.drafted or 0
+
+    def read_metrics(self, text: str) -> dict[str, int] | None:
+        """The server's draft and accepted totals (``drafted``, ``accepted``) from its Prometheus
+        page (each total summed over its label sets), or None where the page has neither."""
+        if self.metrics is None:
+            return None
+        _, drafted, accepted = self.metrics
+        got = prometheus_totals(text, (drafted, accepted))
+        if got[drafted] is None and got[accepted] is None:
+            return None
+        return {"drafted": int(got[drafted] or 0), "accepted": int(got[accepted] or 0)}
 
     def identity(self, client: Client) -> dict[str, Any]:
         """What the server says it serves: ``vocab`` (None when it does not say), whatever names

@@ -44,6 +44,12 @@ OFFERS: tuple[str, ...] = (
 class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=OFFERS):
     streams: ClassVar[bool] = True
     caches: ClassVar[bool] = True
+    #: llama-server started with ``--metrics``
+    metrics: ClassVar[tuple[str, str, str] | None] = (
+        "/metrics",
+        "llamacpp:spec_decode_num_draft_tokens_total",
+        "llamacpp:spec_decode_num_accepted_tokens_total",
+    )
 
     def _sampling(self, s: Sampling, generated: Sequence[int] = ()) -> dict[str, Any]:
         self.check_offered(s)
