@@ -316,6 +316,7 @@ def audit_endpoint(
     retries: int | None = None,
     loads: Sequence[int] | None = None,
     prefix_cache: bool | None = None,
+    completions: int | None = None,
     name: str | None = None,
     expect: str | None = None,
     progress: _Progress = "auto",
@@ -332,7 +333,9 @@ def audit_endpoint(
     :func:`audit_engine` (T = 1 and 0.7 by default); ``vocab``, ``concurrency``, ``timeout``,
     ``retries`` as :class:`EndpointOptions` says; ``loads``: requests in flight to audit every case
     at (docs/endpoint-audit.md, "Under load"); ``prefix_cache``: every case cold and after a
-    prefix-cache hit (docs/endpoint-audit.md, "After a prefix-cache hit"); ``options`` are
+    prefix-cache hit (docs/endpoint-audit.md, "After a prefix-cache hit"); ``completions``: every
+    case with one completion a request and with that many (docs/endpoint-audit.md, "Several
+    completions a request"); ``options`` are
     :class:`EngineAuditConfig` fields. The result is the engine audit's, with the server's
     counters (``speculation``), its reported probabilities checked (``reports``) and the control
     (``control``);
@@ -360,6 +363,7 @@ def audit_endpoint(
             "retries": retries,
             "loads": None if loads is None else tuple(loads),
             "prefix_cache": prefix_cache,
+            "completions": completions,
         },
     )
     request = _engine_request(

@@ -100,6 +100,40 @@ def test_eight_slots_keep_the_law_and_the_seeds_with_8_requests_in_flight(files)
     assert len(acc.by_case) == 2 and all(n > 200 for n, _, _ in acc.by_case.values()), r.summary()
 
 
+def test_four_completions_a_request_keep_the_law_and_are_independent(files):
+    """The completions axis on the real server: 4 slots, each case with one completion a request
+    and with 4 (``n_cmpl``); the law holds in both and a request's completions are independent."""
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft.completions"], CONFIG, files, [T1])
+    assert [c.case.completions for c in r.cases] == [1, 4] and [c.n for c in r.cases] == [300, 300]
+    assert not any(c.rejected or c.token_finding for c in r.cases), r.summary()
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    assert all(c.speculation.status == "ran" for c in r.cases), r.summary()
+    assert r.completions is not None
+    (t,) = r.completions.tests
+    assert not t.rejected and t.requests == 75 and t.pairs == 37, r.summary()
+    assert r.metrics.status == "agree", r.summary()
+
+
+def test_completion_j_of_a_request_is_the_one_completion_of_seed_plus_j(files, llamacpp_bin):
+    """How llama-server seeds the completions of one request: completion j is what a request for
+    one completion seeded seed + j answers. (So requests whose seeds are consecutive share
+    completions: a client that numbers its seeds 0, 1, 2, ... and asks for n > 1 gets overlapping,
+    dependent samples. The audit's seeds are hashed apart.)"""
+    args = ("--spec-draft-n-max", "4", "-np", "3")
+    with (
+        llamacpp.start_server(llamacpp_bin, files["target"], files["draft"], extra_args=args) as url,
+        Client([url]) as client,
+    ):
+        profile = make_profile("llamacpp")
+        _, body = profile.generation([1, 2], 6, 5, T1, False)
+        many = profile.read_completions(client.post("/completion", profile.completions_body(body, 3)), False)
+        ones = []
+        for j in range(3):
+            _, one = profile.generation([1, 2], 6, 5 + j, T1, False)
+            ones.append(profile.read_generation(client.post("/completion", one), False).tokens)
+    assert [g.tokens for g in many] == ones and len(set(ones)) == 3
+
+
 def test_stop_strings_keep_the_law_and_the_stream_loses_a_held_back_partial_stop(files):
     """llama-server with stop strings (``c``, and ``hg`` over two tokens): each sample stops at
     the token completing one, never after it, and the law of the stopped samples holds. The

@@ -111,6 +111,7 @@ def _audit_bug(bug: str) -> Verdict:
                 concurrency=4,
                 retries=retries,
                 prefix_cache=bug in ("prefix_poison", "stale_after_hit"),
+                completions=4 if bug in ("shared_choices", "fork_rows") else 1,
             ),
             transports=transports,
         )
@@ -119,7 +120,8 @@ def _audit_bug(bug: str) -> Verdict:
             # batch_rows moves the joint law by less than the other bugs: rejected near 300 samples
             # at p ~ 1e-5 (level 1.25e-4), so it is given 1,000 (early stopping ends it sooner)
             # stale_after_hit's acceptance drop (about 0.49 to 0.37 per sample) needs about 1,000 a case
-            n = 1000 if bug in ("batch_rows", "stale_after_hit") else 200
+            # fork_rows moves the law of 3 completions in 4 by about as little: 1,000 too
+            n = 1000 if bug in ("batch_rows", "stale_after_hit", "fork_rows") else 200
             config = EngineAuditConfig(alpha=1e-3, samples=n, seed=1, report_samples=16)
             return audit_engine(spec, config).verdict
         except UsageError:

@@ -73,6 +73,8 @@ class EndpointEngine:
             self.at_cache = self._at_cache
         if profile.metrics is not None:
             self.server_metrics = self._server_metrics
+        if profile.completions is not None:
+            self.at_completions = self._at_completions
 
     def _generation(
         self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int, report: bool
@@ -183,6 +185,12 @@ class EndpointEngine:
         if self.endpoint is None:
             raise UsageError("loads: this engine was made without its Endpoint (Endpoint.engine makes it)")
         return LoadedEngine(self, level, self.endpoint)
+
+    def _at_completions(self, n: int) -> EndpointEngine:
+        """This setting asking for ``n`` completions a request (the completions axis)."""
+        from specproof.properties.endpoint.completions import CompletionsEngine  # it builds on this
+
+        return CompletionsEngine(self, n)
 
     def _server_metrics(self) -> dict[str, int] | None:
         """The servers' speculation totals, summed over the replicas, and the requests this
@@ -491,4 +499,5 @@ def endpoint_spec(
         tokens=tokens,
         loads=endpoint.options.loads,
         prefix_cache=endpoint.options.prefix_cache,
+        completions=endpoint.options.completions,
     )

@@ -103,6 +103,7 @@ class ServerConfig:
     num_pred_tokens: int = 10  # llama-cpp-python's prompt lookup: tokens drafted per lookup
     loads: tuple[int, ...] = ()  # the load axis's levels (requests in flight)
     prefix_cache: bool = False  # the prefix-cache axis: every case cold and with cache_prompt
+    completions: int = 1  # the completions axis: every case with one and with this many (n_cmpl)
     #: the acceptance oracle (greedy_chain): the drafts per step of the server's greedy draft
     #: chain, whose law the project knows (0: not declared)
     greedy_drafts: int = 0
@@ -156,6 +157,14 @@ CONFIGS: tuple[ServerConfig, ...] = (
         draft=True,
         prefix_cache=True,
         greedy_drafts=4,
+    ),
+    ServerConfig(
+        "llama-server.draft.completions",
+        "draft model as above, 4 slots (-np 4): every case with one completion a request and with 4 "
+        "(n_cmpl 4, completion j seeded by seed + j; --completions 4)",
+        ("--spec-draft-n-max", "4", "-np", "4", "-c", "1024"),
+        draft=True,
+        completions=4,
     ),
     ServerConfig(
         "llama-server.draft.chunked",
@@ -281,6 +290,7 @@ def audit_config(
                         concurrency=4,
                         loads=config.loads,
                         prefix_cache=config.prefix_cache,
+                        completions=config.completions,
                     ),
                     token_map=gguf_models.VOCAB,
                 )

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from specproof.properties.endpoint.families import PROFILES
+from specproof.properties.engine.completions import check_completions
 from specproof.properties.engine.config import check_loads
 from specproof.properties.options import Flag
 from specproof.reference.errors import UsageError
@@ -30,6 +31,8 @@ class EndpointOptions:
     loads: tuple[int, ...] = ()
     #: audit every case cold and after a prefix-cache hit (the prefix-cache axis)
     prefix_cache: bool = False
+    #: audit every case with one completion a request and with this many (the completions axis)
+    completions: int = 1
 
     FLAGS: ClassVar[dict[str, Flag]] = {
         "urls": Flag(
@@ -78,6 +81,15 @@ class EndpointOptions:
             parse=bool,
             example=True,
         ),
+        "completions": Flag(
+            "--completions",
+            "audit every case with one completion a request and with N (n > 1; profile llamacpp: "
+            "n_cmpl, the server needs N slots): each completion a sample of the law, and a request's "
+            "completions tested for independence",
+            metavar="N",
+            parse=int,
+            example=4,
+        ),
     }
 
     def __post_init__(self) -> None:
@@ -94,5 +106,6 @@ class EndpointOptions:
         object.__setattr__(self, "loads", check_loads(tuple(self.loads)))
         if self.prefix_cache and self.loads:
             raise UsageError("prefix_cache: audit the prefix-cache axis and the load axis in two audits")
+        check_completions(self.completions, bool(self.loads or self.prefix_cache))
         if self.vocab is not None and (not isinstance(self.vocab, int) or self.vocab < 1):
             raise UsageError(f"vocab: must be an integer >= 1, got {self.vocab!r}")

@@ -102,6 +102,13 @@ stale_after_hit      acceptance_low        after a prefix-cache hit the drafts c
 prefix_poison        lossy                 after a prefix-cache hit (``cache_prompt`` and the
                                            prompt of the request served before), verification
                                            is given that request's draft rows; exact cold
+shared_choices       lossy                 the completions of a request for several
+                                           (``n_cmpl``) share one generator: each is a sample
+                                           of the law, but they are all equal (the
+                                           completions axis's independence test)
+fork_rows            lossy                 a completion after the first of a request is
+                                           verified against the draft rows of the one before
+                                           it: exact one completion a request
 averaged_metric      misreported           ``GET /metrics`` gives accepted drafts as the drafted
                                            total times the mean of the requests' accepted
                                            shares (a mean of ratios for a ratio of sums,
@@ -237,6 +244,20 @@ BUGS: dict[str, Planted] = planted(
         "after a prefix-cache hit the draft model's cache is not refilled (drafts after the context's "
         "first token alone) and the verifier is told their law: the law holds, fewer drafts are "
         "accepted than cold (the prefix-cache axis's acceptance comparison flags it)",
+    ),
+    Planted(
+        "shared_choices",
+        Verdict.LOSSY,
+        "the completions of a request for several (n_cmpl) share one generator: each is a sample of the "
+        "law and one completion a request is exact, but a request's completions are all equal, so the "
+        'completions axis\'s independence test reads "lossy only with 4 completions a request"',
+    ),
+    Planted(
+        "fork_rows",
+        Verdict.LOSSY,
+        "each completion after the first of a request for several is verified against the draft rows of "
+        "the completion before it (a forked sequence reading its parent's draft state): exact one "
+        "completion a request, lossy only with several",
     ),
     Planted(
         "averaged_metric",
@@ -493,7 +514,11 @@ class StandIn:
             context = ask.prompt + (out[0],)
             others = self._others(ask) if bug == "batch_rows" else []
             crowded = len(others) >= 2 and bool(self._last_rows)  # more than 2 in flight
-            poisoned = (crowded and bug == "batch_rows") or (bug == "prefix_poison" and hit)
+            poisoned = (
+                (crowded and bug == "batch_rows")
+                or (bug == "prefix_poison" and hit)
+                or (bug == "fork_rows" and ask.forked)
+            )
             if bug == "stale_after_hit" and hit:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 more, drawn.drafted, drawn.accepted = m.laws_loop(
@@ -507,7 +532,7 @@ class StandIn:
                 steps = m.last_steps
             elif poisoned and self._last_rows:
                 target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
-                rows = self._last_rows  # bug: batch_rows, prefix_poison
+                rows = self._last_rows  # bug: batch_rows, prefix_poison, fork_rows
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule, rows)
                 steps = m.last_steps
             elif self.loop_kind == "kv" and not s.truncated:
@@ -603,6 +628,12 @@ class StandIn:
             return Sampling(t, k, p, mp)
         except (TypeError, ValueError, SpecproofError) as e:
             raise RequestError(f"invalid sampling parameters: {e}") from e
+
+    def fork_seed(self, seed: int, j: int) -> int:
+        """The seed of completion ``j`` of a request seeded ``seed`` (llama-server's: seed + j)."""
+        if self.bug == "shared_choices":
+            return seed  # bug: shared_choices
+        return (seed + j) % 2**32
 
     def seed(self, value: Any) -> int:
         """A request's seed; absent, None or -1 (llama.cpp's 2**32 - 1 too): a random one."""

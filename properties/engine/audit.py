@@ -66,6 +66,13 @@ from specproof.properties.engine.checks import (
     judge_reports,
     tolerance_from,
 )
+from specproof.properties.engine.completions import (
+    COMPLETIONS_ALPHA_SHARE,
+    CompletionsResult,
+    check_completions,
+    independence_test,
+    whole_multiple,
+)
 from specproof.properties.engine.config import MAX_HORIZON, MAX_TOKENS, EngineAuditConfig
 from specproof.properties.engine.contract import (
     Engine,
@@ -172,14 +179,17 @@ class EngineAudit:
         self.loads = check_loads(spec.loads)
         levels: tuple[int | None, ...] = self.loads or (None,)
         caches: tuple[str | None, ...] = ("cold", "warm") if spec.prefix_cache else (None,)
+        self.n_completions = check_completions(spec.completions, bool(self.loads or spec.prefix_cache))
+        counts: tuple[int | None, ...] = (1, self.n_completions) if self.n_completions > 1 else (None,)
         self.cases = [
-            EngineCase(i, tuple(prompt), s, spec.tokens, level, cache)
-            for i, (s, prompt, level, cache) in enumerate(
-                (s, p, level, cache)
+            EngineCase(i, tuple(prompt), s, spec.tokens, level, cache, k)
+            for i, (s, prompt, level, cache, k) in enumerate(
+                (s, p, level, cache, k)
                 for s in spec.samplings
                 for p in spec.prompts
                 for level in levels
                 for cache in caches
+                for k in counts
             )
         ]
         if not self.cases:
@@ -200,6 +210,10 @@ class EngineAudit:
         )
         if self.loads:
             self.result.load = LoadResult(self.loads)
+        if self.n_completions > 1:
+            self.result.completions = CompletionsResult(self.n_completions)
+        #: per case with n completions a request: (choice, tokens) of each sample, in order
+        self.choices: dict[int, list[tuple[int | None, Seq]]] = {}
         self.runners: list[CaseRunner] = []
         self._loaded: dict[tuple[Any, ...], Engine] = {}  # engines at a load level or warm
         self.per_sample = 0.0  # seconds, estimated by the contract stage (only for the plan's estimate)
@@ -279,7 +293,11 @@ class EngineAudit:
         masses = [rn.point_mass() for rn in self.runners]
         first_max = [max(rn.law(())) for rn in self.runners]
         # seed use is checked here at the lowest level asked (the levels above: the checks stage)
-        low = [i for i, rn in enumerate(self.runners) if rn.case.load == min(self.loads, default=None)]
+        low = [
+            i
+            for i, rn in enumerate(self.runners)
+            if rn.case.load == min(self.loads, default=None) and (rn.case.completions or 1) == 1
+        ]
         chosen = min(low or range(len(self.runners)), key=lambda i: first_max[i])
         self.say("contract checks", 0.0)
         times = check_seed_use(self.runners[chosen], self.config.seed, self.clock)
@@ -288,6 +306,9 @@ class EngineAudit:
         for rn, pm in zip(self.runners, masses):
             n = self._planned(pm)
             schedule = [n] if pm else look_schedule(n, self.config.looks)
+            k = rn.case.completions or 1
+            if k > 1:  # every request of the law test whole: k completions each
+                n, schedule = whole_multiple(n, k), sorted({whole_multiple(x, k) for x in schedule})
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
         acc = self.result.acceptance
         if acc is not None:
@@ -307,7 +328,12 @@ class EngineAudit:
         """The law tests' alpha: the audit's, less the background requests' token test's share
         where a load axis is asked and an acceptance test's where one runs; split between the
         cells test and the token test where both run, and over the cases' looks."""
-        share = 1 - BACKGROUND_ALPHA_SHARE * bool(self.loads) - ACCEPTANCE_ALPHA_SHARE * acceptance
+        share = (
+            1
+            - BACKGROUND_ALPHA_SHARE * bool(self.loads)
+            - ACCEPTANCE_ALPHA_SHARE * acceptance
+            - COMPLETIONS_ALPHA_SHARE * (self.n_completions > 1)
+        )
         main = self.config.alpha * share
         both = self.cells_on and self.tokens_on
         self.alpha_cells = main / 2 if both else main
@@ -320,6 +346,9 @@ class EngineAudit:
         if case.cache == "warm":
             why = "it cannot be asked to reuse a cached prompt (profile llamacpp can)"
             return self._variant(engine, case, "prefix_cache", "at_cache", (), why)
+        if case.completions is not None and case.completions > 1:
+            why = "it cannot be asked for several completions a request (a served engine can)"
+            return self._variant(engine, case, "completions", "at_completions", (case.completions,), why)
         if case.load is None:
             return engine
         why = "it cannot be audited with a given number of requests in flight (a served engine can)"
@@ -584,6 +613,8 @@ class EngineAudit:
         self.result.speculation.add(g)
         if r.case.index in self.accept.cases and self.accept.oracle and self.accept.rule:
             fold(self.accept.oracle, runner, g, self.accept.rule)
+        if (r.case.completions or 1) > 1:
+            self.choices.setdefault(r.case.index, []).append((g.choice, g.tokens))
         if self.result.axis_acceptance is not None and g.drafted:
             self.shares.setdefault(r.case.index, []).append((g.accepted or 0) / g.drafted)
         seqs.append(seq)
@@ -618,6 +649,16 @@ class EngineAudit:
             self._stream_check()
         if res.load is not None and not res.fault:
             self._load_checks(res.load)
+        if res.completions is not None:
+            self._independence(res.completions)
+
+    def _independence(self, out: CompletionsResult) -> None:
+        """Each n-completion case's independence test (:mod:`.completions`), Bonferroni over them."""
+        cases = [r for r in self.result.cases if (r.case.completions or 1) > 1]
+        alpha = self.config.alpha * COMPLETIONS_ALPHA_SHARE / max(1, len(cases))
+        for r in cases:
+            seen = self.choices.get(r.case.index, [])
+            out.tests.append(independence_test(seen, alpha, r.case.name, out.completions))
 
     def _stream_check(self) -> None:
         """Streamed answers against whole ones (:func:`.streaming.stream_check`)."""
@@ -625,7 +666,8 @@ class EngineAudit:
 
     def _reports_and_control(self) -> None:
         c, res = self.config, self.result
-        twins = [rn.optional("twin") for rn in self.runners]
+        # the control compares a seed's samples with and without speculation: one completion a request
+        twins = [rn.optional("twin") if (rn.case.completions or 1) == 1 else None for rn in self.runners]
         if any(t is not None for t in twins):
             res.control = self._control(twins)
         offered = [rn for rn in self.runners if rn.optional("reports", False)]
@@ -746,8 +788,16 @@ class EngineAudit:
         untested = [r for r in res.cases if r.collapsed and self.tokens is None]
         load = res.load
         res.factor = only_at(res.cases)
+        dependent = res.completions is not None and bool(res.completions.rejected)
+        if dependent and not res.factor and res.completions is not None:
+            res.factor = res.completions.factor()
         seeds_bad = None if load is None else load.violation
-        if any(r.rejected for r in res.cases) or res.token_rejected or (load and load.background_lossy):
+        if (
+            any(r.rejected for r in res.cases)
+            or res.token_rejected
+            or (load and load.background_lossy)
+            or dependent
+        ):
             res.verdict = Verdict.LOSSY
             if seeds_bad is not None and res.violation is None:
                 res.violation = load_violation(seeds_bad)

@@ -128,6 +128,13 @@ CAPABILITIES: dict[str, Capability] = {
             "audit's prefix-cache axis, --prefix-cache)",
         ),
         Capability(
+            "completions",
+            ("at_completions",),
+            "at_completions(n) -> the same engine asking for n completions a request: generate_many sends "
+            "its seeds by consecutive groups of n, one request a group seeded by its first seed, and returns "
+            "completion j of a group for its j-th seed, with choice = j (the audit's completions axis)",
+        ),
+        Capability(
             "metrics",
             ("server_metrics",),
             "server_metrics() -> {'drafted': int, 'accepted': int, 'retried': int}: the server's own "

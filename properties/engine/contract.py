@@ -26,7 +26,9 @@ What an engine may offer beyond the two calls (each optional, read when present)
 * ``describe() -> dict``: what the audit should state about how the engine was reached (a
   server's profile, its law recipe, its identity);
 * ``at_load(level)``: the same engine with ``level`` requests in flight at each call, and on
-  that engine ``background()``, the requests it sent beside the audit's (:mod:`.load`).
+  that engine ``background()``, the requests it sent beside the audit's (:mod:`.load`);
+* ``at_cache()``, ``at_completions(n)``: the same engine after a prefix-cache hit, or asking
+  for n completions a request (:mod:`.completions`).
 
 An :class:`EngineSpec` says how to build an engine for each :class:`Sampling` setting, which
 prompts and settings to audit it under, and what verdict its authors claim.
@@ -71,6 +73,8 @@ class Generation:
     steps: tuple[int, ...] | None = None
     #: the text the engine returned with it (a server's answer), where it returns one
     text: str | None = None
+    #: its index among the completions of one request (the completions axis), where asked for n
+    choice: int | None = None
 
 
 # --------------------------------------------------------------------------- sampling settings
@@ -125,6 +129,9 @@ class EngineSpec:
     loads: tuple[int, ...] = ()
     #: audit every case cold and after a prefix-cache hit (the engine's ``at_cache``)
     prefix_cache: bool = False
+    #: audit every case with one completion a request and with this many (the engine's
+    #: ``at_completions``; 1: no such axis)
+    completions: int = 1
 
     def to_json(self) -> dict[str, Any]:
         ok, why = self.available()

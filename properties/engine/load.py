@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specproof.properties.engine.completions import completions_name
 from specproof.properties.engine.config import MAX_LOAD, EngineAuditConfig, check_loads
 from specproof.properties.engine.contract import EngineUnavailable, Seq
 from specproof.properties.engine.results import CACHE_NAMES, EngineCaseResult, level_name
@@ -129,6 +130,8 @@ class LoadResult:
 
 def _where(case: Any) -> str | None:
     """A case's place on the workload axes, as its name ends (None: no axis)."""
+    if case.completions is not None:
+        return completions_name(case.completions).strip()
     if case.cache is not None:
         return CACHE_NAMES[case.cache].strip()
     return None if case.load is None else level_name(case.load).strip()
@@ -155,8 +158,8 @@ def only_at(cases: Sequence[EngineCaseResult]) -> str:
     return f"lossy only {' and '.join(at)} (the same prompt and setting held {' and '.join(fine)})"
 
 
-def _order(r: EngineCaseResult) -> tuple[int, str]:
-    return (r.case.load or 0, r.case.cache or "")
+def _order(r: EngineCaseResult) -> tuple[int, str, int]:
+    return (r.case.load or 0, r.case.cache or "", r.case.completions or 0)
 
 
 LawsAlong = Callable[[Seq, Seq, Any], Any]

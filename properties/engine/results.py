@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from specproof.properties.audit.sequences import SequenceTest
 from specproof.properties.engine.checks import Control, Reports, Speculation, Streaming
+from specproof.properties.engine.completions import CompletionsResult, completions_name
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.engine.metrics import MetricsCheck
 from specproof.properties.verdicts import Verdict
@@ -33,11 +34,14 @@ class EngineCase:
     load: int | None = None
     #: the prefix-cache axis: "cold", or "warm" (after a prefix-cache hit); None: no such axis
     cache: str | None = None
+    #: completions a request (:mod:`.completions`); None: no such axis
+    completions: int | None = None
 
     @property
     def name(self) -> str:
         prompt = " ".join(map(str, self.prompt))
-        return f"{self.sampling.label} after [{prompt}]{level_name(self.load)}{CACHE_NAMES[self.cache]}"
+        where = level_name(self.load) + CACHE_NAMES[self.cache] + completions_name(self.completions)
+        return f"{self.sampling.label} after [{prompt}]{where}"
 
     def to_json(self) -> dict[str, Any]:
         out = {"prompt": list(self.prompt), "sampling": self.sampling.to_json(), "tokens": self.tokens}
@@ -45,6 +49,8 @@ class EngineCase:
             out["load"] = self.load
         if self.cache is not None:
             out["cache"] = self.cache
+        if self.completions is not None:
+            out["completions"] = self.completions
         return out
 
 
@@ -163,6 +169,8 @@ class EngineAuditResult:
     #: load asked) and the factor a deviation lives on ("lossy only with 8 in flight ...")
     load: LoadResult | None = None
     factor: str = ""
+    #: the completions axis's independence tests (:mod:`.completions`; None: no such axis)
+    completions: CompletionsResult | None = None
 
     @property
     def exit_code(self) -> int:
@@ -226,7 +234,10 @@ class EngineAuditResult:
         return text if not short else text.split("; its drift")[0]
 
     def _background_witness(self) -> str:
-        """The background requests' deviation, where the token test found one there."""
+        """The deviation found beside the cases' law tests: in the background requests (the token
+        test), or between the completions of one request (their independence test)."""
+        if self.completions is not None and self.completions.rejected:
+            return f"independence {self.completions.rejected[0].line()}"
         if self.load is None or not self.load.background_lossy:
             return ""
         return f"background requests (with the cases' requests in flight): {self.load.background_text}"
@@ -326,6 +337,8 @@ class EngineAuditResult:
             lines.append(f"  {self.metrics.line()}")
         if self.load is not None:
             lines += [f"  {line}" for line in self.load.lines()]
+        if self.completions is not None:
+            lines += [f"  {line}" for line in self.completions.lines()]
         c = self.config
         lines.append(
             f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
@@ -424,7 +437,10 @@ class EngineAuditResult:
             out["notes"] = list(self.notes)
         if self.load is not None:
             out["load"] = self.load.to_json()
+        if self.load is not None or self.completions is not None:
             out["factor"] = self.factor
+        if self.completions is not None:
+            out["completions"] = self.completions.to_json()
         from specproof.properties.engine.signoff import signoff  # it reads this result
 
         out["signoff"] = [item.to_json() for item in signoff(self)]

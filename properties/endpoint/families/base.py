@@ -133,6 +133,8 @@ class Profile(abc.ABC):
     #: the server's Prometheus page and the names of its draft-token and accepted-token totals
     #: (:meth:`read_metrics`; None: the family's metrics are not read)
     metrics: ClassVar[tuple[str, str, str] | None] = None
+    #: the request field asking for n completions (llama-server's ``n_cmpl``; None: one a request)
+    completions: ClassVar[str | None] = None
 
     def __init_subclass__(
         cls,
@@ -215,6 +217,17 @@ class Profile(abc.ABC):
         """Draft tokens the answer to a law request says were proposed (0 when it says none)."""
         g = self.read_generation(answer, report=False)
         return g.drafted or 0
+
+    def completions_body(self, body: dict[str, Any], n: int) -> dict[str, Any]:
+        """A generation's body asking for ``n`` completions (the completions axis)."""
+        if self.completions is None:
+            raise UsageError(f"completions: profile {self.name} asks for one completion a request")
+        return {**body, self.completions: n}
+
+    def read_completions(self, answer: Any, report: bool) -> list[Generation]:
+        """The completions of an answer to :meth:`completions_body`, in their order (by default
+        the answer is one generation)."""
+        return [self.read_generation(answer, report)]
 
     def read_metrics(self, text: str) -> dict[str, int] | None:
         """The server's draft and accepted totals (``drafted``, ``accepted``) from its Prometheus

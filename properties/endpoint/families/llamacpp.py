@@ -13,6 +13,7 @@ the state the context's generated part reached. Stop strings go as ``stop`` on g
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -44,6 +45,8 @@ OFFERS: tuple[str, ...] = (
 class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=OFFERS):
     streams: ClassVar[bool] = True
     caches: ClassVar[bool] = True
+    #: n completions a request: llama-server answers a list (completion j seeded by seed + j)
+    completions: ClassVar[str | None] = "n_cmpl"
     #: llama-server started with ``--metrics``
     metrics: ClassVar[tuple[str, str, str] | None] = (
         "/metrics",
@@ -112,6 +115,18 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
         drafted = int(timings.get("draft_n", 0))
         text = answer.get("content") if isinstance(answer.get("content"), str) else None
         return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported, None, text)
+
+    def read_completions(self, answer: Any, report: bool) -> list[Generation]:
+        """``n_cmpl`` > 1: a list of answers, each with its ``index``; 1: one answer."""
+        if isinstance(answer, dict):
+            return [self.read_generation(answer, report)]
+        if not isinstance(answer, list) or not all(isinstance(a, dict) for a in answer):
+            raise AnswerError(f"llama-server answer to n_cmpl is not a list of answers: {str(answer)[:200]}")
+        try:
+            ordered = sorted(answer, key=lambda a: int(a.get("index", 0)))
+        except (TypeError, ValueError) as e:
+            raise AnswerError(f"llama-server completions without an index: {str(answer)[:200]}") from e
+        return [self.read_generation(a, report) for a in ordered]
 
     def stream_body(self, body: dict[str, Any]) -> dict[str, Any]:
         return {**body, "stream": True}
@@ -185,12 +200,11 @@ def _gbnf_literal(text: str) -> str:
 # --------------------------------------------------------------------------- the stand-in's answer
 
 
-def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Events:
-    """``POST /completion``: llama-server's answer."""
+def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Events | list[Any]:
+    """``POST /completion``: llama-server's answer (a list of answers for ``n_cmpl`` > 1)."""
     n_probs = body.get("n_probs") or 0
     if not isinstance(n_probs, int) or n_probs < 0:
         raise wire.RequestError(f"n_probs: expected an integer >= 0, got {n_probs!r}")
-    post = bool(body.get("post_sampling_probs", False))
     ask = wire.Ask(
         wire.ids(body.get("prompt"), "prompt"),
         wire.count(body.get("n_predict"), "n_predict", 16),
@@ -205,10 +219,26 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Event
         stop=wire.stops(body.get("stop")),
         cache_prompt=bool(body.get("cache_prompt", True)),  # llama-server's default: on
     )
+    n = body.get("n_cmpl", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise wire.RequestError(f"n_cmpl: expected an integer >= 1, got {n!r}")
+    if n == 1:
+        return _completed(si, body, ask, 0)
+    if body.get("stream"):
+        raise wire.RequestError("n_cmpl > 1 is not streamed by the stand-in")
+    # completion j seeded by seed + j, as llama-server does; each after the first forked from it
+    forks = [dataclasses.replace(ask, seed=si.fork_seed(ask.seed, j), forked=j > 0) for j in range(n)]
+    return [_completed(si, body, a, j) for j, a in enumerate(forks)]
+
+
+def _completed(si: StandIn, body: dict[str, Any], ask: wire.Ask, index: int) -> dict[str, Any] | wire.Events:
+    """One completion's answer (completion ``index`` of its request)."""
+    n_probs = body.get("n_probs") or 0
+    post = bool(body.get("post_sampling_probs", False))
     d = si.run(ask)
     si.record("/completion", ask)
     out: dict[str, Any] = {
-        "index": 0,
+        "index": index,
         "content": "".join(si.texts[x] for x in d.tokens),
         "tokens": d.tokens,
         "id_slot": 0,

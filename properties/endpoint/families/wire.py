@@ -48,6 +48,7 @@ class Ask:
     tempered_reports: bool = False  # SGLang reports the law before the cut-offs
     stop: tuple[str, ...] = ()  # stop strings over the tokens' texts
     cache_prompt: bool = False  # asks the server to reuse its cached prompt (llama-server's field)
+    forked: bool = False  # a completion after the first of a request for several
 
 
 @dataclass
