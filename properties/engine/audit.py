@@ -82,6 +82,7 @@ from specproof.properties.engine.contract import (
     Sampling,
     Seq,
 )
+from specproof.properties.engine.contract_checks import check_applied, check_room
 from specproof.properties.engine.load import (
     BACKGROUND_ALPHA_SHARE,
     LoadResult,
@@ -90,7 +91,7 @@ from specproof.properties.engine.load import (
     load_violation,
     only_at,
 )
-from specproof.properties.engine.metrics import Tally, metrics_check
+from specproof.properties.engine.metrics import Tally, read_totals, stage_check
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
 from specproof.properties.engine.runner import (
     CaseRunner,
@@ -276,8 +277,8 @@ class EngineAudit:
                 CaseRunner(self._at_load(engines[case.sampling], case), case, self.spec.vocab)
             )
         for rn in self.runners:
-            self._check_applied(rn, engines)
-            self._check_room(rn)
+            check_applied(rn, engines, self.spec.build, self.result.notes)
+            check_room(rn, self.result.notes)
             if rn.case.sampling.output_scoped and not rn._with_prompt:
                 self.result.notes.append(
                     f"{rn.case.name}: parameters that count only the generated tokens are asked, and the "
@@ -372,22 +373,6 @@ class EngineAudit:
                 raise EngineViolation("exception", f"{call} raised {type(e).__name__}: {e}", case) from e
         return self._loaded[key]
 
-    def _check_room(self, rn: CaseRunner) -> None:
-        """Say so when M leaves no room for a whole speculative step: the first token comes from
-        the prompt's forward pass, so a step of ``k`` drafts needs ``M >= k + 2`` to be verified
-        and its bonus token emitted within the samples; an engine that drafts only when k tokens
-        remain never speculates inside them (OpenVINO GenAI at M = 2), and passes untested."""
-        k = rn.optional("draft_tokens")
-        if not isinstance(k, int) or k < 1 or rn.case.tokens >= k + 2:
-            return
-        note = (
-            f"M = {rn.case.tokens} is not above the first token plus the engine's {k} drafted tokens: "
-            f"no whole speculative step fits in the samples (use M >= {k + 2}); what is not "
-            "drafted inside them is not tested"
-        )
-        if note not in self.result.notes:
-            self.result.notes.append(note)
-
     def _probe_chunk(self, rn: CaseRunner) -> None:
         """Time one chunk drawn as sampling draws it (many at once, with its laws read), on seeds
         of its own: one call at a time overstates the time of an engine that serves many at
@@ -402,41 +387,6 @@ class EngineAudit:
         rn.prefetch([g.tokens for g in gens])
         self.per_sample = (self.clock() - t0) / len(seeds)
         self.probe_chunk = len(seeds)
-
-    def _check_applied(self, rn: CaseRunner, engines: dict[Sampling, Engine]) -> None:
-        """A request parameter the engine silently ignores is a finding, not a pass: where the
-        parameter changes the law after the prompt (by the reference's semantics, applied to the
-        engine's own law without it), the engine's law with it must differ from its law without
-        (``ignored_parameter``). Read from the engine, never assumed."""
-        s = rn.case.sampling
-        if s.plain or s.greedy:
-            return
-        bare = Sampling(s.temperature, eos=s.eos)
-        if bare not in engines:
-            try:
-                engines[bare] = self.spec.build(bare)
-            except Exception as e:  # an engine built for this setting only: nothing to compare with
-                self.result.notes.append(
-                    f"{rn.case.name}: whether the engine applies its request parameters was not checked: "
-                    f"it cannot be built without them ({type(e).__name__}: {e})"
-                )
-                return
-        plain = CaseRunner(
-            engines[bare], EngineCase(rn.case.index, rn.case.prompt, bare, rn.case.tokens), rn.vocab
-        )
-        without = np.asarray(plain.law(()))
-        logits = np.log(np.clip(without, 1e-300, None)) * s.temperature
-        expected = np.asarray(s.law(list(logits), rn.case.prompt, len(rn.case.prompt), margin=None))
-        if np.abs(expected - without).max() < 1e-9:
-            return  # the parameter changes nothing here: no evidence either way
-        if np.abs(np.asarray(rn.law(())) - without).max() < 1e-12:
-            names = ", ".join(name for name, _ in s.asked() if name not in ("temperature", "eos"))
-            raise EngineViolation(
-                "ignored_parameter",
-                f"the engine's law after {list(rn.case.prompt)} is the same with and without {names}, "
-                "which must change it there: the engine ignores a request parameter",
-                rn.case,
-            )
 
     def _planned(self, point_mass: bool) -> int:
         """Samples per case, from the statistics alone: a point mass needs enough tokens that any
@@ -519,27 +469,12 @@ class EngineAudit:
         """The law test's samples (:meth:`_sample`), with the server's own metrics read before and
         after where the engine offers them (:mod:`.metrics`)."""
         meter = next((rn for rn in self.runners if "metrics" in rn.offers), None)
-        before = self._server_metrics(meter)
+        before = read_totals(meter)
         self._sample()
-        after = self._server_metrics(meter)
-        if meter is not None and (before is None or after is None):
-            self.result.metrics.why = "server_metrics() gave none (a llama-server started without --metrics)"
-        if before is not None and after is not None:
-            why = ""
-            if self.loads:
-                why = "the load axis's background requests draft too"
-            elif self.result.fault:
-                why = "a fault: requests whose answers never came may have been counted"
-            self.result.metrics = metrics_check(before, after, self.tally, why)
-
-    def _server_metrics(self, runner: CaseRunner | None) -> dict[str, int] | None:
-        if runner is None:
-            return None
-        try:
-            got = runner.optional("metrics")()
-        except EngineUnavailable:
-            return None
-        return None if got is None else dict(got)
+        why = "the load axis's background requests draft too" if self.loads else ""
+        if self.result.fault:
+            why = "a fault: requests whose answers never came may have been counted"
+        self.result.metrics = stage_check(meter, before, read_totals(meter), self.tally, why)
 
     def _sample(self) -> None:
         """Round-robin over the cases, one look at a time; test each case at its look. Samples are

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MetricsCheck", "Tally", "metrics_check"]
+__all__ = ["MetricsCheck", "Tally", "metrics_check", "read_totals", "stage_check"]
 
 
 @dataclass
@@ -131,3 +131,27 @@ def metrics_check(
     else:
         out.status = "differ"
     return out
+
+
+def read_totals(runner: Any) -> dict[str, int] | None:
+    """The engine's ``server_metrics()`` through its case runner (None: no runner, none given, or
+    the server did not answer)."""
+    from specproof.properties.engine.contract import EngineUnavailable
+
+    if runner is None:
+        return None
+    try:
+        got = runner.optional("metrics")()
+    except EngineUnavailable:
+        return None
+    return None if got is None else dict(got)
+
+
+def stage_check(
+    meter: Any, before: dict[str, int] | None, after: dict[str, int] | None, tally: Tally, why_not: str
+) -> MetricsCheck:
+    """The sample stage's check (:func:`metrics_check`), or why there is none: ``meter`` the
+    runner whose engine offers the metrics (None: not offered)."""
+    if meter is not None and (before is None or after is None):
+        return MetricsCheck(why="server_metrics() gave none (a llama-server started without --metrics)")
+    return metrics_check(before, after, tally, why_not)
