@@ -80,9 +80,20 @@ def test_a_shared_generator_is_lossy_only_with_several_completions():
     assert law["answer"] == "no" and "NOT INDEPENDENT" in law["detail"]
 
 
+def test_the_vllm_profile_asks_for_n_and_reads_its_choices():
+    """vLLM's shape: ``n`` completions as choices, no per-request metrics for the parent (so the
+    server's metrics cannot be checked against them: said)."""
+    r, si = _audit(None, profile="vllm", vocab=8)
+    assert r.verdict == Verdict.PASS, r.summary()
+    (t,) = r.completions.tests
+    assert not t.rejected and t.pairs == 25
+    assert r.cases[1].speculation.status == "unobservable"  # vLLM gives no metrics for a parent
+    assert r.metrics.status == "not_checked" and "carried no counters" in r.metrics.why
+
+
 def test_a_profile_without_completions_is_refused_naming_the_option():
     with pytest.raises(UsageError, match="completions: .* offers no at_completions"):
-        _audit(None, profile="vllm", vocab=8)
+        _audit(None, profile="sglang", vocab=8)
 
 
 def test_an_engine_without_at_completions_is_refused():

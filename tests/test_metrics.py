@@ -12,6 +12,7 @@ import pytest
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.base import AnswerError, prometheus_totals
 from specproof.properties.endpoint.families.llamacpp import LlamaCpp
+from specproof.properties.endpoint.families.vllm import VLLM
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import InProcess, StandIn
 from specproof.properties.engine.audit import audit_engine
@@ -24,10 +25,13 @@ from specproof.properties.verdicts import Verdict
 CONFIG = EngineAuditConfig(alpha=1e-3, samples=200, seed=1, report_samples=16)
 
 
-def _audit(si: StandIn, loads: tuple[int, ...] = (), config: EngineAuditConfig = CONFIG) -> Any:
+def _audit(
+    si: StandIn, loads: tuple[int, ...] = (), config: EngineAuditConfig = CONFIG, profile: str = "llamacpp"
+) -> Any:
     with si, StandIn(speculative=False, loop="laws", listen=False) as twin:
         ways = {si.url: InProcess(si), twin.url: InProcess(twin)}
-        ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, loads=loads), transports=ways)
+        options = EndpointOptions((si.url,), profile, twin=twin.url, vocab=8, concurrency=4, loads=loads)
+        ep = Endpoint(options, transports=ways)
         try:
             return audit_engine(endpoint_spec(ep, prompts=[(0, 6)], samplings=[T1], tokens=4), config)
         finally:
@@ -53,8 +57,9 @@ def test_the_correct_stand_in_agrees_with_its_metrics():
     assert r.to_json()["metrics"]["status"] == "agree"
 
 
-def test_an_averaged_acceptance_metric_is_misreported():
-    r = _audit(StandIn("averaged_metric", loop="laws", listen=False))
+@pytest.mark.parametrize("profile", ["llamacpp", "vllm"])
+def test_an_averaged_acceptance_metric_is_misreported(profile):
+    r = _audit(StandIn("averaged_metric", loop="laws", listen=False), profile=profile)
     assert r.verdict == Verdict.MISREPORTED, r.summary()
     assert r.reports.status == "consistent" and not any(c.rejected for c in r.cases)  # the answers are right
     m = r.metrics
@@ -140,3 +145,11 @@ def test_prometheus_totals_sum_label_sets_and_refuse_a_value_that_is_no_number()
         "accepted": 0,
     }
     assert LlamaCpp().read_metrics("llamacpp:prompt_tokens_total 7\n") is None
+    # vLLM's: floats, summed over engines
+    page = (
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 28.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="m"} 2.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 9.0\n'
+        'vllm:spec_decode_num_accepted_tokens_created{engine="0",model_name="m"} 1.79e9\n'
+    )
+    assert VLLM().read_metrics(page) == {"drafted": 30, "accepted": 9}

@@ -146,10 +146,35 @@ def test_stock_cpu_build_breaks_the_law_and_the_fix_restores_it(twin, method):
     with vllm_cpu.VLLMServer(method, fixes=FIXED) as fixed:
         good = audit(fixed.url, twin.url, samples=192)
         log = fixed.log_text()
+        if method == "ngram":  # stop strings, and 4 completions a request, on the same server
+            stops = Sampling(1.0, stop=("c", "hg"), texts=gm.VOCAB)
+            more = audit(fixed.url, twin.url, samples=96, samplings=[stops], completions=4)
+            body = {"model": "tiny", "prompt": list(PROMPT), "max_tokens": 6, "temperature": 1.0}
+            body.update(stop=["c", "hg"], return_token_ids=True, ignore_eos=True)
+            answers = [vllm_cpu.post(f"{fixed.url}/v1/completions", {**body, "seed": s}) for s in range(24)]
     assert good.verdict == Verdict.PASS, good.summary()
     assert good.speculation.status == "ran" and good.speculation.accepted > 0
     assert good.reports.status == "consistent", good.summary()
     assert "[specproof] fixed expand called" in log  # the fix ran where the model runs
+    # its /metrics totals grew by what its answers' counters said over the sample stage
+    assert good.metrics.status == "agree" and good.metrics.tally.drafted > 0, good.summary()
+    if method == "ngram":
+        # each stopped sample ends at the token completing the stop string (its id returned, the
+        # string left out of the text), and the stopped law holds; a request's 4 completions are
+        # independent (vLLM's child requests, seeded seed + j) and keep the law too
+        assert more.verdict == Verdict.PASS, more.summary()
+        assert [c.n for c in more.cases] == [96, 96] and more.completions is not None
+        assert not more.completions.tests[0].rejected, more.summary()
+        # vLLM's per-request counters: present on every answer that ends by length, absent (null)
+        # from every one that ends on a stop string before it (proofs_notes/thirdparty.md)
+        ends = [
+            (a["choices"][0]["finish_reason"], len(a["choices"][0]["token_ids"]), a["metrics"])
+            for a in answers
+        ]
+        early = [m for why, n, m in ends if why == "stop" and n < 6]
+        full = [m for why, n, m in ends if why == "length"]
+        assert early and full, ends
+        assert all(m is None for m in early) and all(m and m["speculative_decoding"] for m in full), ends
 
 
 def test_top_k_kills_the_stock_server_and_the_audit_names_the_crash(twin):

@@ -25,8 +25,9 @@ tested end to end, through HTTP, without a third-party server.
                                llama-server and vLLM
 ``GET /get_model_info``        ``model_path``, like SGLang
 ``GET /health``                ``{"status": "ok"}``
-``GET /metrics``               the speculation totals since start, in llama-server's Prometheus
-                               names (``llamacpp:spec_decode_num_draft_tokens_total``,
+``GET /metrics``               the speculation totals since start, in llama-server's and vLLM's
+                               Prometheus names (``llamacpp:spec_decode_num_draft_tokens_total``,
+                               ``vllm:spec_decode_num_draft_tokens_total{...}``, and
                                ``..._accepted_tokens_total``)
 =============================  ==============================================================
 
@@ -469,6 +470,12 @@ class StandIn:
                 f"# HELP llamacpp:{name} {doc}",
                 f"# TYPE llamacpp:{name} counter",
                 f"llamacpp:{name} {value}",
+            ]
+            labels = f'{{engine="0",model_name="{self.model_name}"}}'
+            lines += [
+                f"# HELP vllm:{name} {doc}",
+                f"# TYPE vllm:{name} counter",
+                f"vllm:{name}{labels} {value}.0",
             ]
         return "\n".join(lines) + "\n"
 

@@ -149,15 +149,21 @@ def completions_head(
         si.seed(body.get("seed")),
         si.sampling(body.get("temperature"), body.get("top_k"), body.get("top_p"), body.get("min_p")),
         logprobs is not None,
+        stop=wire.stops(body.get("stop")),
     )
     d = si.run(ask)
     si.record("/v1/completions", ask)
+    text = "".join(si.texts[x] for x in d.tokens)
+    if d.stopped_by and text.endswith(d.stopped_by):  # the stop string is left out, as vLLM and OpenAI do
+        text = text[: -len(d.stopped_by)]
     choice: dict[str, Any] = {
         "index": 0,
-        "text": "".join(si.texts[x] for x in d.tokens),
+        "text": text,
         "logprobs": None,
-        "finish_reason": "length",
+        "finish_reason": "stop" if d.stopped_by else "length",
     }
+    if d.stopped_by:
+        choice["stop_reason"] = d.stopped_by
     out: dict[str, Any] = {
         "id": f"cmpl-{ask.seed:x}",
         "object": "text_completion",

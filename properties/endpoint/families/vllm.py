@@ -4,14 +4,16 @@ Law recipe: ``POST /v1/completions`` with ``logprobs: -1`` and token ids as keys
 log-probability of every id; processed only on a server started with ``--logprobs-mode
 processed_logprobs --max-logprobs -1``. Counters: ``metrics.speculative_decoding``
 (``--per-request-spec-decode-metrics``). vLLM's repetition penalty counts the prompt and the
-output; the cut-offs are sent as their neutral values (top-k off is -1).
+output; the cut-offs are sent as their neutral values (top-k off is -1). Stop strings go as
+``stop`` on generations only (vLLM returns the stopping token's id, and leaves the stop string out
+of the text). ``n`` asks for several completions; ``/metrics`` gives the speculation totals.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from specproof.properties.endpoint.families import wire
 from specproof.properties.endpoint.families.base import (
@@ -43,11 +45,21 @@ RECIPE = (
 #: the request parameters beyond the cut-offs it takes
 OFFERS: tuple[str, ...] = (
     "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "min_new_tokens", "eos",
-    "repetition_scope", "presence_scope",
+    "repetition_scope", "presence_scope", "stop",
 )  # fmt: skip
 
 
 class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
+    #: n completions a request: vLLM's child requests, completion j seeded by seed + j (and no
+    #: per-request metrics for the parent: the completions' counters are not observable)
+    completions: ClassVar[str | None] = "n"
+    #: vLLM's Prometheus page (its counters are summed over engines and models)
+    metrics: ClassVar[tuple[str, str, str] | None] = (
+        "/metrics",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    )
+
     def _sampling(self, s: Sampling) -> dict[str, Any]:
         self.check_offered(s)
         body: dict[str, Any] = {
@@ -69,6 +81,8 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
     ) -> tuple[str, dict[str, Any]]:
         body = {**self._base(), "prompt": list(prompt), "max_tokens": tokens, "seed": self.seed(seed)}
         body.update(self._sampling(s))
+        if s.stop:  # on generations only: a law request's one token is read before any stop
+            body["stop"] = list(s.stop)
         if report:
             body["logprobs"] = 1
         return "/v1/completions", {**body, **self.extra}
@@ -137,6 +151,14 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
             reported = tuple(prob(x) if x is not None else None for x in lp)
         return Generation(ids, drafted, accepted, None, reported)
 
+    def read_completions(self, answer: Any, report: bool) -> list[Generation]:
+        """``n`` > 1: one choice a completion, by ``index``; the parent's metrics (absent) for each."""
+        try:
+            choices = sorted(answer["choices"], key=lambda c: int(c.get("index", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise AnswerError(f"vLLM answer without its choices: {str(answer)[:200]}") from e
+        return [self.read_generation({**answer, "choices": [c]}, report) for c in choices]
+
     def read_law(self, answer: Any, s: Sampling, vocab: int) -> list[float]:
         try:
             top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
@@ -166,7 +188,19 @@ def asks_vllm(body: dict[str, Any]) -> bool:
 
 
 def completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /v1/completions`` as vLLM answers a request for token ids."""
+    """``POST /v1/completions`` as vLLM answers a request for token ids; with ``n`` > 1, choice j
+    as the request seeded seed + j answers it (vLLM's child requests), and no per-request
+    metrics (vLLM gives none for a parent request)."""
+    n = body.get("n", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise wire.RequestError(f"n: expected an integer >= 1, got {n!r}")
+    if n > 1:
+        seed = si.seed(body.get("seed"))
+        parts = [completions(si, {**body, "n": 1, "seed": si.fork_seed(seed, j)}) for j in range(n)]
+        out = {k: v for k, v in parts[0].items() if k != "metrics"}
+        out["choices"] = [{**p["choices"][0], "index": j} for j, p in enumerate(parts)]
+        out["metrics"] = None
+        return out
     ask, d, choice, out, n_top = completions_head(si, body)
     as_ids = bool(body.get("return_tokens_as_token_ids"))
 
