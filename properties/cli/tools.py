@@ -244,6 +244,14 @@ def add_calibrate_parser(sub: Any) -> None:
         metavar="ENGINE",
         help="--engine: only the rows of this engine (repeatable), e.g. alternative.sampling_params",
     )
+    c.add_argument(
+        "--completions",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--endpoint: every audit on the completions axis (one and N completions a request): the "
+        "independence test's false alarms, power on shared_choices",
+    )
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     c.add_argument(
         "--json", metavar="PATH", help="write the measurements as JSON (--tokens, --engine, --endpoint)"
@@ -259,6 +267,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     report = progress_lines(args.progress)
     if (args.exact or args.section) and not args.tokens:
         raise UsageError("--exact and --section go with --tokens")
+    if args.completions != 1 and not args.endpoint:
+        raise UsageError("--completions goes with --endpoint")
     if args.tokens:
         from specproof.properties.engine import token_calibration as tc
 
@@ -280,10 +290,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         write_json_to(args.json, doc)
     elif args.endpoint:
         from specproof.properties.endpoint.calibration import calibrate_http
+        from specproof.properties.engine.completions import check_completions
 
         runs = 300 if args.runs is None else args.runs
         doc = calibrate_http(
-            runs, args.samples or 300, args.alpha, report or (lambda s: None), args.power_runs
+            runs,
+            args.samples or 300,
+            args.alpha,
+            report or (lambda s: None),
+            args.power_runs,
+            completions=check_completions(args.completions),
         )
         table = doc.pop("markdown")
         write_json_to(args.json, doc)

@@ -13,6 +13,9 @@ used before stopping. :func:`calibration_markdown` renders the table::
 
     specproof calibrate --endpoint --runs 300 --json docs/measurements/endpoint-calibration.json \
         --markdown docs/measurements/endpoint-calibration.md
+
+``--completions 4`` measures the completions axis instead (its independence test's false alarms
+counted apart, power on ``shared_choices``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from specproof.properties.endpoint.families.wire import token_texts
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import StandIn
 from specproof.properties.engine.audit import ENGINE_PACKAGES, EngineAuditConfig, audit_engine
+from specproof.properties.engine.completions import COMPLETIONS_ALPHA_SHARE
 from specproof.properties.engine.contract import T1
 from specproof.properties.outputs import versions
 from specproof.properties.verdicts import Verdict
@@ -75,15 +79,18 @@ def _audits(
     loop: str,
     concurrency: int,
     say: Callable[[str], None],
+    completions: int = 1,
+    independence: list[float] | None = None,
 ) -> tuple[Counter[str], list[float], list[int], float, int]:
-    """Seeded audits of one stand-in: verdict counts, p-values, samples used, seconds, requests."""
+    """Seeded audits of one stand-in: verdict counts, p-values, samples used, seconds, requests;
+    with ``completions`` > 1 each independence test's p-value goes into ``independence``."""
     verdicts: Counter[str] = Counter()
     pvalues: list[float] = []
     used: list[int] = []
     t0 = time.perf_counter()
     with StandIn(bug, loop=loop) as si:
         ep = Endpoint(
-            EndpointOptions((si.url,), profile, concurrency=concurrency),
+            EndpointOptions((si.url,), profile, concurrency=concurrency, completions=completions),
             token_map=token_texts(si.model.vocab) if profile == "openai" else None,
         )
         try:
@@ -93,8 +100,10 @@ def _audits(
                     spec, EngineAuditConfig(alpha=alpha, samples=samples, seed=seed, test="cells")
                 )
                 verdicts[r.verdict.value] += 1
-                pvalues.append(r.cases[0].pvalue)
-                used.append(r.cases[0].n)
+                pvalues.append(min(c.pvalue for c in r.cases))
+                used.append(sum(c.n for c in r.cases))
+                if independence is not None and r.completions is not None:
+                    independence.extend(t.pvalue for t in r.completions.tests)
                 if (j + 1) % 10 == 0 or j + 1 == len(seeds):
                     say(
                         f"  {bug or 'correct'}: {j + 1}/{len(seeds)} audits, {dict(verdicts)}, "
@@ -116,12 +125,19 @@ def calibrate_http(
     profile: str = "llamacpp",
     loop: str = "laws",
     concurrency: int = 8,
+    completions: int = 1,
 ) -> dict[str, Any]:
     """False alarms of the endpoint audit over HTTP on the correct stand-in, and its power on
     ``greedy_verify`` (module docstring). ``loop``: the stand-in's loop (``"laws"``, the reference
-    loop's draws on memoized laws, about ten times faster than ``"kv"``, the same tokens)."""
+    loop's draws on memoized laws, about ten times faster than ``"kv"``, the same tokens).
+    ``completions`` > 1: every audit on the completions axis (the case with one completion a
+    request and with that many, each a case of ``samples``), its independence tests' false alarms
+    counted apart, and the power measured on ``shared_choices`` instead."""
     say = progress or (lambda line: None)
+    bug = "shared_choices" if completions > 1 else "greedy_verify"
     case = f"T=1 after [{' '.join(map(str, PROMPT))}], M = {TOKENS}, V = 8"
+    if completions > 1:
+        case += f", with one and with {completions} completions a request"
     out: dict[str, Any] = {
         "versions": versions(ENGINE_PACKAGES + ("httpx",)),
         "profile": profile,
@@ -131,30 +147,55 @@ def calibrate_http(
         "looks": EngineAuditConfig().looks,
     }
     say(f"correct stand-in: {runs} audits of {samples} samples at alpha {alpha:g} ({profile}, loop {loop})")
+    independence: list[float] = []
     verdicts, pvalues, _, seconds, requests = _audits(
-        None, range(1000, 1000 + runs), samples, alpha, profile, loop, concurrency, say
+        None,
+        range(1000, 1000 + runs),
+        samples,
+        alpha,
+        profile,
+        loop,
+        concurrency,
+        say,
+        completions,
+        independence,
     )
     alarms = verdicts.get(Verdict.LOSSY.value, 0)
     out["exact"] = _rate("correct", "false_alarms", runs, samples, alpha, verdicts, seconds, requests)
     out["exact"]["other_than_pass_or_lossy"] = runs - alarms - verdicts.get(Verdict.PASS.value, 0)
     out["exact"]["smallest_pvalue"] = min(pvalues) if pvalues else None
+    out["completions"] = completions
+    if completions > 1:
+        share = alpha * COMPLETIONS_ALPHA_SHARE
+        out["exact"]["independence"] = {
+            "alpha": share,
+            "tests": len(independence),
+            "rejected": sum(p <= share for p in independence),
+            "smallest_pvalue": min(independence) if independence else None,
+        }
     lo, hi = out["exact"]["ci95"]
     say(
         f"correct: {alarms}/{runs} false alarms at alpha {alpha:g} "
         f"(95% CI [{lo:.3f}, {hi:.3f}]), {seconds:.0f} s"
     )
-    say(f"greedy_verify stand-in: {power_runs} audits of {samples} samples at alpha {power_alpha:g}")
+    say(f"{bug} stand-in: {power_runs} audits of {samples} samples at alpha {power_alpha:g}")
     verdicts, _, used, seconds, requests = _audits(
-        "greedy_verify", range(2000, 2000 + power_runs), samples, power_alpha, profile, loop, concurrency, say
+        bug,
+        range(2000, 2000 + power_runs),
+        samples,
+        power_alpha,
+        profile,
+        loop,
+        concurrency,
+        say,
+        completions,
     )
     hits = verdicts.get(Verdict.LOSSY.value, 0)
-    out["power"] = _rate(
-        "greedy_verify", "rejected", power_runs, samples, power_alpha, verdicts, seconds, requests
-    )
+    out["power"] = _rate(bug, "rejected", power_runs, samples, power_alpha, verdicts, seconds, requests)
     out["power"]["mean_samples_used"] = float(np.mean(used)) if used else 0.0
     lo, hi = out["power"]["ci95"]
     say(
-        f"greedy_verify: rejected in {hits}/{power_runs} runs "
+        f"{bug}: rejected in {hits}/{power_runs} runs "
         f"(mean {out['power']['mean_samples_used']:.0f} samples used)"
     )
     out["markdown"] = calibration_markdown(out)
@@ -179,13 +220,23 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
         f"| correct (false alarms) | {e['runs']} | 1000 on | {e['samples']} | {e['alpha']:g} | "
         f"{e['false_alarms']} | {e['rate']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] | "
         f"{_others(e['verdicts'], 'lossy')} | {e['seconds']:.0f} s |",
-        f"| greedy_verify (power) | {p['runs']} | 2000 on | {p['samples']} | {p['alpha']:g} | "
+        f"| {p['stand_in']} (power) | {p['runs']} | 2000 on | {p['samples']} | {p['alpha']:g} | "
         f"{p['rejected']} | {p['rate']:.3f} [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}] | "
         f"{_others(p['verdicts'], 'lossy')} | {p['seconds']:.0f} s |",
         "",
-        f"greedy_verify: {p['mean_samples_used']:.0f} samples used on average (the audit stops at the first "
-        "look that rejects).",
+        f"{p['stand_in']}: {p['mean_samples_used']:.0f} samples used on average over the run's cases (the "
+        "audit stops at the first look that rejects).",
     ]
+    ind = e.get("independence")
+    if ind:
+        lo, hi = stats.clopper_pearson(ind["rejected"], ind["tests"]) if ind["tests"] else (0.0, 1.0)
+        lines += [
+            "",
+            f"The completions axis ({doc['completions']} completions a request): of the correct stand-in's "
+            f"{ind['tests']} independence tests (alpha {ind['alpha']:g} each, a quarter of the run's), "
+            f"{ind['rejected']} rejected [95% CI {lo:.3f}, {hi:.3f}] (smallest p-value "
+            f"{ind['smallest_pvalue']:.3g}); a rejection is counted among the run's lossy verdicts above.",
+        ]
     return "\n".join(lines) + "\n"
 
 
