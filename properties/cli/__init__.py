@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_llamacpp_parser(sub)
     serving.add_vllm_parser(sub)
     serving.add_openvino_parser(sub)
+    serving.add_mistralrs_parser(sub)
     serving.add_tiny_models_parser(sub)
     tools.add_backends_parser(sub)
     return parser

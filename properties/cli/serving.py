@@ -132,6 +132,29 @@ def cmd_openvino(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_mistralrs_parser(sub: Any) -> None:
+    g = sub.add_parser(
+        "mistralrs",
+        help="mistral.rs in its own environment (install, info)",
+        description="install: mistralrs 0.6.0 in its own environment cached outside the clone (about "
+        "80 MB; $SPECPROOF_MISTRALRS_VENV overrides where). info: whether it is there and runs on this "
+        "CPU. Then: specproof audit engine mistralrs.draft (or .plain).",
+    )
+    g.add_argument("action", choices=("install", "info"))
+    g.set_defaults(func=cmd_mistralrs)
+
+
+def cmd_mistralrs(args: argparse.Namespace) -> int:
+    from specproof.properties.servers import mistralrs_env
+
+    if args.action == "install":
+        print(mistralrs_env.install(progress=lambda line: print(line, file=sys.stderr, flush=True)))
+        return 0
+    ok, why = mistralrs_env.usable()
+    print(json.dumps({"usable": ok, "detail": why, "venv": str(mistralrs_env.venv_dir())}, indent=2))
+    return 0 if ok else 1
+
+
 def add_tiny_models_parser(sub: Any) -> None:
     g = sub.add_parser(
         "tiny-models",

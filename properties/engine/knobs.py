@@ -2,7 +2,7 @@
 
 Writing an adapter means saying the audit's setting in the engine's words, and engines spell
 "off" differently. Top-k off is ``0`` in vLLM's ``SamplingParams`` and llama.cpp, ``-1`` in
-SGLang, ``None`` in HF ``generate`` and ``2**31 - 1`` (its default) in OpenVINO GenAI; top-p
+SGLang, ``None`` in HF ``generate`` and mistral.rs, and ``2**31 - 1`` (its default) in OpenVINO GenAI; top-p
 off is ``1.0`` everywhere; min-p off is ``0.0``. Temperature 0 is greedy decoding in vLLM,
 SGLang and llama.cpp, but HF ``generate`` and OpenVINO GenAI want ``do_sample=False`` instead
 (with sampling on, they refuse temperature 0). A wrong "off" is a silent bug of the adapter, not
@@ -64,6 +64,7 @@ KNOBS: dict[str, Knobs] = {
     "sglang": Knobs(top_k_off=-1),
     "llamacpp": Knobs(top_k_off=0),
     "hf": Knobs(top_k_off=None, top_p_off=None, min_p_off=None, greedy="do_sample"),
+    "mistralrs": Knobs(top_k_off=None, top_p_off=None, min_p_off=None),
     "openvino_genai": Knobs(
         top_k_off=OPENVINO_TOP_K_OFF,
         min_p_off=None,

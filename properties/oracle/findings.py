@@ -29,6 +29,10 @@ Generation options under speculation (``specproof audit engine --engine-group hf
 llama-cpp-python's ``min_tokens`` behind the endpoint audit): a request parameter applied at the
 wrong positions of a step is a change of the node law, :func:`hf_option_node_law`; one step of
 the reference loop under it is enumerated exactly by :func:`node_law_tv`.
+
+mistral.rs 0.6.0 with a draft model (``specproof audit engine mistralrs.draft``): every node law
+replaced by the point mass at its argmax, whose M-token TV from the target is
+:func:`greedy_replacement_tv`.
 """
 
 from __future__ import annotations
@@ -422,3 +426,18 @@ def node_law_tv(defect: str, s: _Sampling | None = None, instance: Instance = NO
             emitted[e] = emitted.get(e, 0) + w * pr
     m = instance.horizon
     return float(tv_distance(complete(emitted, target, prefix, m), reference_law(target, prefix, m)))
+
+
+def greedy_replacement_tv(law: Any, prompt: Sequence[int], tokens: int) -> float:
+    """mistral.rs 0.6.0 with a draft model: every node's law replaced by the point mass at its
+    argmax (sampling replaced by greedy decoding), so the M-token law is the point mass on the
+    greedy path g. Its total variation from the target's M-token law P is exactly ``1 - P(g)``
+    (the mass of a point mass's complement). ``law(context)`` is the target's next-token law;
+    ties go to the smallest id, as an argmax does."""
+    context, mass = list(prompt), 1.0
+    for _ in range(tokens):
+        p = [float(x) for x in law(tuple(context))]
+        x = max(range(len(p)), key=lambda i: (p[i], -i))
+        mass *= p[x]
+        context.append(x)
+    return 1.0 - mass

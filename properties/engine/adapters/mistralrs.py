@@ -1,0 +1,173 @@
+"""mistral.rs (``mistralrs`` 0.6.0) as an engine: draft-model speculation as a user runs it.
+
+The runners live in mistral.rs's own environment, in a worker process each
+(properties/servers/mistralrs_env.py, ``specproof mistralrs install``), on the project's tiny
+llama pair in float32 (V = 16, end of sequence 0): ``mistralrs.draft``
+(the tiny draft model, ``speculative_gamma`` 3) and ``mistralrs.plain`` (no speculation: the
+control, and the draft engine's twin). ``target_law`` is the exact law of the same weights in
+numpy (properties/servers/gguf_models.py) under :meth:`Sampling.law`; the control passing is what
+says that this is the law the runner samples from. The end of sequence cannot be banned
+(mistral.rs 0.6.0 accepts ``logit_bias`` and does not apply it: tests/test_mistralrs.py), so the
+settings name it (``eos`` 0): a sample that ends on it is padded with it, the end absorbing in the
+law.
+
+Two things the adapter does for the contract, both said in every report:
+
+* **No per-request seed.** mistral.rs draws from its runner's own generator (on a CPU it refuses
+  to seed it), so the adapter keeps the first output drawn for each (prompt, M, seed) and returns
+  it for every later call with that seed (docs/engine-audit.md, "An engine with no per-request
+  seed"). The audit's seed checks then test this cache, not the engine; samples of different
+  seeds are independent draws of the runner, which is all the law test needs.
+* **max_tokens + 1.** mistral.rs 0.6.0 answers a completion request for ``max_tokens`` = k with
+  k + 1 tokens (plain and speculative alike; tests/test_mistralrs.py checks it for k = 1, 2, 3,
+  6), so the adapter asks for M - 1 to get the M the audit asks for.
+
+Its answers carry no draft or acceptance counters, so speculation is not observable from them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specproof.properties.engine.contract import EngineSpec, Generation, Sampling
+from specproof.properties.engine.knobs import KNOBS
+from specproof.properties.servers import gguf_models as gm
+from specproof.properties.servers import mistralrs_env
+from specproof.reference.errors import UsageError
+
+VOCAB = len(gm.VOCAB)
+PROMPTS = ((1, 2),)
+#: M: room for the first token and a whole step of 3 drafts with its bonus token
+TOKENS = 6
+#: the settings audited: the end of sequence is the model's and cannot be banned
+SETTINGS = (Sampling(1.0, eos=gm.EOS_ID), Sampling(0.7, eos=gm.EOS_ID))
+_WORKERS: dict[str, mistralrs_env.Worker] = {}
+
+
+def available() -> tuple[bool, str]:
+    return mistralrs_env.usable()
+
+
+def _worker(mode: str) -> mistralrs_env.Worker:
+    """One worker per runner, kept for the process."""
+    w = _WORKERS.get(mode)
+    if w is None or w.proc.poll() is not None:
+        w = _WORKERS[mode] = mistralrs_env.Worker(mode)
+        atexit.register(w.close)
+    return w
+
+
+@functools.lru_cache(maxsize=1)
+def _weights() -> dict[str, np.ndarray]:
+    return gm.target_weights(0)
+
+
+def max_tokens_for(m: int) -> int:
+    """What to ask mistral.rs 0.6.0 for to get ``m`` tokens (it answers max_tokens + 1)."""
+    if m < 2:
+        raise UsageError(f"tokens: mistral.rs answers at least 2 tokens (max_tokens + 1), M = {m} asked")
+    return m - 1
+
+
+class MistralRSEngine:
+    """One sampling setting of one runner (module docstring)."""
+
+    capabilities = frozenset({"generate_many", "batch", "twin", "describe", "draft_tokens", "eos"})
+    vocab = VOCAB
+    batch = 32
+    eos_id = gm.EOS_ID
+
+    def __init__(self, mode: str, sampling: Sampling, twin: MistralRSEngine | None = None) -> None:
+        self.mode, self.sampling, self.twin = mode, sampling, twin
+        self.knobs = KNOBS["mistralrs"].of(sampling)  # refuses what its request cannot say
+        self.draft_tokens = mistralrs_env.DRAFT_TOKENS if mode != "plain" else None
+        self._drawn: dict[tuple[tuple[int, ...], int, int], tuple[int, ...]] = {}
+        self.calls = 0
+
+    def generate_many(
+        self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
+    ) -> list[Generation]:
+        key = tuple(int(x) for x in prompt_ids)
+        new = list(dict.fromkeys(s for s in seeds if (key, max_new_tokens, s) not in self._drawn))
+        if new:
+            answer = _worker(self.mode).request(
+                {
+                    "op": "generate",
+                    "prompt": list(key),
+                    "tokens": max_tokens_for(max_new_tokens),
+                    "n": len(new),
+                    "sampling": self.knobs,
+                }
+            )
+            for s, got in zip(new, answer["samples"]):
+                self._drawn[(key, max_new_tokens, s)] = tuple(got["tokens"])
+            self.calls += len(new)
+        return [Generation(self._drawn[(key, max_new_tokens, s)]) for s in seeds]
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        (g,) = self.generate_many(prompt_ids, max_new_tokens, [seed])
+        return list(g.tokens)
+
+    def target_law(self, context: Sequence[int]) -> list[float]:
+        z = gm.logits(_weights(), list(context))[-1].astype(np.float64)
+        return list(self.sampling.law(list(z)))
+
+    def describe(self) -> dict[str, Any]:
+        w = _WORKERS.get(self.mode)
+        return {
+            "runner": self.mode,
+            "mistralrs": None if w is None else w.identity.get("mistralrs"),
+            "speculative_gamma": self.draft_tokens,
+            "dtype": "f32",
+            "request": self.knobs,
+            "seeds": "none per request: the first output drawn for each seed is kept and returned again",
+            "max_tokens": "M - 1 asked: mistral.rs 0.6.0 answers max_tokens + 1 tokens",
+            "samples_drawn": self.calls,
+        }
+
+
+class PlainEngine(MistralRSEngine):
+    """The runner without speculation: no draft length, no twin."""
+
+    capabilities = MistralRSEngine.capabilities - {"twin", "draft_tokens"}
+
+
+def build(mode: str, sampling: Sampling) -> MistralRSEngine:
+    if mode == "plain":
+        return PlainEngine("plain", sampling)
+    return MistralRSEngine(mode, sampling, PlainEngine("plain", sampling))
+
+
+DOCS = {
+    "draft": (
+        "contract_violation",
+        "mistral.rs 0.6.0 Runner with the tiny draft model, speculative_gamma 3: every sample is the "
+        "target's greedy path whatever the temperature (sampling replaced by greedy decoding)",
+    ),
+    "plain": ("pass", "mistral.rs 0.6.0 Runner without speculation: the control"),
+}
+
+
+def engines() -> list[EngineSpec]:
+    return [
+        EngineSpec(
+            f"mistralrs.{mode}",
+            "mistralrs",
+            doc,
+            functools.partial(build, mode),
+            VOCAB,
+            PROMPTS,
+            SETTINGS,
+            expect=expect,
+            tokens=TOKENS,
+            available=available,
+            notes="its own environment: specproof mistralrs install (about 80 MB); no per-request seed "
+            "(the first draw per seed is kept)",
+        )
+        for mode, (expect, doc) in DOCS.items()
+    ]

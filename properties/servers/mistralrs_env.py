@@ -1,0 +1,188 @@
+"""mistral.rs (``mistralrs`` 0.6.0, the last release with draft-model speculation on a CPU) in
+an environment of its own, driven through a worker process (:mod:`.mistralrs_worker`).
+
+``specproof mistralrs install`` builds the environment (the one wheel, about 80 MB, under a
+minute here; cached outside the clone). It is not a pip extra of this project: its wheel is a
+native build for recent x86 CPUs, and where the CPU lacks an instruction it was built with (GFNI)
+importing it kills the process with SIGILL; :func:`usable` says so instead of crashing a test run.
+
+:func:`models_dir` holds the project's tiny pair (seed 0) as HF folders the way mistral.rs 0.6.0
+reads them: heads unpadded (it derives the head width from the hidden size and ignores
+``head_dim``) and the tokenizer's decoder ``ByteLevel`` (it refuses the ``Fuse`` decoder; every
+tiny token is printable ASCII, which ByteLevel maps to itself). :class:`Worker` runs one runner
+(draft model or plain) and answers generation requests over JSON lines.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from specproof.properties.servers import gguf_models as gm
+from specproof.properties.servers import tiny_hf, venvs
+from specproof.reference.errors import SpecproofError
+
+VERSION = "0.6.0"
+WORKER = Path(__file__).with_name("mistralrs_worker.py")
+MODES = ("draft", "plain")
+#: tokens drafted per step (``speculative_gamma``)
+DRAFT_TOKENS = 3
+
+
+class MistralRSError(SpecproofError, RuntimeError):
+    """mistral.rs's environment cannot be built, or its worker failed."""
+
+
+def cache_root() -> Path:
+    return venvs.cache_root(f"mistralrs-{VERSION}")
+
+
+def venv_dir() -> Path:
+    """The environment: ``SPECPROOF_MISTRALRS_VENV``, else under the cache."""
+    return venvs.venv_dir("SPECPROOF_MISTRALRS_VENV", f"mistralrs-{VERSION}")
+
+
+def python(venv: Path | None = None) -> Path:
+    return venvs.python(venv or venv_dir())
+
+
+def installed(venv: Path | None = None) -> tuple[bool, str]:
+    """Whether the environment holds ``mistralrs`` at :data:`VERSION` (and why not)."""
+    py = python(venv)
+    if not py.exists():
+        return False, f"no mistral.rs environment at {py.parent.parent} (specproof mistralrs install)"
+    version, said = venvs.dist_version(py, "mistralrs")
+    if version != VERSION:
+        return False, f"{py} has no mistralrs {VERSION} ({said})"
+    return True, version
+
+
+@functools.lru_cache(maxsize=1)
+def usable() -> tuple[bool, str]:
+    """Whether the installed wheel runs on this CPU: installed, and its import survives (SIGILL
+    where the CPU lacks an instruction the wheel was built with)."""
+    ok, why = installed()
+    if not ok:
+        return ok, why
+    done = subprocess.run(
+        [str(python()), "-c", "import mistralrs"], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        sig = " (SIGILL: this CPU lacks an instruction the wheel needs, GFNI on the machines seen)"
+        return False, f"importing mistralrs failed with code {done.returncode}" + (
+            sig if done.returncode in (-4, 132) else f": {done.stderr[-300:]}"
+        )
+    return True, VERSION
+
+
+def install(venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:
+    """Build the environment unless it is there; return its Python."""
+    venv = venv or venv_dir()
+    if installed(venv)[0]:
+        progress(f"mistralrs {VERSION} is installed in {venv}")
+        return python(venv)
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log = venv.parent / "install.log"
+    log.write_text("")
+    t0 = time.monotonic()
+    progress(f"creating {venv} (mistralrs {VERSION}; log {log})")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    venvs.pip(python(venv), ["install", "-q", f"mistralrs=={VERSION}"], log, MistralRSError)
+    ok, why = installed(venv)
+    if not ok:
+        raise MistralRSError(f"the environment was built but has no mistralrs {VERSION}: {why}")
+    progress(f"mistralrs {VERSION} installed in {venv} in {time.monotonic() - t0:.0f} s")
+    return python(venv)
+
+
+def models_dir() -> Path:
+    """The tiny pair as mistral.rs reads it (module docstring), written once under the cache."""
+    folder = cache_root() / "tiny-seed0"
+    if (folder / "draft" / "tokenizer.json").exists() and (folder / "target" / "tokenizer.json").exists():
+        return folder
+    tw = gm.target_weights(0)
+    for name, weights in (("target", tw), ("draft", gm.draft_weights(tw, 0))):
+        out = tiny_hf.write_hf(folder / name, weights, f"specproof-tiny-{name}-0", head_dim=gm.SPEC.head_dim)
+        tok = json.loads((out / "tokenizer.json").read_text())
+        tok["decoder"] = {
+            "type": "ByteLevel",
+            "add_prefix_space": False,
+            "trim_offsets": False,
+            "use_regex": False,
+        }
+        (out / "tokenizer.json").write_text(json.dumps(tok))
+    return folder
+
+
+class Worker:
+    """One runner in a worker process (:mod:`.mistralrs_worker`); ``request`` sends one JSON
+    request and reads its answer; ``prefix_cache`` is the runner's ``prefix_cache_n`` (its default
+    16: as a user runs it). Use as a context manager, or :meth:`close`."""
+
+    def __init__(self, mode: str, draft_tokens: int = DRAFT_TOKENS, prefix_cache: int = 16) -> None:
+        if mode not in MODES:
+            raise MistralRSError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+        ok, why = usable()
+        if not ok:
+            raise MistralRSError(why)
+        cmd = [str(python()), str(WORKER), "serve", "--hf", str(models_dir()), "--mode", mode]
+        cmd += ["--gamma", str(draft_tokens), "--prefix-cache", str(prefix_cache)]
+        self.mode, self.draft_tokens = mode, draft_tokens
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        ready = self._read()
+        if not ready.get("ready"):
+            self.close()
+            raise MistralRSError(f"the mistral.rs worker did not start: {ready}")
+        self.identity = ready
+
+    def _read(self) -> dict[str, Any]:
+        out: IO[str] | None = self.proc.stdout
+        assert out is not None
+        while True:  # mistral.rs logs to stdout too: its lines are not JSON objects
+            line = out.readline()
+            if not line:
+                raise MistralRSError(f"the mistral.rs worker exited (code {self.proc.wait()})")
+            if line.startswith("{"):
+                answer: dict[str, Any] = json.loads(line)
+                return answer
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        stdin.write(json.dumps(req) + "\n")
+        stdin.flush()
+        answer = self._read()
+        if "error" in answer:
+            raise MistralRSError(f"mistral.rs ({self.mode}): {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
