@@ -36,9 +36,7 @@ class CompletionsEngine(EndpointEngine):
                 setattr(self, declared, getattr(base, declared))
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        g = self.generate_many(prompt_ids, max_new_tokens, [seed])[0]
-        self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
-        return list(g.tokens)
+        return self._one_of_many(prompt_ids, max_new_tokens, seed)
 
     def generate_many(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False

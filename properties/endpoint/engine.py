@@ -208,6 +208,12 @@ class EndpointEngine:
             total = {k: total[k] + got[k] for k in total}
         return {**total, "retried": self.client.retried}
 
+    def _one_of_many(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        """``generate`` through this engine's ``generate_many`` (one seed), its counters kept."""
+        g = self.generate_many(prompt_ids, max_new_tokens, [seed])[0]
+        self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
+        return list(g.tokens)
+
     def describe(self) -> dict[str, Any]:
         return {
             **self.profile.describe(),
@@ -252,9 +258,7 @@ class LoadedEngine(EndpointEngine):
         self.calls = 0
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        g = self.generate_many(prompt_ids, max_new_tokens, [seed])[0]
-        self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
-        return list(g.tokens)
+        return self._one_of_many(prompt_ids, max_new_tokens, seed)
 
     def generate_many(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False

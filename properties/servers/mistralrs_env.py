@@ -23,7 +23,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
 
 from specproof.properties.servers import gguf_models as gm
 from specproof.properties.servers import tiny_hf, venvs
@@ -122,7 +121,7 @@ def models_dir() -> Path:
     return folder
 
 
-class Worker:
+class Worker(venvs.JsonLinesWorker):
     """One runner in a worker process (:mod:`.mistralrs_worker`); ``request`` sends one JSON
     request and reads its answer; ``prefix_cache`` is the runner's ``prefix_cache_n`` (its default
     16: as a user runs it). Use as a context manager, or :meth:`close`."""
@@ -136,53 +135,5 @@ class Worker:
         cmd = [str(python()), str(WORKER), "serve", "--hf", str(models_dir()), "--mode", mode]
         cmd += ["--gamma", str(draft_tokens), "--prefix-cache", str(prefix_cache)]
         self.mode, self.draft_tokens = mode, draft_tokens
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-        )
-        ready = self._read()
-        if not ready.get("ready"):
-            self.close()
-            raise MistralRSError(f"the mistral.rs worker did not start: {ready}")
-        self.identity = ready
-
-    def _read(self) -> dict[str, Any]:
-        out: IO[str] | None = self.proc.stdout
-        assert out is not None
-        while True:  # mistral.rs logs to stdout too: its lines are not JSON objects
-            line = out.readline()
-            if not line:
-                raise MistralRSError(f"the mistral.rs worker exited (code {self.proc.wait()})")
-            if line.startswith("{"):
-                answer: dict[str, Any] = json.loads(line)
-                return answer
-
-    def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        stdin = self.proc.stdin
-        assert stdin is not None
-        stdin.write(json.dumps(req) + "\n")
-        stdin.flush()
-        answer = self._read()
-        if "error" in answer:
-            raise MistralRSError(f"mistral.rs ({self.mode}): {answer['error']}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
-            except Exception:
-                self.proc.kill()
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        # mistral.rs logs to stdout and stderr alike: the JSON lines are read, the rest skipped
+        super().__init__(cmd, MistralRSError, f"mistral.rs ({mode})", tail_stderr=False)

@@ -15,14 +15,12 @@ prompt lookup or plain) and answers generation requests over JSON lines.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
 
 from specproof.properties.servers import tiny_hf, venvs
 from specproof.reference.errors import SpecproofError
@@ -130,7 +128,7 @@ def export(folder: Path | None = None, progress: Callable[[str], None] = print) 
     return ir
 
 
-class Worker:
+class Worker(venvs.JsonLinesWorker):
     """One pipeline in a worker process (:mod:`.openvino_worker`); ``request`` sends one JSON
     request and reads its answer. Use as a context manager, or :meth:`close`."""
 
@@ -144,47 +142,4 @@ class Worker:
         cmd = [str(python()), str(WORKER), "serve", "--ir", str(ir), "--mode", mode]
         cmd += ["--assistant", str(draft_tokens)]
         self.mode, self.draft_tokens = mode, draft_tokens
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
-        )
-        ready = self._read()
-        if not ready.get("ready"):
-            self.close()
-            raise OpenVINOError(f"the OpenVINO worker did not start: {ready}")
-        self.identity = ready
-
-    def _read(self) -> dict[str, Any]:
-        out: IO[str] | None = self.proc.stdout
-        assert out is not None
-        line = out.readline()
-        if not line:
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise OpenVINOError(f"the OpenVINO worker exited (code {self.proc.poll()}): {err[-2000:]}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        stdin = self.proc.stdin
-        assert stdin is not None
-        stdin.write(json.dumps(req) + "\n")
-        stdin.flush()
-        answer = self._read()
-        if "error" in answer:
-            raise OpenVINOError(f"OpenVINO GenAI ({self.mode}): {answer['error']}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
-            except Exception:
-                self.proc.kill()
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(cmd, OpenVINOError, f"OpenVINO GenAI ({mode})")

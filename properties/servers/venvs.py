@@ -4,10 +4,12 @@ distribution installed there, and pip run in it with a log."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 
 def cache_root(folder: str) -> Path:
@@ -44,3 +46,70 @@ def pip(py: Path, args: Sequence[str], log: Path, error: type[Exception]) -> Non
     if done.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-25:])
         raise error(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail}")
+
+
+class JsonLinesWorker:
+    """A worker process of another environment that answers one JSON object a line: ``cmd``
+    started, its first JSON line (``{"ready": true, ...}``) kept as ``identity``; ``request``
+    writes one request and reads its answer (lines that are not JSON objects, a native library's
+    log, are skipped); an answer with ``error`` raises ``error`` (a project error class) named
+    ``what``. ``tail_stderr``: read the worker's stderr into the message when it exits (else it is
+    discarded). Use as a context manager, or :meth:`close` (``{"op": "quit"}``, then a kill)."""
+
+    def __init__(
+        self, cmd: Sequence[str], error: type[Exception], what: str, tail_stderr: bool = True
+    ) -> None:
+        self.error, self.what = error, what
+        self.proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if tail_stderr else subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        ready = self._read()
+        if not ready.get("ready"):
+            self.close()
+            raise error(f"the {what} worker did not start: {ready}")
+        self.identity = ready
+
+    def _read(self) -> dict[str, Any]:
+        out: IO[str] | None = self.proc.stdout
+        assert out is not None
+        while True:
+            line = out.readline()
+            if not line:
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                raise self.error(
+                    f"the {self.what} worker exited (code {self.proc.wait()}) {err[-2000:]}".rstrip()
+                )
+            if line.startswith("{"):
+                answer: dict[str, Any] = json.loads(line)
+                return answer
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        stdin.write(json.dumps(req) + "\n")
+        stdin.flush()
+        answer = self._read()
+        if "error" in answer:
+            raise self.error(f"{self.what}: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+
+    def __enter__(self) -> JsonLinesWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
