@@ -327,7 +327,8 @@ class EngineAudit:
 
     def _share_alpha(self, acceptance: bool) -> None:
         """The law tests' alpha: the audit's, less the background requests' token test's share
-        where a load axis is asked and an acceptance test's where one runs; split between the
+        where a load axis is asked, an acceptance test's where one runs and the independence
+        tests' where a completions axis is asked (a quarter each); split between the
         cells test and the token test where both run, and over the cases' looks."""
         share = (
             1
