@@ -30,7 +30,8 @@ def test_audit_of_a_correct_verifier_passes_with_json_and_html_report(tmp_path, 
 @pytest.mark.slow
 def test_audit_of_a_lossy_verifier_exits_1_with_a_witness(tmp_path, capsys):
     js, rep = tmp_path / "a.json", tmp_path / "a.md"
-    args = ["audit", "chain", "mutant.residual_from_p", "--samples", "3000", "--shrink", "0"]
+    # --stop-early: the first rejected case ends the audit (its witness is all this test reads)
+    args = ["audit", "chain", "mutant.residual_from_p", "--samples", "3000", "--shrink", "0", "--stop-early"]
     code = main([*args, "--json", str(js), "--report", str(rep), "--progress", "off"])
     assert code == 1
     data = json.loads(js.read_text())
@@ -103,8 +104,16 @@ def test_pytest_plugin_one_item_per_case(pytester):
     )
     assert "passed" not in short.parseoutcomes() or short.parseoutcomes()["passed"] <= 1  # probes only
     short.stdout.fnmatch_lines(["*UNDERPOWERED*"])
+    # the V = 152,064 cases deselected: 3,000 steps of them cost minutes and add no item kind
     bad = pytester.runpytest_subprocess(
-        "--specproof-chain", "mutant.residual_from_p", "--specproof-samples", "3000", "-p", "no:cacheprovider"
+        "--specproof-chain",
+        "mutant.residual_from_p",
+        "--specproof-samples",
+        "3000",
+        "-k",
+        "not V152064",
+        "-p",
+        "no:cacheprovider",
     )
     assert bad.parseoutcomes().get("failed", 0) >= 5
     bad.stdout.fnmatch_lines(["*LOSSY*"])

@@ -178,7 +178,9 @@ def _audit_cli(target: str, tmp_path, *extra: str) -> tuple[int, dict]:
 def test_exit_codes_for_every_verdict(tmp_path, capsys, bad):
     quick = ["--tv", "0.1", "--large-vocab-tv", "0.5", "--no-wide-probe"]
     assert _audit_cli("torch.token", tmp_path, *quick)[0] == 0
-    code, data = _audit_cli("mutant.residual_from_p", tmp_path, "--samples", "3000", "--shrink", "0")
+    code, data = _audit_cli(
+        "mutant.residual_from_p", tmp_path, "--samples", "3000", "--shrink", "0", "--stop-early"
+    )
     assert code == 1 and data["verdict"] == "lossy"
     code, data = _audit_cli("mutant.global_rng", tmp_path, *quick)
     assert code == 2 and data["verdict"] == "contract_violation"
@@ -238,7 +240,7 @@ def _run_pytest(path) -> int:
 @pytest.mark.parametrize(
     ("target", "args", "fixed"),
     [
-        ("mutant.residual_from_p", ["--samples", "3000", "--shrink", "0"], "torch.token"),
+        ("mutant.residual_from_p", ["--samples", "3000", "--shrink", "0", "--stop-early"], "torch.token"),
         ("mutant.int16_ids", ["--tv", "0.1"], "torch.token"),  # an id-range probe
         ("mutant.sentinel_index", ["--tv", "0.1", "--no-probes"], "torch.token"),  # a batch call
     ],
