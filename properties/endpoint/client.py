@@ -16,11 +16,16 @@ is the cause worth reading.
 The client's event loop runs in a thread of its own, so its blocking calls work from any caller,
 one that is itself inside a running event loop (an async service, a notebook) included; a
 ``transport`` (any httpx transport) replaces the sockets, e.g. to reach a stand-in in process.
+:meth:`Client.submit_many` returns at once with the answers to come: the batches it is given
+share one gate of ``concurrency`` requests, served first come first served, so that a caller
+which submits the next batch before it reads the last keeps the server as busy as a plain load
+generator would (the audit's sample stage draws ahead so).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -85,6 +90,7 @@ class Client:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._http: httpx.AsyncClient | None = None
+        self._gate: asyncio.Semaphore | None = None  # submit_many's, shared by its batches
         self.requests = 0  # requests sent, retries included
         self.retried = 0
         #: the first failed attempt of any request (kept to name the cause of later failures)
@@ -92,13 +98,17 @@ class Client:
 
     # -- the event loop this client owns, in its own thread ------------------------------------
 
-    def _run(self, coro: Any) -> Any:
-        """Run ``coro`` on the client's loop and wait for it (from any thread, in a loop or not)."""
+    def _start(self, coro: Any) -> concurrent.futures.Future[Any]:
+        """Schedule ``coro`` on the client's loop (started on first use); its future."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="specproof-http")
             self._thread.start()
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _run(self, coro: Any) -> Any:
+        """Run ``coro`` on the client's loop and wait for it (from any thread, in a loop or not)."""
+        future = self._start(coro)
         try:
             return future.result()
         except BaseException:
@@ -119,6 +129,7 @@ class Client:
         if loop is None:
             return
         http, self._http = self._http, None
+        self._gate = None
 
         async def shut() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -258,10 +269,32 @@ class Client:
             raise UsageError(f"concurrency: {concurrency} is not in [1, {self.concurrency}] (the client's)")
         return list(self._run(self._post_many(path, list(bodies), concurrency or self.concurrency)))
 
+    def submit_many(
+        self, path: str, bodies: Sequence[dict[str, Any]]
+    ) -> concurrent.futures.Future[list[Any]]:
+        """Every body POSTed as :meth:`post_many` does, without waiting: the future of the answers
+        (its ``result()`` returns them or raises as :meth:`post_many` would). The batches submitted
+        share one gate of ``concurrency`` requests in flight, taken in the order they were asked
+        for, so a batch submitted before the last one's answers are read waits behind it, never
+        beside it (module docstring)."""
+        bodies = list(bodies)
+
+        async def go() -> list[Any]:
+            if self._gate is None:
+                self._gate = asyncio.Semaphore(self.concurrency)
+            return await self._post_many(path, bodies, self.concurrency, gate=self._gate)
+
+        return self._start(go())
+
     async def _post_many(
-        self, path: str, bodies: list[dict[str, Any]], concurrency: int, stream: bool = False
+        self,
+        path: str,
+        bodies: list[dict[str, Any]],
+        concurrency: int,
+        stream: bool = False,
+        gate: asyncio.Semaphore | None = None,
     ) -> list[Any]:
-        gate = asyncio.Semaphore(concurrency)
+        gate = gate or asyncio.Semaphore(concurrency)
         out: list[Any] = [None] * len(bodies)
         failed: dict[int, BaseException] = {}
 

@@ -31,6 +31,7 @@ class CompletionsEngine(EndpointEngine):
         self.n, self.endpoint = n, base.endpoint
         self.batch = base.batch * n
         self.generate_stream = None
+        self.submit_many = None  # type: ignore[assignment]  # its requests are groups of n seeds
         for declared in ("draft_law", "acceptance_rule"):  # what a suite declared on the setting
             if hasattr(base, declared):
                 setattr(self, declared, getattr(base, declared))

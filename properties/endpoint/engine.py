@@ -13,6 +13,7 @@ looks, witness, JSON, report and exit codes as for an engine in the same process
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import dataclasses
 from collections.abc import Sequence
@@ -109,6 +110,14 @@ class EndpointEngine:
         except EngineUnavailable as e:
             raise EngineUnavailable(e.detail, [self._read(a, report) for a in e.done]) from e
         return [self._read(a, report) for a in answers]
+
+    def submit_many(self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int]) -> Submitted:
+        """:meth:`generate_many`'s requests sent without waiting (the client's shared gate keeps
+        ``concurrency`` in flight across the batches submitted); ``result()`` reads the answers."""
+        requests = [self._generation(prompt_ids, max_new_tokens, s, False) for s in seeds]
+        if not requests:
+            return Submitted(self, None)
+        return Submitted(self, self.client.submit_many(requests[0][0], [b for _, b in requests]))
 
     def _generate_stream(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
@@ -234,6 +243,23 @@ class EndpointEngine:
         return g
 
 
+class Submitted:
+    """The answers to :meth:`EndpointEngine.submit_many`'s requests, to come."""
+
+    def __init__(self, engine: EndpointEngine, future: concurrent.futures.Future[list[Any]] | None) -> None:
+        self.engine, self.future = engine, future
+
+    def result(self) -> list[Generation]:
+        """The samples, as :meth:`EndpointEngine.generate_many` returns them (and raises)."""
+        if self.future is None:
+            return []
+        try:
+            answers = self.future.result()
+        except EngineUnavailable as e:
+            raise EngineUnavailable(e.detail, [self.engine._read(a, False) for a in e.done]) from e
+        return [self.engine._read(a, False) for a in answers]
+
+
 class LoadedEngine(EndpointEngine):
     """One setting at a load level (:mod:`specproof.properties.engine.load`): at level 1 every
     request is sent alone; above, each call's requests are sent interleaved with background
@@ -250,6 +276,8 @@ class LoadedEngine(EndpointEngine):
             if hasattr(base, declared):
                 setattr(self, declared, getattr(base, declared))
         self.batch = base.batch if level > 1 else max(1, base.batch // base.client.concurrency)
+        #: no draw-ahead: a call puts exactly ``level`` requests in flight, its own and background ones
+        self.submit_many = None  # type: ignore[assignment]
         settings = list(endpoint.settings or (base.sampling,))
         if all(s.temperature != 0.5 for s in settings):
             settings.append(Sampling(0.5, eos=base.sampling.eos))

@@ -39,6 +39,7 @@ procedure at alpha 0.01 over 300 seeded audits of exact engines, and its power o
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import time
@@ -96,6 +97,7 @@ from specproof.properties.engine.results import EngineAuditResult, EngineCase, E
 from specproof.properties.engine.runner import (
     CaseRunner,
     EngineViolation,
+    Pending,
     check_seed_use,
     sample_seed,
 )
@@ -146,6 +148,79 @@ class Drawer:
 
     def draw(self, runner: CaseRunner, seeds: list[int]) -> list[Generation]:
         return runner.draw(seeds)
+
+    def submit(self, runner: CaseRunner, seeds: list[int]) -> Pending:
+        """The samples for ``seeds``, asked for now where they are drawn here by an engine that
+        takes requests without waiting (``submit_many``), else drawn by :meth:`draw` when read (a
+        drawer of workers draws in its own way)."""
+        if type(self).draw is Drawer.draw:
+            return runner.submit(seeds)
+        return Pending(seeds, lambda: self.draw(runner, seeds), started=False)
+
+
+#: chunks kept asked for beyond the one being scored, where they are drawn without waiting
+#: (:meth:`Drawer.submit`): the server draws them while the audit reads the laws, scores the chunk
+#: at hand and tests a case at its look
+AHEAD = 2
+
+
+class DrawAhead:
+    """The sample stage's chunks in the order it takes them (look by look, case by case, index
+    order within a case), asked for :data:`AHEAD` beyond the one taken. Which chunks exist is
+    fixed by the plan (the seeds by their indices, the chunk size), never by timing: the order is
+    the stage's own, and a chunk's samples all count unless its case stops inside it. What was
+    asked for and is not taken (a case rejected, the stage stopped) is settled (:meth:`settle`):
+    its answers are waited for and handed back, so that every answer the server sent is counted."""
+
+    def __init__(self, audit: EngineAudit) -> None:
+        self.audit = audit
+        self.queue: collections.deque[tuple[int, int, Pending]] = collections.deque()
+        self.settled: list[Generation] = []
+        self._order = self._plan()
+
+    def _plan(self) -> Iterator[tuple[int, int, Pending]]:
+        """The chunks in the stage's order, made as they are asked for, skipping a case once it
+        stopped (rejected) and every case once the token test crossed."""
+        a = self.audit
+        res = a.result
+        asked = [r.n for r in res.cases]
+        for look in range(a.config.looks):
+            for i, (runner, r) in enumerate(zip(a.runners, res.cases)):
+                if look >= len(r.schedule):
+                    continue
+                size = a.drawer.chunk(runner)
+                while asked[i] < r.schedule[look] and not r.rejected and not res.token_rejected:
+                    k = range(asked[i], min(r.schedule[look], asked[i] + size))
+                    seeds = [sample_seed(a.config.seed, r.case.index, j) for j in k]
+                    yield i, asked[i], a.drawer.submit(runner, seeds)
+                    asked[i] += len(seeds)
+
+    def _fill(self, depth: int) -> None:
+        while len(self.queue) < depth:
+            nxt = next(self._order, None)
+            if nxt is None:
+                return
+            self.queue.append(nxt)
+
+    def take(self, case: int, start: int) -> Pending:
+        """The chunk of case ``case`` from sample ``start`` on (chunks asked for before it and no
+        longer wanted are settled); the ones after it are asked for before it is read."""
+        while True:
+            self._fill(1)
+            if not self.queue:
+                raise RuntimeError(f"no chunk of case {case} from sample {start} in the plan")
+            i, first, pending = self.queue.popleft()
+            if (i, first) == (case, start):
+                self._fill(AHEAD)
+                return pending
+            self.settled += pending.settle()
+
+    def settle(self) -> list[Generation]:
+        """The samples of every chunk asked for and not taken, waited for (:class:`Pending`)."""
+        out, self.settled = self.settled, []
+        while self.queue:
+            out += self.queue.popleft()[2].settle()
+        return out
 
 
 class EngineAudit:
@@ -484,36 +559,39 @@ class EngineAudit:
         res, c = self.result, self.config
         seqs: list[list[Seq]] = [[] for _ in res.cases]
         total = max(1, sum(r.planned for r in res.cases))
-        for look in range(c.looks):
-            for i, (runner, r) in enumerate(zip(self.runners, res.cases)):
-                if r.rejected or look >= len(r.schedule):
-                    continue
-                t0 = self.clock()
-                while r.n < r.schedule[look] and not r.rejected and not res.token_rejected:
-                    if self.budget.exhausted():
-                        self.out_of_time = True
-                        break
-                    if not self._draw(runner, r, seqs[i], r.schedule[look]):
-                        break
-                    self.say(r.case.name, min(1.0, self.result.samples / total))
-                r.seconds += self.clock() - t0
-                if self.tokens is not None and self.tokens.flush(r.case.index):
-                    res.token_rejected = True
-                if self.cells_on and not r.rejected and r.n >= 2 and not r.point_mass:
-                    if r.n == r.schedule[look] or self.out_of_time or res.fault or res.token_rejected:
-                        self._test(r, runner, seqs[i])
-                stop = r.rejected or res.token_rejected
-                if (stop and c.stop_early) or self.out_of_time or res.fault:
-                    return
+        chunks = DrawAhead(self)
+        try:
+            for look in range(c.looks):
+                for i, (runner, r) in enumerate(zip(self.runners, res.cases)):
+                    if r.rejected or look >= len(r.schedule):
+                        continue
+                    t0 = self.clock()
+                    while r.n < r.schedule[look] and not r.rejected and not res.token_rejected:
+                        if self.budget.exhausted():
+                            self.out_of_time = True
+                            break
+                        if not self._draw(runner, r, seqs[i], chunks.take(i, r.n)):
+                            break
+                        self.say(r.case.name, min(1.0, self.result.samples / total))
+                    r.seconds += self.clock() - t0
+                    if self.tokens is not None and self.tokens.flush(r.case.index):
+                        res.token_rejected = True
+                    if self.cells_on and not r.rejected and r.n >= 2 and not r.point_mass:
+                        if r.n == r.schedule[look] or self.out_of_time or res.fault or res.token_rejected:
+                            self._test(r, runner, seqs[i])
+                    stop = r.rejected or res.token_rejected
+                    if (stop and c.stop_early) or self.out_of_time or res.fault:
+                        return
+        finally:
+            for g in chunks.settle():  # asked for ahead, not used: still the server's answers
+                self.tally.add(g.drafted, g.accepted)
 
-    def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], upto: int) -> bool:
+    def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], chunk: Pending) -> bool:
         """The next chunk of the case's samples, number ``r.n`` on (sample ``i``'s seed from
         (seed, case, i) alone). A token the law gives probability 0 rejects the case at once; the
         samples after it in the chunk are not counted. False when the engine stopped answering."""
-        chunk = self.drawer.chunk(runner)
-        seeds = [sample_seed(self.config.seed, r.case.index, k) for k in range(r.n, min(upto, r.n + chunk))]
         try:
-            gens = self.drawer.draw(runner, seeds)
+            gens = chunk.result()
         except EngineUnavailable as e:
             gens = e.done
             self.result.fault = f"{e.detail} (after {r.n + len(gens)} samples of {r.case.name})"

@@ -59,6 +59,13 @@ CAPABILITIES: dict[str, Capability] = {
         ),
         Capability("batch", ("batch",), "how many samples generate_many is best asked for at once (an int)"),
         Capability(
+            "submit",
+            ("submit_many",),
+            "submit_many(prompt_ids, max_new_tokens, seeds) -> a handle whose result() gives what "
+            "generate_many would (raising as it would); returns at once, the samples being drawn, so the "
+            "audit asks for the next chunks before it scores the last (a server kept busy)",
+        ),
+        Capability(
             "draft_tokens",
             ("draft_tokens",),
             "draft_tokens: the most tokens one speculative step drafts (an int); the audit warns when "

@@ -42,6 +42,31 @@ class EngineViolation(SpecproofError):
         self.kind, self.detail, self.case = kind, detail, case
 
 
+class Pending:
+    """Samples asked for and not read yet (:meth:`CaseRunner.submit`): drawn when read, or already
+    being drawn (``started``: an engine that takes requests without waiting, ``submit_many``)."""
+
+    def __init__(self, seeds: list[int], read: Callable[[], list[Generation]], started: bool) -> None:
+        self.seeds, self._read, self.started = seeds, read, started
+
+    def result(self) -> list[Generation]:
+        """The samples for the seeds, in order, checked as :meth:`CaseRunner.draw`'s are."""
+        return self._read()
+
+    def settle(self) -> list[Generation]:
+        """What a chunk asked for ahead and never used brought back: its answers waited for, so that
+        every answer the server sent is counted (the metrics check); nothing for one never started,
+        and what came before a fault for one that failed."""
+        if not self.started:
+            return []
+        try:
+            return self._read()
+        except EngineUnavailable as e:
+            return list(e.done)
+        except EngineViolation:
+            return []
+
+
 #: laws after prefixes of at most this many generated tokens are kept (the cells test reads them
 #: at every look); deeper ones, which samples rarely share, are read per chunk and let go
 MEMO_DEPTH = 12
@@ -268,6 +293,31 @@ class CaseRunner:
             e.done = [self._checked(g, s) for g, s in zip(e.done, seeds)]
             raise
         return [self._checked(g, s) for g, s in zip(gens, seeds)]
+
+    def submit(self, seeds: list[int]) -> Pending:
+        """The samples for ``seeds``, asked for now where the engine takes requests without waiting
+        (``submit_many``: the requests go out at once), else drawn by :meth:`draw` when read."""
+        fn = self.optional("submit")
+        if fn is None:
+            return Pending(seeds, lambda: self.draw(seeds), started=False)
+        try:
+            handle = fn(list(self.case.prompt), self.case.tokens, seeds)
+        except (EngineUnavailable, EngineViolation):
+            raise
+        except Exception as e:
+            raise EngineViolation(
+                "exception", f"submit_many raised {type(e).__name__}: {e}", self.case
+            ) from e
+
+        def read() -> list[Generation]:
+            try:
+                gens = self._many(lambda *a, **k: handle.result(), "submit_many", seeds, False)
+            except EngineUnavailable as e:
+                e.done = [self._checked(g, s) for g, s in zip(e.done, seeds)]
+                raise
+            return [self._checked(g, s) for g, s in zip(gens, seeds)]
+
+        return Pending(seeds, read, started=True)
 
     def draw_stream(self, seeds: list[int], report: bool = False) -> list[Generation]:
         """The samples for ``seeds`` with their answers streamed (``generate_stream``), padded as
