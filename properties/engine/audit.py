@@ -105,7 +105,7 @@ from specproof.properties.engine.streaming import stream_check
 from specproof.properties.engine.token_stage import TokenStage, plan_detects, plan_limit
 from specproof.properties.plan import Budget
 from specproof.properties.verdicts import Verdict
-from specproof.reference.errors import UsageError
+from specproof.reference.errors import InternalError, UsageError
 
 #: the packages whose versions an engine audit's JSON records
 ENGINE_PACKAGES = ("specproof", "torch", "transformers", "vllm", "sglang")
@@ -208,7 +208,7 @@ class DrawAhead:
         while True:
             self._fill(1)
             if not self.queue:
-                raise RuntimeError(f"no chunk of case {case} from sample {start} in the plan")
+                raise InternalError(f"no chunk of case {case} from sample {start} in the plan")
             i, first, pending = self.queue.popleft()
             if (i, first) == (case, start):
                 self._fill(AHEAD)
