@@ -136,6 +136,15 @@ def test_tokens_past_a_stop_inside_a_block_break_the_contract(name):
     assert "stop string" in res.violation["detail"]
 
 
+def test_a_length_checked_once_per_step_returns_the_rest_of_the_block():
+    """max_new_tokens reached inside an accepted block: the block's tokens past the M-th are
+    returned too, and the first sample whose M-th token is not its block's last breaks the contract
+    (``length``), naming how many tokens came back."""
+    res = audit_engine(E.resolve_engine("mutant.length_past_block"), EngineAuditConfig(samples=200, seed=0))
+    assert res.verdict == Verdict.CONTRACT_VIOLATION and res.violation["kind"] == "length", res.summary()
+    assert "tokens returned, 4 asked" in res.violation["detail"], res.violation
+
+
 def test_the_loop_that_stops_right_passes():
     res = audit_engine(E.resolve_engine("alternative.stops"), EngineAuditConfig(samples=400, seed=0))
     assert res.verdict == Verdict.PASS, res.summary()

@@ -10,7 +10,9 @@ token lies, and nothing after it may be returned (proofs_notes/stops.md). The fa
 * ``past_block``: the stop is seen, but only once the block is emitted: the block's tokens after
   the stop are returned with it;
 * ``tail_only``: only the block's tail is scanned (does the text end with a stop string?), so a
-  stop completed inside an accepted block is missed and generation goes on past it.
+  stop completed inside an accepted block is missed and generation goes on past it;
+* ``length_past_block``: ``max_new_tokens`` is checked once per step, so when the M-th token lies
+  inside an accepted block the block's tokens after it are returned too (more than asked).
 
 Each runs the reference loop (reference/decode.py: a draft model, an i.i.d. chain of 3,
 token-level verification) with the stop strings taken out of the request, then cuts the tokens
@@ -72,11 +74,19 @@ class StopEngine(ReferenceEngine):
     def run(self, prompt: Seq, max_new_tokens: int, rng: np.random.Generator) -> list[int]:
         full = self.sampling
         self.sampling = replace(full, stop=(), eos=None)  # the loop runs on; the cut decides
+        # a length checked per step: the loop runs a whole step past M, the cut keeps its block
+        extra = len(CHAIN3) - 1 if self.fault == "length_past_block" else 0
         try:
-            tokens = super().run(prompt, max_new_tokens, rng)
+            tokens = super().run(prompt, max_new_tokens + extra, rng)
         finally:
             self.sampling = full
-        k = cut(full, tuple(tokens), tuple(self.last_steps), self.fault)
+        if extra:
+            k = cut(full, tuple(tokens), tuple(self.last_steps), "none")
+            if k > max_new_tokens:  # no stop before M: the block holding token M is returned whole
+                ends = np.cumsum(self.last_steps)
+                k = min(int(ends[np.searchsorted(ends, max_new_tokens)]), len(tokens))
+        else:
+            k = cut(full, tuple(tokens), tuple(self.last_steps), self.fault)
         steps, left = [], k
         for size in self.last_steps:
             if left <= 0:
@@ -87,12 +97,23 @@ class StopEngine(ReferenceEngine):
         return tokens[:k]
 
 
-#: fault -> what it models
-FAULTS: dict[str, str] = {
-    "past_block": "a stop inside an accepted block is seen once the block is emitted: the block's tokens "
-    "after it are returned too",
-    "tail_only": "only the tail of each block is scanned for a stop string: a stop completed inside an "
-    "accepted block is missed and generation goes on",
+#: registered name -> (fault, what it models)
+FAULTS: dict[str, tuple[str, str]] = {
+    "mutant.stop_past_block": (
+        "past_block",
+        "a stop inside an accepted block is seen once the block is emitted: the block's tokens after it "
+        "are returned too",
+    ),
+    "mutant.stop_tail_only": (
+        "tail_only",
+        "only the tail of each block is scanned for a stop string: a stop completed inside an accepted "
+        "block is missed and generation goes on",
+    ),
+    "mutant.length_past_block": (
+        "length_past_block",
+        "max_new_tokens is checked once per step: when the M-th token lies inside an accepted block, the "
+        "block's tokens after it are returned too",
+    ),
 }
 
 
@@ -100,13 +121,13 @@ def builders() -> dict[str, Planted]:
     """The planted faults of this module and the correct loop, for the registry."""
     out = [
         Planted(
-            f"mutant.stop_{fault}",
+            name,
             Verdict.CONTRACT_VIOLATION,
             doc,
             functools.partial(StopEngine, fault=fault),
             (STOPS, STOPS_EOS),
         )
-        for fault, doc in FAULTS.items()
+        for name, (fault, doc) in FAULTS.items()
     ]
     out.append(
         Planted(
