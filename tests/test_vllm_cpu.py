@@ -124,7 +124,7 @@ def test_the_served_law_is_the_numpy_law(twin):
         assert np.abs(law - exact).max() < 1e-5, (t, law, exact)
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft_model"])
+@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle"])
 def test_stock_cpu_build_breaks_the_law_and_the_fix_restores_it(twin, method):
     """As shipped, the drafted positions' temperature is uninitialised memory
     (``_expand_kernel_impl`` drops its result, shown exactly above), and what those bytes hold

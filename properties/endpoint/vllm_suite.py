@@ -75,6 +75,10 @@ CONFIGS: tuple[VLLMConfig, ...] = (
         "pass",
         "the tiny draft with the launcher's fixes",
     ),
+    VLLMConfig("eagle", "eagle", (), (T1, T07), "lossy", "a tiny EAGLE-1 head, 3 tokens, as shipped", SAME),
+    VLLMConfig(
+        "eagle+fix", "eagle", FIXED, (T1, T07, K5), "pass", "the tiny EAGLE-1 head with the launcher's fixes"
+    ),
     VLLMConfig(
         "draft_model[probabilistic]+fix",
         "draft_model[probabilistic]",

@@ -260,16 +260,53 @@ def write_hf(
     return folder
 
 
-def write_models_hf(folder: Path | str, seed: int = 0) -> dict[str, Any]:
-    """Write the target and draft of ``seed`` (the pair of :func:`.gguf_models.write_models`) as HF folders.
+def eagle_tensors(
+    draft: dict[str, np.ndarray], spec: gm.Spec = gm.SPEC, head_dim: int = VLLM_HEAD_DIM
+) -> dict[str, np.ndarray]:
+    """An EAGLE-1 head for the tiny target (vLLM's ``EagleLlamaForCausalLM``): ``fc`` maps the
+    concatenation [embedding of the token; the target's hidden state] to the hidden width, here
+    keeping the hidden state and dropping the embedding (``[0 | I]``), and one decoder layer, the
+    draft model's last (its input norm left out, as EAGLE's first layer has none). The token
+    embedding and the output matrix are not written: vLLM shares the target's. Its drafts are
+    a plausible guess, not a trained one; the audit asks only that verification keep the law."""
+    last = spec.n_layer - 1
+    layer = {
+        k.replace(f"model.layers.{last}.", "layers.0."): v
+        for k, v in hf_tensors(draft, spec, head_dim).items()
+        if k.startswith(f"model.layers.{last}.") and "input_layernorm" not in k
+    }
+    h = spec.n_embd
+    fc = np.concatenate([np.zeros((h, h)), np.eye(h)], axis=1)
+    return {"fc.weight": fc.astype(np.float32), **layer}
 
-    Returns ``{"target": Path, "draft": Path, "vocab": [str, ...], "eos_id": int, "seed": int}``
-    with the folders ``folder/target`` and ``folder/draft``.
+
+def write_eagle_hf(
+    folder: Path | str, draft: dict[str, np.ndarray], name: str, spec: gm.Spec = gm.SPEC
+) -> Path:
+    """Write :func:`eagle_tensors` as a folder vLLM's ``"method": "eagle"`` loads (one layer; the
+    architecture ``LlamaForCausalLM``, which vLLM renames ``EagleLlamaForCausalLM``)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_safetensors(
+        folder / "model.safetensors", eagle_tensors(draft, spec), {"format": "pt", "name": name}
+    )
+    _write_json(folder / "config.json", {**config(spec), "num_hidden_layers": 1})
+    return folder
+
+
+def write_models_hf(folder: Path | str, seed: int = 0) -> dict[str, Any]:
+    """Write the target and draft of ``seed`` (the pair of :func:`.gguf_models.write_models`) as HF
+    folders, and an EAGLE-1 head for the target (:func:`write_eagle_hf`).
+
+    Returns ``{"target": Path, "draft": Path, "eagle": Path, "vocab": [str, ...], "eos_id": int,
+    "seed": int}`` with the folders ``folder/target``, ``folder/draft`` and ``folder/eagle``.
     """
     folder = Path(folder)
     tw = gm.target_weights(seed)
+    dw = gm.draft_weights(tw, seed)
     paths = {
         "target": write_hf(folder / "target", tw, f"specproof-tiny-target-{seed}"),
-        "draft": write_hf(folder / "draft", gm.draft_weights(tw, seed), f"specproof-tiny-draft-{seed}"),
+        "draft": write_hf(folder / "draft", dw, f"specproof-tiny-draft-{seed}"),
+        "eagle": write_eagle_hf(folder / "eagle", dw, f"specproof-tiny-eagle-{seed}"),
     }
     return {**paths, "vocab": list(gm.VOCAB), "eos_id": gm.EOS_ID, "seed": seed}

@@ -16,7 +16,8 @@ A server is healthy only once a real request has been answered: ``/health`` answ
 model has run.
 
 Methods (:data:`METHODS`, measured on 2 cores, 2026-12-03): ``ngram`` (prompt lookup, 3 tokens),
-``draft_model`` (the tiny draft, 3 tokens, argmax drafts), ``draft_model[probabilistic]``
+``draft_model`` (the tiny draft, 3 tokens, argmax drafts), ``eagle`` (a tiny EAGLE-1 head on the
+target's hidden states, 3 tokens: :func:`.tiny_hf.write_eagle_hf`), ``draft_model[probabilistic]``
 (drafts sampled), ``draft_model[block]`` (``rejection_sample_method: block``, which the V1
 model runner ignores: the same tokens as standard for every seed; the V2 runner that implements
 it refuses to start without Triton's GPU backend), and ``plain`` (no speculation, the twin).
@@ -70,6 +71,10 @@ METHODS: dict[str, tuple[dict[str, Any] | None, dict[str, str]]] = {
     ),
     "draft_model": (
         {"method": "draft_model", "model": "{draft}", "num_speculative_tokens": DRAFT_TOKENS},
+        {},
+    ),
+    "eagle": (
+        {"method": "eagle", "model": "{eagle}", "num_speculative_tokens": DRAFT_TOKENS},
         {},
     ),
     "draft_model[probabilistic]": (
@@ -194,7 +199,7 @@ def install(venv: Path | None = None, progress: Callable[[str], None] = print) -
 def models_dir() -> Path:
     """The tiny pair as HF folders (:func:`.tiny_hf.write_models_hf`), written once."""
     folder = cache_root() / "models-seed0"
-    if not (folder / "draft" / "tokenizer_config.json").exists():
+    if not (folder / "eagle" / "config.json").exists():
         tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tiny_hf.write_models_hf(tmp, seed=0)
@@ -219,7 +224,8 @@ def server_command(method: str, port: int, models: Path, py: Path | None = None)
         "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1",
     ]  # fmt: skip
     if config is not None:
-        spec = json.loads(json.dumps(config).replace("{draft}", str(models / "draft")))
+        text = json.dumps(config).replace("{draft}", str(models / "draft"))
+        spec = json.loads(text.replace("{eagle}", str(models / "eagle")))
         cmd += ["--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "summary"]
     return cmd
 
