@@ -218,3 +218,23 @@ def test_probabilistic_drafts_do_not_follow_the_request_seed(twin):
         first, second = seeded_tokens(server.url, seeds), seeded_tokens(server.url, seeds)
     assert first != second
     assert [a[0] for a in first] == [b[0] for b in second]  # the first token, before any draft, does
+
+
+def test_the_offline_engine_in_process_breaks_the_law_as_shipped_and_passes_fixed():
+    """``vllm.LLM`` as a user's script runs it (a worker of the vLLM environment; the engines of
+    group vllm-cpu), the law its exact numpy law: with the tiny draft model, as shipped, the
+    defect of the served rows (lossy, or one of its other faces); with the launcher's fixes in
+    every process of it, a pass, with each sample's own counters (vLLM's per-request metrics)
+    showing drafts accepted."""
+    from specproof.properties.engine import registry
+
+    stock = registry.resolve_engine("vllm-cpu.llm.draft_model")
+    bad = audit_engine(stock, EngineAuditConfig(alpha=ALPHA, samples=96, seed=3, report_samples=0))
+    assert bad.verdict in (Verdict.LOSSY, Verdict.CONTRACT_VIOLATION), bad.summary()
+    if bad.verdict == Verdict.CONTRACT_VIOLATION:
+        assert (bad.violation or {}).get("kind") == "nondeterministic", bad.summary()
+    fixed = registry.resolve_engine("vllm-cpu.llm.draft_model+fix")
+    good = audit_engine(fixed, EngineAuditConfig(alpha=ALPHA, samples=192, seed=3, report_samples=16))
+    assert good.verdict == Verdict.PASS, good.summary()
+    assert good.speculation.status == "ran" and good.speculation.accepted > 0, good.summary()
+    assert good.control is not None and good.control.coupled > 0, good.summary()  # the plain twin ran

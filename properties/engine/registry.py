@@ -186,7 +186,7 @@ def _register_optimized() -> None:
 
 def _register_thirdparty() -> None:
     """The adapters' engines (:mod:`.adapters`); each says itself whether its package is there."""
-    for module in ("hf", "vllm", "sglang", "llamacpp", "openvino_genai", "mistralrs"):
+    for module in ("hf", "vllm", "vllm_cpu", "sglang", "llamacpp", "openvino_genai", "mistralrs"):
         mod = importlib.import_module(f"specproof.properties.engine.adapters.{module}")
         for spec in mod.engines():
             register(spec)

@@ -54,20 +54,37 @@ class JsonLinesWorker:
     writes one request and reads its answer (lines that are not JSON objects, a native library's
     log, are skipped); an answer with ``error`` raises ``error`` (a project error class) named
     ``what``. ``tail_stderr``: read the worker's stderr into the message when it exits (else it is
-    discarded). Use as a context manager, or :meth:`close` (``{"op": "quit"}``, then a kill)."""
+    discarded); ``log``: a file its stderr is written to instead (a worker that logs a lot), whose
+    tail the message quotes; ``env``: its environment (this process's by default). Use as a
+    context manager, or :meth:`close` (``{"op": "quit"}``, then a kill)."""
 
     def __init__(
-        self, cmd: Sequence[str], error: type[Exception], what: str, tail_stderr: bool = True
+        self,
+        cmd: Sequence[str],
+        error: type[Exception],
+        what: str,
+        tail_stderr: bool = True,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
-        self.error, self.what = error, what
-        self.proc = subprocess.Popen(
-            list(cmd),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if tail_stderr else subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-        )
+        self.error, self.what, self.log = error, what, log
+        err: Any = subprocess.PIPE if tail_stderr else subprocess.DEVNULL
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            err = open(log, "w")  # the child holds its own descriptor; ours is closed below
+        try:
+            self.proc = subprocess.Popen(
+                list(cmd),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                bufsize=1,
+                env=env,
+            )
+        finally:
+            if log is not None:
+                err.close()
         ready = self._read()
         if not ready.get("ready"):
             self.close()
@@ -81,6 +98,8 @@ class JsonLinesWorker:
             line = out.readline()
             if not line:
                 err = self.proc.stderr.read() if self.proc.stderr else ""
+                if self.log is not None and self.log.exists():
+                    err = self.log.read_text(errors="replace")
                 raise self.error(
                     f"the {self.what} worker exited (code {self.proc.wait()}) {err[-2000:]}".rstrip()
                 )

@@ -245,6 +245,26 @@ def post(url: str, body: dict[str, Any], timeout: float = 120.0) -> dict[str, An
         return dict(json.loads(r.read()))
 
 
+def vllm_env(method: str, fixes: Sequence[str]) -> dict[str, str]:
+    """The environment a vLLM process of ``method`` runs in: the CPU platform, one thread, a 1 GB
+    KV cache, nothing fetched, the launcher's ``fixes``."""
+    env = dict(os.environ)
+    env.update(
+        VLLM_TARGET_DEVICE="cpu",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        OMP_NUM_THREADS="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        SPECPROOF_VLLM_FIX=",".join(fixes),
+    )
+    env.pop("PYTHONPATH", None)  # its Python is its own environment's
+    env.update(METHODS[method][1] if method in METHODS else {})
+    return env
+
+
 class VLLMServer:
     """``vllm serve`` of :data:`METHODS` ``method`` on loopback, stock or with ``fixes`` (a subset
     of :data:`FIXES`), as a context manager: ``url`` while it runs, ``log`` its output."""
@@ -265,21 +285,8 @@ class VLLMServer:
         self.started_seconds = 0.0
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            VLLM_TARGET_DEVICE="cpu",
-            VLLM_CPU_KVCACHE_SPACE="1",
-            VLLM_CPU_OMP_THREADS_BIND="nobind",
-            OMP_NUM_THREADS="1",
-            VLLM_NO_USAGE_STATS="1",
-            DO_NOT_TRACK="1",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            SPECPROOF_VLLM_FIX=",".join(self.fixes),
-            SPECPROOF_PARENT_PID=str(os.getpid()),  # the launcher ends the server when we are gone
-        )
-        env.pop("PYTHONPATH", None)  # the server's Python is its own environment's
-        env.update(METHODS[self.method][1] if self.method in METHODS else {})
+        env = vllm_env(self.method, self.fixes)
+        env["SPECPROOF_PARENT_PID"] = str(os.getpid())  # the launcher ends the server when we are gone
         return env
 
     def start(self) -> VLLMServer:
@@ -361,6 +368,38 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LLMWorker(venvs.JsonLinesWorker):
+    """vLLM's offline engine (``vllm.LLM``) of :data:`METHODS` ``method`` in a worker process of
+    the vLLM environment (the launcher's ``worker``: the version lookup answered and ``fixes``
+    installed in every process, as for a server), stock or fixed; ``request`` sends one JSON
+    request (:func:`.vllm_launch.worker`). Its log is written beside the servers'."""
+
+    def __init__(self, method: str, fixes: Sequence[str] = ()) -> None:
+        bad = [f for f in fixes if f not in FIXES]
+        if bad:
+            raise UsageError(f"fixes: {bad[0]!r} is not one of {', '.join(FIXES)}")
+        if method not in METHODS:
+            raise UsageError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+        ok, why = installed()
+        if not ok:
+            raise VLLMError(why)
+        models = models_dir()
+        config, extra = METHODS[method]
+        cmd = [str(python()), str(LAUNCHER), "worker", str(models / "target")]
+        if config is not None:
+            text = json.dumps(config).replace("{draft}", str(models / "draft"))
+            cmd.append(text.replace("{eagle}", str(models / "eagle")))
+        self.method, self.fixes = method, tuple(fixes)
+        tag = method.replace("[", "-").replace("]", "") + ("-fixed" if fixes else "-stock")
+        env = vllm_env(method, fixes)
+        log = cache_root() / "logs" / f"llm-{tag}-{os.getpid()}-{id(self)}.log"
+        super().__init__(cmd, VLLMError, f"vllm.LLM ({method})", log=log, env=env)
+
+    def log_text(self) -> str:
+        assert self.log is not None
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def _suppress() -> Any:

@@ -190,6 +190,102 @@ def probe_expand() -> dict[str, list[float]]:
     return out
 
 
+def worker(target: str, speculative: dict[str, Any] | None) -> None:
+    """vLLM's offline engine in this process (``vllm.LLM``, as a user's script runs it) behind JSON
+    lines: ``{"ready": true, ...}``, then one answer a request line.
+
+    * ``{"op": "generate", "prompt": [ids], "tokens": M, "seeds": [s, ...], "sampling": {...}}``:
+      one request a seed in one ``LLM.generate`` call, each ``SamplingParams(max_tokens=M,
+      ignore_eos=True, seed=s, **sampling)``; ``{"samples": [[ids], ...], "counters": [[drafted,
+      accepted] or null, ...], "speculation": {"drafted": D, "accepted": A}}``: the samples in the
+      seeds' order, each one's own speculation counters (vLLM's per-request metrics; null without
+      speculation), and how much vLLM's own totals grew over the call;
+    * ``{"op": "quit"}``.
+
+    A request that fails answers ``{"error": "..."}`` and the worker goes on. vLLM's own log goes
+    to stderr; stdout carries the JSON lines alone."""
+    import json
+
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr  # vLLM prints; the protocol keeps stdout to itself
+    from vllm import LLM, SamplingParams
+
+    kw: dict[str, Any] = dict(
+        model=target,
+        dtype="float32",
+        max_model_len=128,
+        max_num_seqs=8,
+        enforce_eager=True,
+        seed=0,
+        max_logprobs=-1,
+        disable_log_stats=False,  # its speculation totals, read after each call
+    )
+    if speculative is not None:
+        kw["speculative_config"] = speculative
+        kw["per_request_spec_decode_metrics"] = "summary"  # each sample's own drafted and accepted
+    llm = LLM(**kw)
+    import vllm as _vllm
+
+    def totals() -> dict[str, int]:
+        """vLLM's own speculation totals since start (its Prometheus counters)."""
+        out = {"drafted": 0, "accepted": 0}
+        names = {
+            "vllm:spec_decode_num_draft_tokens": "drafted",
+            "vllm:spec_decode_num_accepted_tokens": "accepted",
+        }
+        for m in llm.get_metrics():
+            key = names.get(getattr(m, "name", ""))
+            if key is not None:
+                out[key] += int(getattr(m, "value", 0))
+        return out
+
+    def say(obj: dict[str, Any]) -> None:
+        real_stdout.write(json.dumps(obj) + "\n")
+        real_stdout.flush()
+
+    say({"ready": True, "vllm": getattr(_vllm, "__version__", "?"), "speculative": speculative})
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+            if req.get("op") == "quit":
+                return
+            if req.get("op") != "generate":
+                say({"error": f"unknown op {req.get('op')!r}"})
+                continue
+            params = [
+                SamplingParams(max_tokens=int(req["tokens"]), ignore_eos=True, seed=int(s), **req["sampling"])
+                for s in req["seeds"]
+            ]
+            prompts = [{"prompt_token_ids": [int(x) for x in req["prompt"]]} for _ in params]
+            before = totals()
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            after = totals()
+            grew = {k: after[k] - before[k] for k in after}
+            counts = []
+            for o in outs:
+                m = o.outputs[0].spec_decode_metrics
+                d = None if m is None else m.to_dict()
+                counts.append(None if d is None else [d["num_draft_tokens"], d["num_accepted_draft_tokens"]])
+            say(
+                {
+                    "samples": [list(o.outputs[0].token_ids) for o in outs],
+                    "counters": counts,
+                    "speculation": grew,
+                }
+            )
+        except Exception as e:  # the worker answers and goes on
+            say({"error": f"{type(e).__name__}: {e}"})
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    import json
+
+    # no follow_parent here: the worker shares its parent's process group; when the parent is
+    # gone its stdin closes, the request loop ends and the process exits
+    _config = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    worker(sys.argv[2], _config)
+    sys.exit(0)
+
 if __name__ == "__main__" and sys.argv[1:] == ["probe-expand"]:
     import json
 

