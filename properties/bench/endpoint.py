@@ -94,12 +94,15 @@ def ahead(n: int) -> Iterator[None]:
 
 
 class StageTimer:
-    """The endpoint audit's sample stage at ``samples`` samples of one case, timed; ``warm`` runs
-    reuse the laws a first, cold run read (module docstring)."""
+    """The endpoint audit's sample stage at ``samples`` samples of one case (``prompt``, T = 1,
+    ``tokens`` new tokens), timed; ``warm`` runs reuse the laws a first, cold run read (module
+    docstring)."""
 
-    def __init__(self, endpoint: Endpoint, samples: int) -> None:
+    def __init__(
+        self, endpoint: Endpoint, samples: int, prompt: tuple[int, ...] = PROMPT, tokens: int = TOKENS
+    ) -> None:
         self.endpoint = endpoint
-        self.spec = endpoint_spec(endpoint, prompts=[PROMPT], samplings=[T1], tokens=TOKENS)
+        self.spec = endpoint_spec(endpoint, prompts=[prompt], samplings=[T1], tokens=tokens)
         self.config = EngineAuditConfig(alpha=1e-3, samples=samples, seed=1, report_samples=0)
         self.memo: list[dict[Any, Any]] | None = None
         self.verdicts: list[str] = []
@@ -126,7 +129,7 @@ class StageTimer:
         return seconds, cpu, law_client.requests - before
 
 
-def _split_cores() -> tuple[set[int], set[int]] | None:
+def split_cores() -> tuple[set[int], set[int]] | None:
     """The servers' cores and this process's (half each), where there are at least two."""
     try:
         cores = sorted(os.sched_getaffinity(0))
@@ -192,7 +195,7 @@ def run(quick: bool = False, report: Callable[[str], None] = print) -> list[Row]
     """The comparison on one server and its twin (section ``endpoint`` of ``specproof bench``)."""
     binary = llamacpp.ensure_built(progress=report)
     samples, rounds = (400, 2) if quick else (2000, 5)
-    split = _split_cores()
+    split = split_cores()
     own = os.sched_getaffinity(0) if split else None
     threads = ("-t", str(len(split[0]))) if split else ()
     args = ("-np", str(CONCURRENCY), "-c", "2048", *threads)
