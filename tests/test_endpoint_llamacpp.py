@@ -100,6 +100,53 @@ def test_eight_slots_keep_the_law_and_the_seeds_with_8_requests_in_flight(files)
     assert len(acc.by_case) == 2 and all(n > 200 for n, _, _ in acc.by_case.values()), r.summary()
 
 
+def test_a_lora_adapters_law_is_the_merged_weights_law_and_applies_to_requests_naming_none(
+    files, llamacpp_bin
+):
+    """llama-server with the tiny target's LoRA adapter (``--lora``): a request's law at each scale
+    is the exact law of the target with the adapter merged at that scale (to 1e-6), and a request
+    that names no adapter runs it at scale 1, ``--lora-init-without-apply`` or not (the flag only
+    keeps the adapter off the context at start-up; each slot takes the adapters' own scale:
+    proofs_notes/thirdparty.md)."""
+    w, lora = gm.target_weights(0), gm.lora_weights(0)
+    body = {"prompt": [1, 2], "n_predict": 1, "n_probs": 16, "post_sampling_probs": True}
+    body.update(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+    def law(client: Client, extra: dict) -> np.ndarray:
+        answer = client.post("/completion", {**body, **extra})
+        out = np.zeros(len(gm.VOCAB))
+        for e in answer["completion_probabilities"][0]["top_probs"]:
+            out[e["id"]] = e["prob"]
+        return out
+
+    for flags in ((), ("--lora-init-without-apply",)):
+        args = ("--lora", str(files["lora"]), *flags)
+        with llamacpp.start_server(llamacpp_bin, files["target"], extra_args=args) as url, Client([url]) as c:
+            for scale in (0.0, 0.5, 1.0):
+                exact = gm.next_token_law(gm.with_lora(w, lora, scale), [1, 2])
+                assert np.abs(law(c, {"lora": [{"id": 0, "scale": scale}]}) - exact).max() < 1e-6, scale
+            named_none = law(c, {})
+            assert np.abs(named_none - gm.next_token_law(gm.with_lora(w, lora, 1.0), [1, 2])).max() < 1e-6
+            assert np.abs(named_none - gm.next_token_law(w, [1, 2])).max() > 0.1  # the adapter moves it
+            assert c.get("/lora-adapters")[0]["scale"] == 1.0, flags
+
+
+def test_mixed_lora_adapters_in_flight_keep_each_requests_law(files):
+    """The load axis with a LoRA adapter held: the audit's requests run the adapter at the server's
+    own scale (1), about half of the background requests ask it at 0, so slots with different
+    adapters are in flight at once (llama-server batches only slots whose adapters agree); each
+    request keeps its own law alone and with 8 in flight, and the background requests' tokens
+    score against their own adapter's laws."""
+    (r,) = suite.audit_config(suite.BY_NAME["llama-server.draft.lora"], CONFIG, files, [T1])
+    assert [c.case.load for c in r.cases] == [1, 8]
+    assert not any(c.rejected or c.token_finding for c in r.cases), r.summary()
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    load = r.load
+    assert load is not None and load.background is not None, r.summary()
+    assert not load.background_lossy and load.background["with_adapters"] > 100, r.summary()
+    assert r.acceptance is not None and r.acceptance.status == "as_predicted", r.summary()
+
+
 def test_four_completions_a_request_keep_the_law_and_are_independent(files):
     """The completions axis on the real server: 4 slots, each case with one completion a request
     and with 4 (``n_cmpl``); the law holds in both and a request's completions are independent."""

@@ -8,7 +8,7 @@ import pytest
 
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.endpoint.standin import BUGS, StandIn
+from specproof.properties.endpoint.standin import BUGS, InProcess, StandIn
 from specproof.properties.engine.audit import audit_engine
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import T1, EngineSpec
@@ -22,10 +22,18 @@ PROMPT = (0, 6)
 CONFIG = EngineAuditConfig(alpha=1e-3, samples=200, seed=1, report_samples=16)
 
 
-def _audit(bug: str | None, loads: tuple[int, ...] = (1, 8), config: EngineAuditConfig = CONFIG):
+def _audit(
+    bug: str | None,
+    loads: tuple[int, ...] = (1, 8),
+    config: EngineAuditConfig = CONFIG,
+    adapters: int = 0,
+):
     """The endpoint audit of a listening stand-in (sockets: N connections put N requests in
-    flight) against a correct twin, at ``loads``."""
-    with StandIn(bug, loop="laws") as si, StandIn(speculative=False, loop="laws") as twin:
+    flight) against a correct twin, at ``loads``; ``adapters``: LoRA adapters both hold."""
+    with (
+        StandIn(bug, loop="laws", adapters=adapters) as si,
+        StandIn(speculative=False, loop="laws", adapters=adapters) as twin,
+    ):
         ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, loads=loads))
         try:
             spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=4)
@@ -76,6 +84,47 @@ def test_a_seed_ignored_while_others_are_in_flight_is_a_contract_violation_under
     assert alone.differing == 0 and loaded.differing > 0
     assert all(not r.rejected for r in res.cases)  # the law holds at both levels
     assert "law" not in res.factor and "a seed gave two outputs" in res.summary()
+
+
+def test_background_requests_mix_lora_adapters_and_the_correct_server_passes():
+    """A server holding a LoRA adapter: every other background request on average asks it at
+    another scale than the audit's requests run at (its own, 1: so 0), so batches mix adapters;
+    the correct stand-in keeps each request's own law at both levels, the background requests'
+    tokens scored against their own adapter's laws (read from the twin with the same request)."""
+    res, most = _audit(None, adapters=1)
+    assert res.verdict == Verdict.PASS, res.summary()
+    assert most >= 8
+    bg = res.load.background  # type: ignore[union-attr]
+    assert bg is not None and bg["verdict"] in ("pass", "underpowered"), res.summary()
+    assert bg["with_adapters"] > 0.3 * bg["records"], bg
+    assert "asked a LoRA adapter" in res.summary()
+
+
+def test_an_adapter_taken_from_the_batch_is_lossy_only_with_8_in_flight():
+    """adapter_of_batch (vllm PR#21068's class): a request runs with another in-flight request's
+    adapter. Alone, exact; with 8 in flight beside background requests asking other adapter
+    scales, the audit's requests run at the wrong scale: lossy, named on the level."""
+    assert BUGS["adapter_of_batch"].expect == Verdict.PASS  # without the load axis: nothing mixes
+    res, _ = _audit("adapter_of_batch", adapters=1)
+    assert res.verdict == Verdict.LOSSY, res.summary()
+    alone, loaded = res.cases
+    assert not alone.rejected and not alone.token_finding  # alone, exact (until the audit stopped)
+    assert loaded.rejected or loaded.token_finding
+    assert res.factor == "lossy only with 8 in flight (the same prompt and setting held alone)"
+
+
+def test_a_twin_without_the_endpoints_adapters_is_refused():
+    with (
+        StandIn(loop="laws", adapters=1, listen=False) as si,
+        StandIn(speculative=False, loop="laws", listen=False) as twin,
+    ):
+        ways = {si.url: InProcess(si), twin.url: InProcess(twin)}
+        ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, loads=(1, 8)), transports=ways)
+        try:
+            with pytest.raises(UsageError, match="LoRA adapters"):
+                ep.open()
+        finally:
+            ep.close()
 
 
 def test_without_the_load_axis_the_seed_bug_passes_and_is_listed_so():

@@ -56,8 +56,11 @@ class EndpointEngine:
         vocab: int,
         twin: EndpointEngine | None = None,
         law_client: Client | None = None,
+        adapter: tuple[tuple[int, float], ...] = (),
     ) -> None:
         self.client, self.profile, self.sampling, self.vocab = client, profile, sampling, vocab
+        #: the LoRA adapter scales every request asks for ((id, scale) pairs; empty: the server's own)
+        self.adapter = tuple(adapter)
         self.twin = twin
         self._laws = law_client or client  # where target_law reads: the twin's server if any
         self.reports_probabilities = profile.reports and profile.reports_checkable(sampling)
@@ -81,7 +84,11 @@ class EndpointEngine:
         self, prompt_ids: Sequence[int], max_new_tokens: int, seed: int, report: bool
     ) -> tuple[str, dict[str, Any]]:
         path, body = self.profile.generation(prompt_ids, max_new_tokens, seed, self.sampling, report)
-        return path, self.profile.warm_body(body) if self.warm else body
+        return path, self._adapted(self.profile.warm_body(body) if self.warm else body)
+
+    def _adapted(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` asking for this engine's LoRA adapter scales, where it has any."""
+        return self.profile.adapter_body(body, self.adapter) if self.adapter else body
 
     def _at_cache(self) -> EndpointEngine:
         """This setting with every generation reusing the server's cached prompt (the prefix-cache
@@ -152,7 +159,7 @@ class EndpointEngine:
         requests = [self.profile.law_request(c, self.sampling, self.vocab, prompt_len) for c in contexts]
         if not requests:
             return []
-        answers = self._laws.post_many(requests[0][0], [b for _, b in requests])
+        answers = self._laws.post_many(requests[0][0], [self._adapted(b) for _, b in requests])
         out = []
         for ctx, answer in zip(contexts, answers):
             if self.profile.counters and self.profile.law_drafted(answer):
@@ -178,7 +185,7 @@ class EndpointEngine:
             if r is None:
                 return None
             requests.append(r)
-        answers = self._laws.post_many(requests[0][0], [b for _, b in requests])
+        answers = self._laws.post_many(requests[0][0], [self._adapted(b) for _, b in requests])
         laws: dict[tuple[int, ...], list[float]] = {}
         for chain, answer in zip(chains, answers):
             if self.profile.counters and self.profile.law_drafted(answer):
@@ -260,6 +267,17 @@ class Submitted:
         return [self.engine._read(a, False) for a in answers]
 
 
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """What a background request of the load axis asked: its prompt, length, setting and LoRA
+    adapter scales (empty: the server's own)."""
+
+    prompt: Seq
+    tokens: int
+    sampling: Sampling
+    adapter: tuple[tuple[int, float], ...] = ()
+
+
 class LoadedEngine(EndpointEngine):
     """One setting at a load level (:mod:`specproof.properties.engine.load`): at level 1 every
     request is sent alone; above, each call's requests are sent interleaved with background
@@ -270,7 +288,9 @@ class LoadedEngine(EndpointEngine):
     and the call's first seed, so a run is reproducible up to the server's own scheduling."""
 
     def __init__(self, base: EndpointEngine, level: int, endpoint: Endpoint) -> None:
-        super().__init__(base.client, base.profile, base.sampling, base.vocab, base.twin, base._laws)
+        super().__init__(
+            base.client, base.profile, base.sampling, base.vocab, base.twin, base._laws, base.adapter
+        )
         self.level, self.endpoint = level, endpoint
         for declared in ("draft_law", "acceptance_rule"):  # what a suite declared on the setting
             if hasattr(base, declared):
@@ -296,7 +316,7 @@ class LoadedEngine(EndpointEngine):
             return []
         path = ours[0][0]
         self.calls += 1
-        theirs: list[tuple[int, tuple[Seq, int, Sampling]]] = []
+        theirs: list[tuple[int, Asked]] = []
         if self.level == 1:
             bodies, mine = [b for _, b in ours], list(range(len(ours)))
         else:
@@ -306,18 +326,21 @@ class LoadedEngine(EndpointEngine):
         except EngineUnavailable as e:
             done = [e.done[i] for i in mine if i < len(e.done)]
             raise EngineUnavailable(e.detail, [self._read(a, report) for a in done]) from e
-        for i, (prompt, tokens, s) in theirs:
-            self._background(answers[i], prompt, tokens, s)
+        for i, asked in theirs:
+            self._background(answers[i], asked)
         return [self._read(answers[i], report) for i in mine]
 
     def _mixed(
         self, ours: list[dict[str, Any]], prompt: Sequence[int], tokens: int, seed: int
-    ) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, tuple[Seq, int, Sampling]]]]:
+    ) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, Asked]]]:
         """The audit's bodies interleaved with background ones; where each of ours lies, and
-        what each background request asked."""
+        what each background request asked. Where the server holds LoRA adapters, every other
+        background request on average asks one of them at another scale than the audit's
+        requests run at (the server's own: 0 where that is 1, else 1), so batches mix adapters."""
         rng = np.random.default_rng([self.level, self.calls, int(seed) % 2**63])
         n = len(ours)
         extra = max(self.level - n, n)
+        held = self.endpoint.adapters if self.endpoint is not None else {}
         asks = []
         for j in range(extra):
             length = int(rng.integers(1, 2 * len(prompt) + 3))
@@ -325,10 +348,16 @@ class LoadedEngine(EndpointEngine):
             m = int(rng.integers(1, tokens + 3))
             s = self.settings[int(rng.integers(len(self.settings)))]
             _, body = self.profile.generation(list(p), m, int(rng.integers(2**31)), s, False)
-            asks.append((self.profile.unseeded(body) if j % 2 else body, (p, m, s)))
+            adapter: tuple[tuple[int, float], ...] = ()
+            if held and rng.integers(2):  # drawn only where adapters are held: the rest is as it was
+                ids = sorted(held)
+                i = ids[int(rng.integers(len(ids)))]
+                adapter = ((i, 0.0 if held[i] else 1.0),)
+                body = self.profile.adapter_body(body, adapter)
+            asks.append((self.profile.unseeded(body) if j % 2 else body, Asked(p, m, s, adapter)))
         bodies: list[dict[str, Any]] = []
         mine: list[int] = []
-        theirs: list[tuple[int, tuple[Seq, int, Sampling]]] = []
+        theirs: list[tuple[int, Asked]] = []
         total = n + extra
         for k in range(total):  # spread ours evenly among theirs
             if len(mine) < n and (len(mine) * total <= k * n):
@@ -340,14 +369,16 @@ class LoadedEngine(EndpointEngine):
                 bodies.append(body)
         return bodies, mine, theirs
 
-    def _background(self, answer: Any, prompt: Seq, tokens: int, s: Sampling) -> None:
+    def _background(self, answer: Any, asked: Asked) -> None:
         got = self.profile.read_generation(answer, False).tokens
-        if len(got) > tokens or any(not 0 <= x < self.vocab for x in got):
+        if len(got) > asked.tokens or any(not 0 <= x < self.vocab for x in got):
             raise AnswerError(
-                f"a background request after {list(prompt)} asking {tokens} tokens was answered "
+                f"a background request after {list(asked.prompt)} asking {asked.tokens} tokens was answered "
                 f"{list(got)} (more tokens than asked, or ids outside [0, {self.vocab}))"
             )
-        self.records.append(Record(len(self.records) + 1, prompt, tuple(got), s))
+        self.records.append(
+            Record(len(self.records) + 1, asked.prompt, tuple(got), asked.sampling, adapter=asked.adapter)
+        )
 
     def background(self) -> tuple[list[Record], Any]:
         """The background requests answered so far, and the laws along their paths (read as the
@@ -356,7 +387,13 @@ class LoadedEngine(EndpointEngine):
         return list(self.records), twin_laws(self.endpoint)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "load": self.level, "background_requests": len(self.records)}
+        adapted = sum(1 for r in self.records if r.adapter)
+        return {
+            **super().describe(),
+            "load": self.level,
+            "background_requests": len(self.records),
+            "background_with_adapters": adapted,
+        }
 
 
 def _tv(p: Sequence[float], q: Sequence[float]) -> float:
@@ -405,6 +442,8 @@ class Endpoint:
         )
         self.identity: dict[str, Any] = {}
         self.vocab = 0
+        #: the LoRA adapters the endpoint holds: id -> the scale a request naming none runs at
+        self.adapters: dict[int, float] = {}
         self.opened = False
         #: the audit's settings (set by endpoint_spec): the load axis's background requests use them
         self.settings: tuple[Sampling, ...] = ()
@@ -449,6 +488,28 @@ class Endpoint:
                     f"{twin_identity.get('model')}"
                 )
         self.vocab = int(vocab)
+        self.adapters = self._adapters(self.client, "URL")
+        if self.twin_client is not None and self.adapters:
+            theirs = self._adapters(self.twin_client, "--twin")
+            if theirs != self.adapters:
+                raise UsageError(
+                    f"--twin: the endpoint holds LoRA adapters {self.adapters} (id: scale), its twin "
+                    f"{theirs}: load the same adapters in both (the laws of requests that ask for one "
+                    "are read there)"
+                )
+
+    def _adapters(self, client: Client, option: str) -> dict[int, float]:
+        """The LoRA adapters a server holds, where its family lists them (none where it does not)."""
+        if self.profile.adapters is None:
+            return {}
+        try:
+            return self.profile.read_adapters(client.get(self.profile.adapters))
+        except RequestRefused:
+            return {}  # a server of the family built without the route holds none
+        except AnswerError as e:
+            raise UsageError(f"{option}: {client.urls[0]} lists its LoRA adapters wrongly: {e}") from e
+        except EngineUnavailable as e:
+            raise UsageError(f"{option}: cannot reach {client.urls[0]}: {e.detail}") from e
 
     def _identity(self, client: Client, option: str) -> dict[str, Any]:
         try:
@@ -460,11 +521,15 @@ class Endpoint:
                 f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e}"
             ) from e
 
-    def engine(self, sampling: Sampling) -> EndpointEngine:
+    def engine(self, sampling: Sampling, adapter: tuple[tuple[int, float], ...] = ()) -> EndpointEngine:
+        """One setting (and LoRA adapter scales: (id, scale) pairs; empty: the server's own) of
+        this endpoint as an engine, its twin beside it."""
         twin = None
         if self.twin_client is not None:
-            twin = EndpointEngine(self.twin_client, self.profile, sampling, self.vocab)
-        made = EndpointEngine(self.client, self.profile, sampling, self.vocab, twin, self.twin_client)
+            twin = EndpointEngine(self.twin_client, self.profile, sampling, self.vocab, adapter=adapter)
+        made = EndpointEngine(
+            self.client, self.profile, sampling, self.vocab, twin, self.twin_client, adapter=adapter
+        )
         made.endpoint = self
         return made
 

@@ -107,6 +107,9 @@ class ServerConfig:
     #: the acceptance oracle (greedy_chain): the drafts per step of the server's greedy draft
     #: chain, whose law the project knows (0: not declared)
     greedy_drafts: int = 0
+    #: serve the tiny LoRA adapter of the target (``--lora``) on the server and its twin: the load
+    #: axis's background requests then ask it at another scale (batches mixing adapters)
+    lora: bool = False
 
     @property
     def profile(self) -> str:
@@ -148,6 +151,17 @@ CONFIGS: tuple[ServerConfig, ...] = (
         draft=True,
         loads=(1, 8),
         greedy_drafts=4,
+    ),
+    ServerConfig(
+        "llama-server.draft.lora",
+        "draft model as above, 8 slots, a LoRA adapter of the target (--lora, applied at scale 1 to "
+        "every request that names none): alone and with 8 in flight beside background requests that "
+        "ask the adapter at scale 0, so batches mix adapters (--load 1 --load 8)",
+        ("--spec-draft-n-max", "4", "-np", "8", "-c", "2048"),
+        draft=True,
+        loads=(1, 8),
+        greedy_drafts=4,
+        lora=True,
     ),
     ServerConfig(
         "llama-server.draft.cache",
@@ -258,8 +272,13 @@ class Table(list[EngineAuditResult]):
 
 
 def models(folder: Path | str) -> dict[str, Any]:
-    """The tiny target and draft GGUF files (seed 0) in ``folder``."""
-    return gguf_models.write_models(folder, seed=0)
+    """The tiny target and draft GGUF files (seed 0) in ``folder``, and the target's LoRA adapter
+    (``lora``: :func:`.gguf_models.lora_weights`)."""
+    files = gguf_models.write_models(folder, seed=0)
+    lora = gguf_models.write_lora(
+        Path(folder) / "lora.gguf", gguf_models.lora_weights(0), "specproof-tiny-lora-0"
+    )
+    return {**files, "lora": lora}
 
 
 def audit_config(
@@ -338,9 +357,11 @@ def _servers(config: ServerConfig, files: dict[str, Any]) -> Iterator[tuple[str,
         return
     binary = llamacpp.ensure_built(progress=lambda m: None)
     draft_file = files["draft"] if config.draft else None
+    lora = ("--lora", str(files["lora"])) if config.lora else ()
+    args = (*config.args, *lora)
     with (
-        llamacpp.start_server(binary, files["target"], draft=draft_file, extra_args=config.args) as url,
-        llamacpp.start_server(binary, files["target"]) as twin,
+        llamacpp.start_server(binary, files["target"], draft=draft_file, extra_args=args) as url,
+        llamacpp.start_server(binary, files["target"], extra_args=lora) as twin,
     ):
         yield url, twin
 

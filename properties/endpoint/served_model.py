@@ -51,10 +51,22 @@ class ServedModel:
             self._logits[context] = out[-1].to(torch.float64).numpy().copy()
         return self._logits[context]
 
-    def law(self, context: Seq, s: Sampling, joint: bool = False) -> np.ndarray:
-        """The law after ``context`` under ``s``: HF's order of the cut-offs, or SGLang's
-        (top-k and top-p jointly on the tempered law, then min-p) with ``joint``."""
+    def adapter_bias(self, adapter: int) -> np.ndarray:
+        """What LoRA adapter ``adapter`` adds to the logits at scale 1 (a fixed vector of the model
+        and the id: the stand-in's adapters are biases of the output, a rank-one change of it)."""
+        rng = np.random.default_rng([self.seed, 3, adapter])
+        return 1.2 * rng.standard_normal(self.vocab)
+
+    def law(
+        self, context: Seq, s: Sampling, joint: bool = False, adapter: tuple[tuple[int, float], ...] = ()
+    ) -> np.ndarray:
+        """The law after ``context`` under ``s`` with the LoRA ``adapter`` scales: HF's order of the
+        cut-offs, or SGLang's (top-k and top-p jointly on the tempered law, then min-p) with
+        ``joint``."""
         z = self.logits(context)
+        for i, scale in adapter:
+            if scale:
+                z = z + scale * self.adapter_bias(i)
         if joint and s.truncated and not s.greedy:
             return np.asarray(warp(z, s, order="sglang"))
         return np.asarray(s.law(list(z)))

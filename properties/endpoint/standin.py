@@ -110,6 +110,11 @@ shared_choices       lossy                 the completions of a request for seve
 fork_rows            lossy                 a completion after the first of a request is
                                            verified against the draft rows of the one before
                                            it: exact one completion a request
+adapter_of_batch     pass; lossy under     with LoRA adapters (``adapters``), a request runs
+                     load                  with the adapter of another request in flight (the
+                                           batch's, not its own: vllm PR#21068's class); alone
+                                           it is exact, so only the load axis's mixed batches
+                                           (background requests with adapters) see it
 averaged_metric      misreported           ``GET /metrics`` gives accepted drafts as the drafted
                                            total times the mean of the requests' accepted
                                            shares (a mean of ratios for a ratio of sums,
@@ -126,6 +131,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import http.server
 import json
@@ -261,6 +267,13 @@ BUGS: dict[str, Planted] = planted(
         "completion a request, lossy only with several",
     ),
     Planted(
+        "adapter_of_batch",
+        Verdict.PASS,
+        "with LoRA adapters held, a request runs with the adapter of another request in flight (the "
+        "batch's, not its own; vllm PR#21068's class): one request at a time is exact, so only the load "
+        "axis, whose background requests carry adapters, flags it (lossy with --load)",
+    ),
+    Planted(
         "averaged_metric",
         Verdict.MISREPORTED,
         "GET /metrics reports accepted draft tokens as the drafted total times the mean of the requests' "
@@ -325,6 +338,7 @@ class StandIn:
         dies_after: int = 100,
         die: str = "refuse",
         listen: bool = True,
+        adapters: int = 0,
     ) -> None:
         if bug is not None and bug not in BUGS:
             raise UsageError(f"bug: {bug!r} is unknown; bugs: {', '.join(BUGS)}")
@@ -336,7 +350,12 @@ class StandIn:
             raise UsageError(f"die: {die!r} is neither 'refuse' nor 'hang'")
         if not listen and bug in TRANSPORT_FAULTS:
             raise UsageError(f"bug: {bug!r} is a fault of the transport: it needs listen=True")
+        if not isinstance(adapters, int) or adapters < 0:
+            raise UsageError(f"adapters: expected an integer >= 0, got {adapters!r}")
         self.listen = listen
+        #: LoRA adapters held (llama-server's ``--lora``): each at scale 1 unless a request's
+        #: ``lora`` says otherwise, as llama-server applies its adapters
+        self.adapters = adapters
         self.bug, self.speculative, self.loop_kind = bug, speculative, loop
         self.model = ServedModel(model_seed, vocab)
         self.model_name, self.openai_style = model_name, openai_style
@@ -492,6 +511,10 @@ class StandIn:
         seed = FIXED_SEED if bug == "ignores_seed" else ask.seed  # bug: ignores_seed
         if bug == "seed_in_flight" and self._others(ask):
             seed = int.from_bytes(os.urandom(4), "little")  # bug: seed_in_flight
+        if bug == "adapter_of_batch":
+            batch = [a.adapter for a in self._others(ask) if a.adapter != ask.adapter]
+            if batch:
+                ask = dataclasses.replace(ask, adapter=batch[0])  # bug: adapter_of_batch
         if bug == "nan_reports" and ask.report and ask.tokens > 1:  # drafted positions: garbage
             raise RequestError("Out of range float values are not JSON compliant")  # bug: nan_reports
         try:
@@ -505,7 +528,8 @@ class StandIn:
         # of the request served before it (the one slot's cache)
         hit = ask.cache_prompt and bool(self._slot) and self._slot[:1] == ask.prompt[:1]
         self._slot = ask.prompt
-        law = functools.partial(m.law, s=s, joint=ask.joint)
+        law = functools.partial(m.law, s=s, joint=ask.joint, adapter=ask.adapter)
+        adapted = any(scale for _, scale in ask.adapter)  # a LoRA adapter moves the target's law
         out = [_draw(law(ask.prompt), rng)]  # the first token, from the prompt's forward pass
         speculate = self.speculative
         if bug == "no_speculation":
@@ -519,6 +543,11 @@ class StandIn:
             if bug in ("greedy_verify", "nan_reports"):
                 rule = "greedy"  # bug: greedy_verify, nan_reports
             context = ask.prompt + (out[0],)
+            # the target's law the laws loops verify against: the reference loop's own at the
+            # temperature where nothing else moves it, else the request's processed law
+            target = (
+                m.tempered(s.temperature) if not s.truncated and not adapted else (lambda c: tuple(law(c)))
+            )
             others = self._others(ask) if bug == "batch_rows" else []
             crowded = len(others) >= 2 and bool(self._last_rows)  # more than 2 in flight
             poisoned = (
@@ -527,7 +556,6 @@ class StandIn:
                 or (bug == "fork_rows" and ask.forked)
             )
             if bug == "stale_after_hit" and hit:
-                target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 more, drawn.drafted, drawn.accepted = m.laws_loop(
                     context,
                     rest,
@@ -538,17 +566,15 @@ class StandIn:
                 )
                 steps = m.last_steps
             elif poisoned and self._last_rows:
-                target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 rows = self._last_rows  # bug: batch_rows, prefix_poison, fork_rows
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule, rows)
                 steps = m.last_steps
-            elif self.loop_kind == "kv" and not s.truncated:
+            elif self.loop_kind == "kv" and not s.truncated and not adapted:
                 loop = m.loop(s.temperature, rule)
                 more = loop.run(context, rest, rng)
                 drawn.drafted, drawn.accepted = loop.last_counters["drafted"], loop.last_counters["accepted"]
                 steps = loop.last_steps
             else:
-                target = m.tempered(s.temperature) if not s.truncated else (lambda c: tuple(law(c)))
                 more, drawn.drafted, drawn.accepted = m.laws_loop(context, rest, rng, target, rule)
                 steps = m.last_steps
             out.extend(more)
@@ -563,7 +589,8 @@ class StandIn:
         if ask.report:
             for d, x in enumerate(out):
                 ctx = ask.prompt + tuple(out[:d])
-                shown = m.law(ctx, Sampling(s.temperature)) if ask.tempered_reports else law(ctx)
+                plain = Sampling(s.temperature)
+                shown = m.law(ctx, plain, adapter=ask.adapter) if ask.tempered_reports else law(ctx)
                 p = float(shown[x])
                 if bug == "zero_logprobs":
                     p = 1.0  # bug: zero_logprobs
@@ -571,7 +598,7 @@ class StandIn:
                     p = m.draft_prob(ctx, x)  # bug: first_token_only
                 drawn.reported.append(p)
                 drawn.shown.append(shown)
-                drawn.raw.append(m.law(ctx, Sampling(1.0)))
+                drawn.raw.append(m.law(ctx, Sampling(1.0), adapter=ask.adapter))
         return drawn
 
     def _stop(self, ask: Ask, drawn: Drawn) -> None:
@@ -596,6 +623,11 @@ class StandIn:
                 return 200, {"status": "ok"}
             if path == "/metrics":
                 return 200, self.metrics_page()
+            if path == "/lora-adapters":
+                scale = 1.0
+                return 200, [
+                    {"id": i, "path": f"adapter-{i}.gguf", "scale": scale} for i in range(self.adapters)
+                ]
             if path in ("/v1/models", "/models"):
                 return 200, models(self)
             if path == "/get_model_info":

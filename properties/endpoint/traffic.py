@@ -32,14 +32,21 @@ __all__ = [
 
 def twin_laws(endpoint: Any) -> LawsAlong:
     """The laws along a path read from an opened endpoint (its twin where it has one), per
-    setting: one law request a prefix, sent concurrently, by the family's recipe."""
-    engines: dict[Sampling, Any] = {}
+    setting and LoRA adapter scales (``adapter``: (id, scale) pairs; empty: the server's own): one
+    law request a prefix, sent concurrently, by the family's recipe."""
+    engines: dict[tuple[Sampling, tuple[tuple[int, float], ...]], Any] = {}
 
-    def laws(prompt: tuple[int, ...], tokens: tuple[int, ...], s: Sampling) -> np.ndarray:
-        if s not in engines:
-            engines[s] = endpoint.engine(s)
+    def laws(
+        prompt: tuple[int, ...],
+        tokens: tuple[int, ...],
+        s: Sampling,
+        adapter: tuple[tuple[int, float], ...] = (),
+    ) -> np.ndarray:
+        key = (s, tuple(adapter))
+        if key not in engines:
+            engines[key] = endpoint.engine(s, adapter=key[1])
         contexts = [list(prompt) + list(tokens[:d]) for d in range(len(tokens))]
-        return np.asarray(engines[s].target_laws(contexts, prompt_len=len(prompt)))
+        return np.asarray(engines[key].target_laws(contexts, prompt_len=len(prompt)))
 
     return laws
 

@@ -212,6 +212,8 @@ def load_checks(
         load.stopped = f"the background requests' laws: {e.detail}"
         return
     load.background = out.to_json()
+    adapted = sum(1 for r in records if getattr(r, "adapter", ()))
+    load.background["with_adapters"] = adapted
     load.background_lossy = out.verdict == Verdict.LOSSY
     detects = min((s["detects"]["mean"] for s in out.settings), default=1.0)
     text = (
@@ -219,6 +221,8 @@ def load_checks(
         f"(alpha {config.alpha * BACKGROUND_ALPHA_SHARE:g}); detects a per-token TV of {detects:.3g} "
         "(sharpening) in its best-served setting"
     )
+    if adapted:
+        text += f"; {adapted:,} of them asked a LoRA adapter at another scale than the audit's requests"
     if out.finding is not None:
         text += f"; witness: {out.finding['text']}"
     load.background_text = text

@@ -50,6 +50,8 @@ class Record:
     tokens: tuple[int, ...]
     sampling: Sampling
     steps: tuple[int, ...] | None = None
+    #: the LoRA adapter scales it asked for, (id, scale) each (a server's; empty: its defaults)
+    adapter: tuple[tuple[int, float], ...] = ()
 
 
 def _tuples(value: Any) -> Any:
@@ -200,7 +202,11 @@ def audit_traffic(
         say(f"record {r.line}", n / len(records))
         if not r.tokens:
             continue
-        along = np.asarray(laws(r.prompt, r.tokens, r.sampling), dtype=np.float64)
+        if r.adapter:  # its laws under the adapter scales it asked for
+            got = laws(r.prompt, r.tokens, r.sampling, adapter=r.adapter)  # type: ignore[call-arg]
+        else:
+            got = laws(r.prompt, r.tokens, r.sampling)
+        along = np.asarray(got, dtype=np.float64)
         if along.shape != (len(r.tokens), vocab):
             raise UsageError(
                 f"line {r.line}: {along.shape} laws read for {len(r.tokens)} tokens of V = {vocab}"

@@ -211,6 +211,53 @@ def write_models(folder: Path | str, seed: int = 0) -> dict[str, Any]:
     return {**paths, "vocab": list(VOCAB), "eos_id": EOS_ID, "seed": seed, "sha256": digests}
 
 
+#: the rank of the tiny LoRA adapters (their alpha equals it, so a request's scale is the factor)
+LORA_RANK = 2
+
+
+def lora_weights(seed: int = 0, spec: Spec = SPEC) -> dict[str, np.ndarray]:
+    """A rank-:data:`LORA_RANK` LoRA adapter of the output matrix (GGUF names: ``output.weight.lora_a``
+    of shape ``(r, n_embd)``, ``output.weight.lora_b`` of ``(n_vocab, r)``), a function of ``seed``
+    alone: it moves every logit but the end of sequence's (channel 0 and the EOS row stay zero,
+    so the end of sequence stays as unreachable as in the target)."""
+    rng = np.random.default_rng([seed, 3])
+    a = rng.standard_normal((LORA_RANK, spec.n_embd)) / np.sqrt(spec.n_embd)
+    b = rng.standard_normal((spec.n_vocab, LORA_RANK)) * 0.6
+    a[:, 0] = 0.0
+    b[EOS_ID, :] = 0.0
+    return {"output.weight.lora_a": a.astype(np.float32), "output.weight.lora_b": b.astype(np.float32)}
+
+
+def with_lora(
+    weights: dict[str, np.ndarray], lora: dict[str, np.ndarray], scale: float
+) -> dict[str, np.ndarray]:
+    """``weights`` with ``lora`` merged at ``scale`` (what llama.cpp computes for a request asking
+    that adapter at that scale: ``W x + scale * alpha / r * B (A x)``, alpha = r here)."""
+    out = dict(weights)
+    for name in {k.rsplit(".", 1)[0] for k in lora}:
+        delta = lora[f"{name}.lora_b"].astype(np.float64) @ lora[f"{name}.lora_a"].astype(np.float64)
+        out[name] = (weights[name].astype(np.float64) + scale * delta).astype(np.float32)
+    return out
+
+
+def write_lora(path: Path, lora: dict[str, np.ndarray], name: str) -> Path:
+    """Write ``lora`` as a llama.cpp LoRA adapter GGUF (``general.type`` adapter, ``adapter.type``
+    lora, alpha = its rank) for the tiny llama models; return ``path``."""
+    gguf = _gguf()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_type("adapter")
+    writer.add_name(name)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(LORA_RANK))
+    for tensor_name in sorted(lora):
+        writer.add_tensor(tensor_name, np.ascontiguousarray(lora[tensor_name], dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def read_weights(path: Path | str) -> dict[str, np.ndarray]:
     """The tensors of a GGUF file written here, back in numpy layout ``(out, in)``."""
     gguf = _gguf()

@@ -135,6 +135,9 @@ class Profile(abc.ABC):
     metrics: ClassVar[tuple[str, str, str] | None] = None
     #: the request field asking for n completions (llama-server's ``n_cmpl``; None: one a request)
     completions: ClassVar[str | None] = None
+    #: where the server lists the LoRA adapters it holds (llama-server's ``GET /lora-adapters``;
+    #: None: the family's adapters are not asked for per request)
+    adapters: ClassVar[str | None] = None
 
     def __init_subclass__(
         cls,
@@ -228,6 +231,15 @@ class Profile(abc.ABC):
         """The completions of an answer to :meth:`completions_body`, in their order (by default
         the answer is one generation)."""
         return [self.read_generation(answer, report)]
+
+    def adapter_body(self, body: dict[str, Any], adapter: Sequence[tuple[int, float]]) -> dict[str, Any]:
+        """A request's body asking for the LoRA adapter scales ``adapter`` ((id, scale) pairs)."""
+        raise NotImplementedError(f"profile {self.name} asks for no LoRA adapter per request")
+
+    def read_adapters(self, answer: Any) -> dict[int, float]:
+        """The adapters a server holds (id -> the scale a request that names none runs at), from
+        its answer at :attr:`adapters`."""
+        raise NotImplementedError(f"profile {self.name} lists no LoRA adapters")
 
     def read_metrics(self, text: str) -> dict[str, int] | None:
         """The server's draft and accepted totals (``drafted``, ``accepted``) from its Prometheus

@@ -47,6 +47,8 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
     caches: ClassVar[bool] = True
     #: n completions a request: llama-server answers a list (completion j seeded by seed + j)
     completions: ClassVar[str | None] = "n_cmpl"
+    #: LoRA adapters loaded with ``--lora``, asked per request with ``lora: [{id, scale}]``
+    adapters: ClassVar[str | None] = "/lora-adapters"
     #: llama-server started with ``--metrics``
     metrics: ClassVar[tuple[str, str, str] | None] = (
         "/metrics",
@@ -168,6 +170,15 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
             ) from e
         return law_from_pairs(pairs, vocab, "llama-server's probabilities")
 
+    def adapter_body(self, body: dict[str, Any], adapter: Sequence[tuple[int, float]]) -> dict[str, Any]:
+        return {**body, "lora": [{"id": int(i), "scale": float(s)} for i, s in adapter]}
+
+    def read_adapters(self, answer: Any) -> dict[int, float]:
+        try:
+            return {int(e["id"]): float(e.get("scale", 1.0)) for e in answer}
+        except (KeyError, TypeError, ValueError) as e:
+            raise AnswerError(f"GET /lora-adapters answered {str(answer)[:200]}") from e
+
     def identity(self, client: Client) -> dict[str, Any]:
         data = client.get("/v1/models")
         meta = (data.get("data") or [{}])[0].get("meta") or {}
@@ -218,6 +229,7 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Event
         n_probs > 0,
         stop=wire.stops(body.get("stop")),
         cache_prompt=bool(body.get("cache_prompt", True)),  # llama-server's default: on
+        adapter=wire.adapters(body.get("lora"), si.adapters, 1.0),
     )
     n = body.get("n_cmpl", 1)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:

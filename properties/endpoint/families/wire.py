@@ -49,6 +49,9 @@ class Ask:
     stop: tuple[str, ...] = ()  # stop strings over the tokens' texts
     cache_prompt: bool = False  # asks the server to reuse its cached prompt (llama-server's field)
     forked: bool = False  # a completion after the first of a request for several
+    #: the LoRA adapters it runs with: (id, scale) for every adapter the server holds (llama-server's
+    #: ``lora`` field, each adapter absent from it at the server's own scale)
+    adapter: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -105,6 +108,26 @@ def stops(value: Any) -> tuple[str, ...]:
     if not isinstance(items, list) or any(not isinstance(t, str) or not t for t in items):
         raise RequestError(f"stop: expected a string or a list of non-empty strings, got {value!r}")
     return tuple(items)
+
+
+def adapters(value: Any, held: int, default: float) -> tuple[tuple[int, float], ...]:
+    """A request's ``lora`` (llama-server's: a list of ``{"id": i, "scale": s}``) over the ``held``
+    adapters of a server: every adapter with its scale, those the request does not name at
+    ``default``. An id outside them is refused, as llama-server refuses it."""
+    scales = dict.fromkeys(range(held), float(default))
+    if value is None:
+        return tuple(scales.items())
+    if not isinstance(value, list):
+        raise RequestError(f"lora: expected a list of {{id, scale}}, got {str(value)[:80]}")
+    for entry in value:
+        try:
+            i, scale = int(entry["id"]), float(entry.get("scale", 0.0))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise RequestError(f"lora: expected {{id, scale}} entries, got {str(entry)[:80]}") from e
+        if i not in scales:
+            raise RequestError(f"lora: invalid adapter id {i} (the server holds {held})")
+        scales[i] = scale
+    return tuple(scales.items())
 
 
 def top(law: np.ndarray, n: int | None, nonzero: bool = False) -> list[tuple[int, float]]:
