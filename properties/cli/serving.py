@@ -160,8 +160,11 @@ def add_tiny_models_parser(sub: Any) -> None:
         "tiny-models",
         help="write the project's tiny target and draft as HF folders and GGUF files",
         description="DIR/hf/target, DIR/hf/draft (config, float32 safetensors, a one-word-per-id "
-        "tokenizer with EOS id 0; heads padded to 32 for vLLM's CPU attention) and DIR/gguf/*.gguf (when "
-        "the gguf package is installed): the same weights, whose exact law specproof computes in numpy.",
+        "tokenizer with EOS id 0; heads padded to 32 for vLLM's CPU attention), DIR/hf/eagle (a one-layer "
+        "EAGLE-1 head for the target, as vLLM's method eagle loads it) and DIR/gguf/*.gguf (when the gguf "
+        "package is installed: the target, the draft and lora.gguf, a LoRA adapter of the target's output "
+        "for llama-server's --lora): the same weights, whose exact law specproof computes in numpy "
+        "(gguf_models.with_lora for the adapter at a scale).",
     )
     g.add_argument("dir", help="the folder to write into")
     g.add_argument("--seed", type=int, default=0, help="the weights' seed (default 0)")
@@ -178,12 +181,15 @@ def cmd_tiny_models(args: argparse.Namespace) -> int:
         "hf": {
             k: str(v)
             for k, v in tiny_hf.write_models_hf(root / "hf", args.seed).items()
-            if k in ("target", "draft")
+            if k in ("target", "draft", "eagle")
         }
     }
     try:
         written = gguf_models.write_models(root / "gguf", seed=args.seed)
         out["gguf"] = {k: str(v) for k, v in written.items() if isinstance(v, Path)}
+        lora = gguf_models.lora_weights(args.seed)
+        path = gguf_models.write_lora(root / "gguf" / "lora.gguf", lora, f"specproof-tiny-lora-{args.seed}")
+        out["gguf"]["lora"] = str(path)
     except gguf_models.GGUFModelError as e:
         out["gguf"] = f"not written: {e}"
     out.update(vocab=list(gguf_models.VOCAB), eos_id=gguf_models.EOS_ID, seed=args.seed)
