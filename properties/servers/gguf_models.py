@@ -185,8 +185,14 @@ def write_gguf(path: Path, weights: dict[str, np.ndarray], name: str, spec: Spec
     writer.add_add_bos_token(False)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)
-    for tensor_name in sorted(weights):
-        writer.add_tensor(tensor_name, np.ascontiguousarray(weights[tensor_name], dtype=np.float32))
+    return _write_tensors(writer, weights, path)
+
+
+def _write_tensors(writer: Any, tensors: dict[str, np.ndarray], path: Path) -> Path:
+    """Add ``tensors`` (float32, in name order) to a GGUF ``writer`` whose keys are set, write
+    the file and close it; return ``path``."""
+    for tensor_name in sorted(tensors):
+        writer.add_tensor(tensor_name, np.ascontiguousarray(tensors[tensor_name], dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -249,13 +255,7 @@ def write_lora(path: Path, lora: dict[str, np.ndarray], name: str) -> Path:
     writer.add_name(name)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(LORA_RANK))
-    for tensor_name in sorted(lora):
-        writer.add_tensor(tensor_name, np.ascontiguousarray(lora[tensor_name], dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return _write_tensors(writer, lora, path)
 
 
 def read_weights(path: Path | str) -> dict[str, np.ndarray]:
