@@ -88,6 +88,7 @@ class Recorder:
     def __init__(self) -> None:
         self.log: list[tuple[str, int]] = []
         self.fail_at: int | None = None
+        self.interrupt_at: int | None = None
 
     def target_law(self, context: list[int]) -> list[float]:
         return [0.25] * 4
@@ -108,6 +109,8 @@ class Recorder:
         class Handle:
             def result(self) -> list[Generation]:
                 engine.log.append(("read", number))
+                if engine.interrupt_at == number:
+                    raise KeyboardInterrupt
                 if engine.fail_at == number:
                     raise EngineUnavailable(
                         "the server went away", engine.generate_many(prompt_ids, m, seeds[:2])
@@ -143,6 +146,16 @@ def test_a_fault_keeps_what_came_before_it_and_settles_the_rest():
     asked = {n for what, n in engine.log if what == "submit"}
     read = {n for what, n in engine.log if what == "read"}
     assert asked == read  # every chunk asked for ahead was waited for
+
+
+def test_ctrl_c_waits_for_nothing_asked_ahead():
+    engine = Recorder()
+    engine.interrupt_at = 2
+    r = audit_engine(_spec(engine), EngineAuditConfig(alpha=1e-3, samples=40, seed=0, report_samples=0))
+    assert r.verdict == Verdict.INTERRUPTED and r.samples == 10, r.summary()
+    read = [n for what, n in engine.log if what == "read"]
+    asked = [n for what, n in engine.log if what == "submit"]
+    assert read == [0, 1, 2] and asked == [0, 1, 2, 3, 4]  # chunks 3 and 4 asked, never waited for
 
 
 def test_submitted_batches_share_one_gate_first_come_first_served():

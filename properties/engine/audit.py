@@ -560,6 +560,7 @@ class EngineAudit:
         seqs: list[list[Seq]] = [[] for _ in res.cases]
         total = max(1, sum(r.planned for r in res.cases))
         chunks = DrawAhead(self)
+        interrupted = False
         try:
             for look in range(c.looks):
                 for i, (runner, r) in enumerate(zip(self.runners, res.cases)):
@@ -582,9 +583,13 @@ class EngineAudit:
                     stop = r.rejected or res.token_rejected
                     if (stop and c.stop_early) or self.out_of_time or res.fault:
                         return
+        except KeyboardInterrupt:
+            interrupted = True  # Ctrl-C: nothing more is waited for (the client cancels on close)
+            raise
         finally:
-            for g in chunks.settle():  # asked for ahead, not used: still the server's answers
-                self.tally.add(g.drafted, g.accepted)
+            if not interrupted:
+                for g in chunks.settle():  # asked for ahead, not used: still the server's answers
+                    self.tally.add(g.drafted, g.accepted)
 
     def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], chunk: Pending) -> bool:
         """The next chunk of the case's samples, number ``r.n`` on (sample ``i``'s seed from
