@@ -518,6 +518,20 @@ def test_counters_that_contradict_or_never_accept_are_named():
     assert odd.to_json()["speculation"]["contradictory"] == odd.samples
 
 
+def test_a_greedy_path_whose_drafts_are_never_accepted_is_not_speculation_off():
+    """The reference EAGLE-1 loop under greedy decoding: after [0 6] its one path is drawn again
+    and again and the drafter never agrees with the target along it (no draft accepted there),
+    while after [5 2 5 2] drafts are accepted. One path repeated is not speculation switched off:
+    the verdict is pass, and the summary says speculation was not tested in that case. A
+    sampled case whose drafts are never accepted still makes the verdict no_speculation (above)."""
+    res = audit_engine(resolve_engine("reference.eagle1.greedy"), EngineAuditConfig(samples=20, seed=0))
+    assert res.verdict == Verdict.PASS, res.summary()
+    assert all(r.point_mass for r in res.cases) and res.speculation.status == "ran"
+    idle = [r for r in res.cases if r.speculation.idle == "drafts never accepted"]
+    assert idle, res.summary()  # the premise: one greedy path accepts nothing
+    assert "speculation not tested in: greedy after [0 6] (drafts never accepted)" in res.summary()
+
+
 def test_the_time_probe_times_a_chunk_drawn_as_sampling_draws_it():
     """An engine that serves 8 samples in the time of one call: the plan's estimate is read from
     a chunk drawn many at once (1/8 of a call per sample), not from single calls. The clock is

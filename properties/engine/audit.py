@@ -223,6 +223,15 @@ class DrawAhead:
         return out
 
 
+def _idle(r: EngineCaseResult) -> bool:
+    """Whether a case shows speculation off: nothing drafted, or drafts never accepted where the
+    samples differ. A point-mass case (greedy decoding) draws one path again and again, so drafts
+    never accepted there are one observation repeated, not a sign that speculation is off: its
+    summary line says speculation was not tested in it, and the verdict does not turn on it."""
+    sp = r.speculation
+    return sp.status == "none" and not (r.point_mass and sp.idle == "drafts never accepted")
+
+
 class EngineAudit:
     """One engine audit, stage by stage (module docstring); holds the state the stages share."""
 
@@ -835,7 +844,7 @@ class EngineAudit:
                 "stage": "checks",
             }
             res.verdict = Verdict.CONTRACT_VIOLATION
-        elif res.speculation.status == "none" or any(r.speculation.status == "none" for r in res.cases):
+        elif res.speculation.status == "none" or any(_idle(r) for r in res.cases):
             res.verdict = Verdict.NO_SPECULATION
         elif (res.acceptance is not None and res.acceptance.status == "low") or (
             res.axis_acceptance is not None and res.axis_acceptance.status == "low"
