@@ -46,6 +46,15 @@ ALPHA = 1e-4
 FIXED = ("expand", "topk")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _closed_workers():
+    """The in-process engines' workers this module started are stopped when it ends."""
+    yield
+    from specproof.properties.engine.adapters import vllm_cpu as adapter
+
+    adapter.close_workers()
+
+
 @pytest.fixture(scope="module")
 def twin():
     with vllm_cpu.VLLMServer("plain") as s:

@@ -4,10 +4,11 @@ distribution installed there, and pip run in it with a log."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +47,28 @@ def pip(py: Path, args: Sequence[str], log: Path, error: type[Exception]) -> Non
     if done.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-25:])
         raise error(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail}")
+
+
+class WorkerPool:
+    """Workers of another environment kept for the process by key (a pipeline, a runner: each
+    costs seconds to start), closed when the process exits or by :meth:`close`. Close them when
+    done: an idle worker may still take a core (mistral.rs's runner spins while it waits)."""
+
+    def __init__(self) -> None:
+        self.workers: dict[Any, JsonLinesWorker] = {}
+        atexit.register(self.close)
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The live worker of ``key``, started by ``make()`` where there is none (or it died)."""
+        w = self.workers.get(key)
+        if w is None or w.proc.poll() is not None:
+            w = self.workers[key] = make()
+        return w
+
+    def close(self, keep: Callable[[Any], bool] = lambda key: False) -> None:
+        """Close every worker whose key ``keep`` does not keep."""
+        for key in [k for k in self.workers if not keep(k)]:
+            self.workers.pop(key).close()
 
 
 class JsonLinesWorker:

@@ -27,7 +27,6 @@ Its answers carry no draft or acceptance counters, so speculation is not observa
 
 from __future__ import annotations
 
-import atexit
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +36,7 @@ import numpy as np
 from specproof.properties.engine.contract import EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
-from specproof.properties.servers import mistralrs_env
+from specproof.properties.servers import mistralrs_env, venvs
 from specproof.reference.errors import UsageError
 
 VOCAB = len(gm.VOCAB)
@@ -46,7 +45,9 @@ PROMPTS = ((1, 2),)
 TOKENS = 6
 #: the settings audited: the end of sequence is the model's and cannot be banned
 SETTINGS = (Sampling(1.0, eos=gm.EOS_ID), Sampling(0.7, eos=gm.EOS_ID))
-_WORKERS: dict[str, mistralrs_env.Worker] = {}
+#: one worker per runner, kept for the process; an idle mistral.rs runner spins a core, so
+#: close them when done (:func:`close_workers`)
+_WORKERS = venvs.WorkerPool()
 
 
 def available() -> tuple[bool, str]:
@@ -55,11 +56,13 @@ def available() -> tuple[bool, str]:
 
 def _worker(mode: str) -> mistralrs_env.Worker:
     """One worker per runner, kept for the process."""
-    w = _WORKERS.get(mode)
-    if w is None or w.proc.poll() is not None:
-        w = _WORKERS[mode] = mistralrs_env.Worker(mode)
-        atexit.register(w.close)
-    return w
+    worker: mistralrs_env.Worker = _WORKERS.get(mode, lambda: mistralrs_env.Worker(mode))
+    return worker
+
+
+def close_workers() -> None:
+    """Stop every runner's worker (the next call starts them again)."""
+    _WORKERS.close()
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,7 +121,7 @@ class MistralRSEngine:
         return list(self.sampling.law(list(z)))
 
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.get(self.mode)
+        w = _WORKERS.workers.get(self.mode)
         return {
             "runner": self.mode,
             "mistralrs": None if w is None else w.identity.get("mistralrs"),

@@ -18,7 +18,6 @@ accepted drafts, which the audit states as counters that contradict themselves.
 
 from __future__ import annotations
 
-import atexit
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -28,14 +27,14 @@ import numpy as np
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
-from specproof.properties.servers import openvino_env
+from specproof.properties.servers import openvino_env, venvs
 
 VOCAB = len(gm.VOCAB)
 PROMPTS = ((1, 2, 3, 4),)
 #: M: the first token is the target's own, so drafts are verified from the second on; at M = 2
 #: the pipeline never verifies a draft (it drafts only what fits before max_new_tokens)
 TOKENS = 6
-_WORKERS: dict[str, openvino_env.Worker] = {}
+_WORKERS = venvs.WorkerPool()  # one worker per pipeline, kept for the process
 
 
 def available() -> tuple[bool, str]:
@@ -44,11 +43,13 @@ def available() -> tuple[bool, str]:
 
 def _worker(mode: str) -> openvino_env.Worker:
     """One worker per pipeline, kept for the process (a pipeline takes about a second to build)."""
-    w = _WORKERS.get(mode)
-    if w is None or w.proc.poll() is not None:
-        w = _WORKERS[mode] = openvino_env.Worker(mode)
-        atexit.register(w.close)
-    return w
+    worker: openvino_env.Worker = _WORKERS.get(mode, lambda: openvino_env.Worker(mode))
+    return worker
+
+
+def close_workers() -> None:
+    """Stop every pipeline's worker (the next call starts them again)."""
+    _WORKERS.close()
 
 
 @functools.lru_cache(maxsize=1)
@@ -109,7 +110,7 @@ class OpenVINOEngine:
         return list(self.sampling.law(list(z)))
 
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.get(self.mode)
+        w = _WORKERS.workers.get(self.mode)
         return {
             "pipeline": self.mode,
             "openvino_genai": None if w is None else w.identity.get("openvino_genai"),

