@@ -434,9 +434,53 @@ def test_http_false_alarms_are_calibrated():
     outcome, not a draw. And greedy_verify is rejected in each of 5 audits at alpha 1e-3."""
     doc = calibrate_http(runs=40, samples=200, alpha=0.01, progress=None, power_runs=5)
     assert doc["exact"]["false_alarms"] <= 4, doc["markdown"]
-    assert doc["exact"]["other_than_pass_or_lossy"] == 0, doc["exact"]["verdicts"]
+    assert doc["exact"]["other_than_pass_or_alarm"] == 0, doc["exact"]["verdicts"]
     assert doc["power"]["rejected"] == 5, doc["power"]["verdicts"]
     assert "| correct (false alarms) | 40 |" in doc["markdown"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("axis", ["load", "prefix_cache"])
+def test_an_axis_calibration_counts_its_checks_apart(axis):
+    """Four seeded audits (seeds 1000 on, 200 samples, alpha 0.01) of the correct stand-in on the
+    load axis (1 and 8 in flight) or the prefix-cache axis, against a twin: at most 2 false alarms
+    (lossy or acceptance_low; a calibrated run gives one with probability at most 0.01 plus the
+    alpha/4 shares beside it, so 3 of 4 has probability below 1e-4), and the checks each axis adds
+    are counted: every level's seeds drawn twice with none giving two outputs (an exact check), the
+    background token test and the acceptance comparison run in every audit. And the axis's planted
+    bug is rejected at alpha 1e-3 (prefix_poison; batch_rows needs more samples than a unit test
+    spends, so its row is only run)."""
+    kw = {"loads": (1, 8)} if axis == "load" else {"prefix_cache": True}
+    doc = calibrate_http(runs=4, samples=200, alpha=0.01, progress=None, power_runs=1, **kw)
+    e, checks = doc["exact"], doc["exact"]["checks"]
+    assert e["false_alarms"] <= 2 and e["other_than_pass_or_alarm"] == 0, e["verdicts"]
+    assert checks["axis_acceptance_tests"] == 4 and checks["axis_acceptance_alpha"] == pytest.approx(0.0025)
+    if axis == "load":
+        assert checks["seeds_drawn_twice"] >= 4 * 2 * 16 and checks["seeds_with_two_outputs"] == 0
+        assert checks["background_tests"] == 4 and checks["background_records"] > 0
+        assert doc["power"]["stand_in"] == "batch_rows" and doc["power"]["runs"] == 1
+        assert "with 1 and 8 requests in flight" in doc["case"]
+        assert "Seed use per level" in doc["markdown"]
+        assert "background requests' token test" in doc["markdown"]
+    else:
+        assert "seeds_drawn_twice" not in checks and "background_tests" not in checks
+        assert doc["power"]["stand_in"] == "prefix_poison" and doc["power"]["rejected"] == 1
+        assert "after a prefix-cache hit" in doc["case"]
+    assert "Acceptance compared across the axis (alpha 0.0025 each): low in" in doc["markdown"]
+
+
+def test_calibrate_refuses_axis_flags_without_endpoint_and_two_axes_at_once(capsys):
+    """The axes go with --endpoint, and one axis a calibration, as in an audit."""
+    from specproof.properties.cli import USAGE_ERROR, main
+
+    assert main(["calibrate", "--load", "8"]) == USAGE_ERROR
+    assert "--completions, --load and --prefix-cache go with --endpoint" in capsys.readouterr().err
+    assert main(["calibrate", "--endpoint", "--load", "0"]) == USAGE_ERROR
+    assert "loads: each level is a number of requests in flight" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="prefix_cache: audit the prefix-cache axis and the load axis"):
+        calibrate_http(runs=1, loads=(8,), prefix_cache=True, progress=None)
+    with pytest.raises(UsageError, match="completions: audit the completions axis"):
+        calibrate_http(runs=1, loads=(8,), completions=4, progress=None)
 
 
 def test_a_crash_is_named_not_only_the_refusals_after_it(twin):

@@ -252,6 +252,22 @@ def add_calibrate_parser(sub: Any) -> None:
         help="--endpoint: every audit on the completions axis (one and N completions a request): the "
         "independence test's false alarms, power on shared_choices",
     )
+    c.add_argument(
+        "--load",
+        type=int,
+        action="append",
+        default=None,
+        metavar="N",
+        help="--endpoint: every audit on the load axis at these levels (repeatable, e.g. --load 1 --load 8), "
+        "against a twin: the seed checks', background token test's and acceptance comparison's false "
+        "alarms, power on batch_rows",
+    )
+    c.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="--endpoint: every audit cold and after a prefix-cache hit, against a twin: the acceptance "
+        "comparison's false alarms, power on prefix_poison",
+    )
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
     c.add_argument(
         "--json", metavar="PATH", help="write the measurements as JSON (--tokens, --engine, --endpoint)"
@@ -267,8 +283,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     report = progress_lines(args.progress)
     if (args.exact or args.section) and not args.tokens:
         raise UsageError("--exact and --section go with --tokens")
-    if args.completions != 1 and not args.endpoint:
-        raise UsageError("--completions goes with --endpoint")
+    if (args.completions != 1 or args.load or args.prefix_cache) and not args.endpoint:
+        raise UsageError("--completions, --load and --prefix-cache go with --endpoint")
     if args.tokens:
         from specproof.properties.engine import token_calibration as tc
 
@@ -299,7 +315,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             args.alpha,
             report or (lambda s: None),
             args.power_runs,
-            completions=check_completions(args.completions),
+            completions=check_completions(args.completions, bool(args.load or args.prefix_cache)),
+            loads=tuple(args.load or ()),
+            prefix_cache=args.prefix_cache,
         )
         table = doc.pop("markdown")
         write_json_to(args.json, doc)

@@ -5,21 +5,29 @@ over HTTP, the reports check) and not from the in-process engine audit alone.
 
 ``calibrate_http(runs, samples, alpha)`` runs ``runs`` seeded audits (seeds 1000 on) of the correct
 stand-in through HTTP: one case (T = 1 after [0 6], M = 4, V = 8), a fixed ``samples`` per audit,
-the engine audit's default looks (4), level ``alpha``. A false alarm is a ``lossy`` verdict; any
-other verdict that is not ``pass`` is counted apart (it would be a fault of the path, not of the
-law test). The rate gets its Clopper-Pearson 95% interval. Then ``power_runs`` audits (seeds 2000
-on) of the ``greedy_verify`` stand-in at ``power_alpha``: the share rejected, and the samples each
-used before stopping. :func:`calibration_markdown` renders the table::
+the engine audit's default looks (4), level ``alpha``. A false alarm is a ``lossy`` (or
+``acceptance_low``) verdict; any other verdict that is not ``pass`` is counted apart (it would be
+a fault of the path, not of the law test). The rate gets its Clopper-Pearson 95% interval. Then
+``power_runs`` audits (seeds 2000 on) of the ``greedy_verify`` stand-in at ``power_alpha``: the
+share rejected, and the samples each used before stopping. :func:`calibration_markdown` renders the table::
 
     specproof calibrate --endpoint --runs 300 --json docs/measurements/endpoint-calibration.json \
         --markdown docs/measurements/endpoint-calibration.md
 
 ``--completions 4`` measures the completions axis instead (its independence test's false alarms
-counted apart, power on ``shared_choices``).
+counted apart, power on ``shared_choices``). ``--load 1 --load 8`` measures the load axis (each
+audit the case alone and with 8 in flight, against a twin with speculation off; power on
+``batch_rows``) and ``--prefix-cache`` the prefix-cache axis (cold and after a hit; power on
+``prefix_poison``). On an axis the checks it adds are counted apart too: the seed checks per level
+(exact: a seed with two outputs is a fault, never a false alarm), the background requests' token
+test and the acceptance comparison across the axis (alpha/4 each), and the acceptance oracle's test
+where the stand-in declares its rule. A false alarm is a ``lossy`` or ``acceptance_low`` verdict:
+the two the audit's statistical tests can give a correct server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +48,10 @@ from specproof.properties.verdicts import Verdict
 
 PROMPT = (0, 6)
 TOKENS = 4
+#: the verdicts the audit's statistical tests can give a correct server: its false alarms
+ALARMS = (Verdict.LOSSY.value, Verdict.ACCEPTANCE_LOW.value)
+#: the stand-in bug each axis is measured against (its power): batch-coupled rows, a poisoned hit
+AXIS_BUGS = {"load": "batch_rows", "prefix_cache": "prefix_poison", "completions": "shared_choices"}
 
 
 def _rate(
@@ -52,9 +64,10 @@ def _rate(
     seconds: float,
     requests: int,
 ) -> dict[str, Any]:
-    """One row of the calibration: how many of ``runs`` seeded audits were called lossy (``what``:
-    false alarms or rejections), with the Clopper-Pearson 95% interval of the rate."""
-    n = verdicts.get(Verdict.LOSSY.value, 0)
+    """One row of the calibration: how many of ``runs`` seeded audits were called lossy or
+    acceptance_low (``what``: false alarms or rejections), with the Clopper-Pearson 95% interval of
+    the rate."""
+    n = sum(verdicts.get(v, 0) for v in ALARMS)
     lo, hi = stats.clopper_pearson(n, runs) if runs else (0.0, 1.0)
     return {
         "stand_in": stand_in,
@@ -81,16 +94,32 @@ def _audits(
     say: Callable[[str], None],
     completions: int = 1,
     independence: list[float] | None = None,
+    loads: tuple[int, ...] = (),
+    prefix_cache: bool = False,
+    checks: dict[str, Any] | None = None,
 ) -> tuple[Counter[str], list[float], list[int], float, int]:
     """Seeded audits of one stand-in: verdict counts, p-values, samples used, seconds, requests;
-    with ``completions`` > 1 each independence test's p-value goes into ``independence``."""
+    with ``completions`` > 1 each independence test's p-value goes into ``independence``; on the
+    load or prefix-cache axis (against a twin with speculation off) the added checks' outcomes are
+    counted in ``checks`` (:func:`_count_checks`)."""
     verdicts: Counter[str] = Counter()
     pvalues: list[float] = []
     used: list[int] = []
     t0 = time.perf_counter()
-    with StandIn(bug, loop=loop) as si:
+    axis = bool(loads or prefix_cache)
+    with contextlib.ExitStack() as stack:
+        si = stack.enter_context(StandIn(bug, loop=loop))
+        twin = stack.enter_context(StandIn(speculative=False, loop=loop)) if axis else None
         ep = Endpoint(
-            EndpointOptions((si.url,), profile, concurrency=concurrency, completions=completions),
+            EndpointOptions(
+                (si.url,),
+                profile,
+                twin=None if twin is None else twin.url,
+                concurrency=concurrency,
+                completions=completions,
+                loads=loads,
+                prefix_cache=prefix_cache,
+            ),
             token_map=token_texts(si.model.vocab) if profile == "openai" else None,
         )
         try:
@@ -104,6 +133,8 @@ def _audits(
                 used.append(sum(c.n for c in r.cases))
                 if independence is not None and r.completions is not None:
                     independence.extend(t.pvalue for t in r.completions.tests)
+                if checks is not None:
+                    _count_checks(r, checks)
                 if (j + 1) % 10 == 0 or j + 1 == len(seeds):
                     say(
                         f"  {bug or 'correct'}: {j + 1}/{len(seeds)} audits, {dict(verdicts)}, "
@@ -113,6 +144,35 @@ def _audits(
             ep.close()
         requests = si.requests
     return verdicts, pvalues, used, time.perf_counter() - t0, requests
+
+
+def _count_checks(r: Any, checks: dict[str, Any]) -> None:
+    """The outcomes of one audit's checks beside the law test (:func:`_audits`): seeds drawn twice
+    and those with two outputs, per level; the background requests' token test (run, rejected,
+    records); the acceptance comparison across the axis and the acceptance oracle (run, low)."""
+
+    def add(key: str, n: int) -> None:
+        checks[key] = checks.get(key, 0) + n
+
+    load = r.load
+    if load is not None:
+        for s in load.seeds:
+            add("seeds_drawn_twice", s.seeds)
+            add("seeds_with_two_outputs", s.differing)
+        bg = load.background
+        if bg is not None:
+            add("background_tests", 1)
+            add("background_records", int(bg.get("records", 0)))
+            add("background_rejected", int(bool(load.background_lossy)))
+            checks["background_alpha"] = float(bg["alpha"])
+    if r.axis_acceptance is not None and r.axis_acceptance.status != "not_run":
+        add("axis_acceptance_tests", 1)
+        add("axis_acceptance_low", int(r.axis_acceptance.status == "low"))
+        checks["axis_acceptance_alpha"] = float(r.axis_acceptance.alpha)
+    if r.acceptance is not None and r.acceptance.status != "not_run":
+        add("oracle_tests", 1)
+        add("oracle_low", int(r.acceptance.status == "low"))
+        checks["oracle_alpha"] = float(r.acceptance.alpha)
 
 
 def calibrate_http(
@@ -126,18 +186,31 @@ def calibrate_http(
     loop: str = "laws",
     concurrency: int = 8,
     completions: int = 1,
+    loads: tuple[int, ...] = (),
+    prefix_cache: bool = False,
 ) -> dict[str, Any]:
     """False alarms of the endpoint audit over HTTP on the correct stand-in, and its power on
     ``greedy_verify`` (module docstring). ``loop``: the stand-in's loop (``"laws"``, the reference
     loop's draws on memoized laws, about ten times faster than ``"kv"``, the same tokens).
     ``completions`` > 1: every audit on the completions axis (the case with one completion a
     request and with that many, each a case of ``samples``), its independence tests' false alarms
-    counted apart, and the power measured on ``shared_choices`` instead."""
+    counted apart, and the power measured on ``shared_choices`` instead. ``loads`` (levels, e.g.
+    (1, 8)) or ``prefix_cache``: every audit on that axis, against a twin with speculation off,
+    the checks it adds counted apart, the power measured on :data:`AXIS_BUGS`' bug for it."""
     say = progress or (lambda line: None)
-    bug = "shared_choices" if completions > 1 else "greedy_verify"
+    # the axes checked as the audit checks them (levels, one axis at a time)
+    loads = EndpointOptions(
+        ("http://127.0.0.1:1",), profile, loads=loads, prefix_cache=prefix_cache, completions=completions
+    ).loads
+    axis = "load" if loads else "prefix_cache" if prefix_cache else "completions" if completions > 1 else ""
+    bug = AXIS_BUGS.get(axis, "greedy_verify")
     case = f"T=1 after [{' '.join(map(str, PROMPT))}], M = {TOKENS}, V = 8"
     if completions > 1:
         case += f", with one and with {completions} completions a request"
+    if loads:
+        case += f", with {' and '.join(map(str, loads))} requests in flight (a twin with speculation off)"
+    if prefix_cache:
+        case += ", cold and after a prefix-cache hit (a twin with speculation off)"
     out: dict[str, Any] = {
         "versions": versions(ENGINE_PACKAGES + ("httpx",)),
         "profile": profile,
@@ -148,6 +221,7 @@ def calibrate_http(
     }
     say(f"correct stand-in: {runs} audits of {samples} samples at alpha {alpha:g} ({profile}, loop {loop})")
     independence: list[float] = []
+    checks: dict[str, Any] = {}
     verdicts, pvalues, _, seconds, requests = _audits(
         None,
         range(1000, 1000 + runs),
@@ -159,12 +233,18 @@ def calibrate_http(
         say,
         completions,
         independence,
+        loads,
+        prefix_cache,
+        checks,
     )
-    alarms = verdicts.get(Verdict.LOSSY.value, 0)
     out["exact"] = _rate("correct", "false_alarms", runs, samples, alpha, verdicts, seconds, requests)
-    out["exact"]["other_than_pass_or_lossy"] = runs - alarms - verdicts.get(Verdict.PASS.value, 0)
+    alarms = out["exact"]["false_alarms"]
+    out["exact"]["other_than_pass_or_alarm"] = runs - alarms - verdicts.get(Verdict.PASS.value, 0)
     out["exact"]["smallest_pvalue"] = min(pvalues) if pvalues else None
+    out["exact"]["checks"] = checks
     out["completions"] = completions
+    out["loads"] = list(loads)
+    out["prefix_cache"] = prefix_cache
     if completions > 1:
         share = alpha * COMPLETIONS_ALPHA_SHARE
         out["exact"]["independence"] = {
@@ -189,8 +269,10 @@ def calibrate_http(
         concurrency,
         say,
         completions,
+        loads=loads,
+        prefix_cache=prefix_cache,
     )
-    hits = verdicts.get(Verdict.LOSSY.value, 0)
+    hits = verdicts.get(Verdict.LOSSY.value, 0) + verdicts.get(Verdict.ACCEPTANCE_LOW.value, 0)
     out["power"] = _rate(bug, "rejected", power_runs, samples, power_alpha, verdicts, seconds, requests)
     out["power"]["mean_samples_used"] = float(np.mean(used)) if used else 0.0
     lo, hi = out["power"]["ci95"]
@@ -215,18 +297,20 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
         f"audit through HTTP of {doc['case']} ({doc['looks']} looks, Bonferroni over them; a fixed "
         "number of samples).",
         "",
-        "| stand-in | runs | seeds | samples/run | alpha | lossy | rate [95% CI] | other verdicts | time |",
+        "| stand-in | runs | seeds | samples/run | alpha | lossy or acceptance_low | rate [95% CI] | "
+        "other verdicts | time |",
         "|---|---:|---|---:|---:|---:|---|---|---:|",
         f"| correct (false alarms) | {e['runs']} | 1000 on | {e['samples']} | {e['alpha']:g} | "
         f"{e['false_alarms']} | {e['rate']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] | "
-        f"{_others(e['verdicts'], 'lossy')} | {e['seconds']:.0f} s |",
+        f"{_others(e['verdicts'])} | {e['seconds']:.0f} s |",
         f"| {p['stand_in']} (power) | {p['runs']} | 2000 on | {p['samples']} | {p['alpha']:g} | "
         f"{p['rejected']} | {p['rate']:.3f} [{p['ci95'][0]:.3f}, {p['ci95'][1]:.3f}] | "
-        f"{_others(p['verdicts'], 'lossy')} | {p['seconds']:.0f} s |",
+        f"{_others(p['verdicts'])} | {p['seconds']:.0f} s |",
         "",
         f"{p['stand_in']}: {p['mean_samples_used']:.0f} samples used on average over the run's cases (the "
         "audit stops at the first look that rejects).",
     ]
+    lines += _checks_lines(doc)
     ind = e.get("independence")
     if ind:
         lo, hi = stats.clopper_pearson(ind["rejected"], ind["tests"]) if ind["tests"] else (0.0, 1.0)
@@ -240,6 +324,48 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _others(verdicts: dict[str, int], but: str) -> str:
-    rest = {k: n for k, n in sorted(verdicts.items()) if k != but}
+def _checks_lines(doc: dict[str, Any]) -> list[str]:
+    """What the correct stand-in's audits found in the checks an axis adds (:func:`_count_checks`),
+    each with its level and its Clopper-Pearson 95% interval; none when no axis was on."""
+    c = doc["exact"].get("checks") or {}
+    out = []
+
+    def rate(k: int, n: int) -> str:
+        lo, hi = stats.clopper_pearson(k, n) if n else (0.0, 1.0)
+        return f"{k} of {n} [95% CI {lo:.3f}, {hi:.3f}]"
+
+    if c.get("seeds_drawn_twice"):
+        out.append(
+            f"- Seed use per level (exact, no alpha spent): {c['seeds_drawn_twice']} seeds drawn twice, "
+            f"{c.get('seeds_with_two_outputs', 0)} with two outputs."
+        )
+    if c.get("background_tests"):
+        out.append(
+            f"- The background requests' token test (alpha {c['background_alpha']:g} each): rejected in "
+            f"{rate(c.get('background_rejected', 0), c['background_tests'])} audits, "
+            f"{c.get('background_records', 0)} background requests scored in all."
+        )
+    if c.get("axis_acceptance_tests"):
+        out.append(
+            f"- Acceptance compared across the axis (alpha {c['axis_acceptance_alpha']:g} each): low in "
+            f"{rate(c.get('axis_acceptance_low', 0), c['axis_acceptance_tests'])} audits."
+        )
+    if c.get("oracle_tests"):
+        out.append(
+            f"- The acceptance oracle's test (alpha {c['oracle_alpha']:g} each): low in "
+            f"{rate(c.get('oracle_low', 0), c['oracle_tests'])} audits."
+        )
+    if out:
+        out = [
+            "",
+            "The correct stand-in's checks beside the law test (each counted in the table when it "
+            "decided a verdict):",
+            "",
+            *out,
+        ]
+    return out
+
+
+def _others(verdicts: dict[str, int]) -> str:
+    rest = {k: n for k, n in sorted(verdicts.items()) if k not in ALARMS}
     return ", ".join(f"{k} {n}" for k, n in rest.items()) or "none"
