@@ -227,3 +227,21 @@ def test_workers_options_are_checked_before_anything_runs(capsys, monkeypatch):
     monkeypatch.setattr(run, "engine_spec", must_not_resolve)
     assert main(["audit", "engine", "reference.direct", "--workers", "0", "--progress", "off"]) == USAGE_ERROR
     assert "--workers" in capsys.readouterr().err
+
+
+def test_worker_paths_leave_out_a_working_folder_removed_under_the_driver(tmp_path, monkeypatch):
+    """A driver whose working folder was removed (a CI clone deleted under a running job) still
+    gives its workers its import path, less the folder, instead of failing the start with a bare
+    FileNotFoundError."""
+    import os
+    import sys
+
+    from specproof.properties.shard.recipe import worker_paths
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    assert worker_paths()[0] == str(gone)
+    os.rmdir(gone)
+    paths = worker_paths()
+    assert str(gone) not in paths and paths == [p for p in sys.path if p]

@@ -272,5 +272,10 @@ def backend_recipe(backend: Any) -> BackendRecipe:
 
 def worker_paths() -> list[str]:
     """The driver's import path, for workers on this machine (a user's module found from the
-    working folder); a path a worker does not have is skipped there."""
-    return [os.getcwd(), *[p for p in sys.path if p]]
+    working folder); a path a worker does not have is skipped there, and a working folder that no
+    longer exists (removed under a running driver) is left out rather than failing the start."""
+    try:
+        here = [os.getcwd()]
+    except FileNotFoundError:
+        here = []
+    return [*here, *[p for p in sys.path if p]]
