@@ -317,6 +317,7 @@ def audit_endpoint(
     loads: Sequence[int] | None = None,
     prefix_cache: bool | None = None,
     completions: int | None = None,
+    adapter: Sequence[tuple[int, float]] | dict[int, float] | None = None,
     name: str | None = None,
     expect: str | None = None,
     progress: _Progress = "auto",
@@ -335,7 +336,8 @@ def audit_endpoint(
     at (docs/endpoint-audit.md, "Under load"); ``prefix_cache``: every case cold and after a
     prefix-cache hit (docs/endpoint-audit.md, "After a prefix-cache hit"); ``completions``: every
     case with one completion a request and with that many (docs/endpoint-audit.md, "Several
-    completions a request"); ``options`` are
+    completions a request"); ``adapter``: LoRA adapter scales every audited request asks for,
+    ``{id: scale}`` or (id, scale) pairs (docs/endpoint-audit.md, "LoRA adapters"); ``options`` are
     :class:`EngineAuditConfig` fields. The result is the engine audit's, with the server's
     counters (``speculation``), its reported probabilities checked (``reports``) and the control
     (``control``);
@@ -364,6 +366,7 @@ def audit_endpoint(
             "loads": None if loads is None else tuple(loads),
             "prefix_cache": prefix_cache,
             "completions": completions,
+            "adapter": _adapter(adapter),
         },
     )
     request = _engine_request(
@@ -374,6 +377,13 @@ def audit_endpoint(
     shard = build(ShardOptions, {"workers": workers, "ray": ray})
     with _bar(progress, name or "endpoint") as bar:
         return run_endpoint(endpoint, request, config, shard, bar)
+
+
+def _adapter(adapter: Sequence[tuple[int, float]] | dict[int, float] | None) -> Any:
+    """LoRA adapter scales as :class:`EndpointOptions` holds them: ``{id: scale}`` or pairs."""
+    if adapter is None:
+        return None
+    return tuple(adapter.items()) if isinstance(adapter, dict) else tuple(adapter)
 
 
 def audit_traffic(
@@ -387,6 +397,7 @@ def audit_traffic(
     concurrency: int | None = None,
     timeout: float | None = None,
     retries: int | None = None,
+    adapter: Sequence[tuple[int, float]] | dict[int, float] | None = None,
     progress: _Progress = "auto",
     **options: Any,
 ) -> Any:
@@ -394,8 +405,9 @@ def audit_traffic(
     "tokens": [...], "sampling": {...}}``, or a list of ``specproof.properties.endpoint.traffic.Record``)
     token by token against the laws of its speculation-off ``twin`` (a URL, by ``profile``'s
     recipe) or of an ``engine`` object here (its ``target_laws_along`` or ``target_law``). No seeds
-    are needed; ``options`` are :class:`EngineAuditConfig` fields (alpha, tv, power, seed). Returns
-    the traffic result (``verdict``, ``summary()``, ``to_json()``)."""
+    are needed; ``adapter``: the twin's LoRA adapter scales for records that name none (a record's
+    own ``lora`` field wins); ``options`` are :class:`EngineAuditConfig` fields (alpha, tv, power,
+    seed). Returns the traffic result (``verdict``, ``summary()``, ``to_json()``)."""
     from specproof.properties.endpoint.traffic import audit_traffic as _audit
     from specproof.properties.endpoint.traffic import engine_laws, read_traffic
     from specproof.properties.engine.config import EngineAuditConfig
@@ -407,6 +419,8 @@ def audit_traffic(
         if engine is not None:
             if twin is not None:
                 raise UsageError("twin, engine: the laws come from one of them")
+            if adapter is not None:
+                raise UsageError("adapter: goes with a twin URL (an engine object's laws are its own)")
             v = int(vocab or getattr(engine, "vocab", 0) or 0)
             if v < 1:
                 raise UsageError("vocab: give the vocabulary size (the engine has no vocab attribute)")
@@ -417,7 +431,7 @@ def audit_traffic(
         endpoint = build(
             EndpointOptions,
             {"profile": profile, "twin": twin, "vocab": vocab, "concurrency": concurrency, "timeout": timeout,
-             "retries": retries},
+             "retries": retries, "adapter": _adapter(adapter)},
         )  # fmt: skip
         request = build(EngineRequest, {"token_map": token_map})
         return run_traffic(records, endpoint, config, request, bar)

@@ -147,6 +147,25 @@ def test_mixed_lora_adapters_in_flight_keep_each_requests_law(files):
     assert r.acceptance is not None and r.acceptance.status == "as_predicted", r.summary()
 
 
+def test_requests_asking_the_adapter_at_another_scale_keep_the_adapted_law(files):
+    """--adapter 0=0.5 on the real server: every audited request asks the adapter at scale 0.5
+    (its lora field) and its law is read from the twin with the same request; llama-server's law
+    there is the adapted model's (a TV of about 0.1 from its law at the default scale 1, so an
+    adapter the server dropped or ran at 1 would be rejected), the acceptance is as its rule
+    predicts under the adapted target."""
+    config = suite.BY_NAME["llama-server.draft.lora.scaled"]
+    assert config.adapter == ((0, 0.5),) and config.lora
+    w, lora = gm.target_weights(0), gm.lora_weights(0)
+    half = gm.next_token_law(gm.with_lora(w, lora, 0.5), [1, 2])
+    one = gm.next_token_law(gm.with_lora(w, lora, 1.0), [1, 2])
+    assert 0.5 * np.abs(half - one).sum() > 0.05  # the scale matters to the law the audit reads
+    (r,) = suite.audit_config(config, CONFIG, files, [T1])
+    assert not any(c.rejected or c.token_finding for c in r.cases), r.summary()
+    assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    assert all(c.speculation.status == "ran" for c in r.cases), r.summary()
+    assert r.acceptance is not None and r.acceptance.status == "as_predicted", r.summary()
+
+
 def test_four_completions_a_request_keep_the_law_and_are_independent(files):
     """The completions axis on the real server: 4 slots, each case with one completion a request
     and with 4 (``n_cmpl``); the law holds in both and a request's completions are independent."""

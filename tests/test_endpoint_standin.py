@@ -444,8 +444,8 @@ def test_http_false_alarms_are_calibrated():
 def test_an_axis_calibration_counts_its_checks_apart(axis):
     """Four seeded audits (seeds 1000 on, 200 samples, alpha 0.01) of the correct stand-in on the
     load axis (1 and 8 in flight) or the prefix-cache axis, against a twin: at most 2 false alarms
-    (lossy or acceptance_low; a calibrated run gives one with probability at most 0.01 plus the
-    alpha/4 shares beside it, so 3 of 4 has probability below 1e-4), and the checks each axis adds
+    (lossy or acceptance_low; a calibrated run gives one with probability at most its family-wise
+    0.01, proofs_notes/load.md Claim 4, so 3 of 4 has probability below 4e-6), and the checks each axis adds
     are counted: every level's seeds drawn twice with none giving two outputs (an exact check), the
     background token test and the acceptance comparison run in every audit. And the axis's planted
     bug is rejected at alpha 1e-3 (prefix_poison; batch_rows needs more samples than a unit test

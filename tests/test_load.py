@@ -27,14 +27,16 @@ def _audit(
     loads: tuple[int, ...] = (1, 8),
     config: EngineAuditConfig = CONFIG,
     adapters: int = 0,
+    adapter: tuple[tuple[int, float], ...] = (),
 ):
     """The endpoint audit of a listening stand-in (sockets: N connections put N requests in
-    flight) against a correct twin, at ``loads``; ``adapters``: LoRA adapters both hold."""
+    flight) against a correct twin, at ``loads``; ``adapters``: LoRA adapters both hold;
+    ``adapter``: the scales the audit's requests ask (``--adapter``)."""
     with (
         StandIn(bug, loop="laws", adapters=adapters) as si,
         StandIn(speculative=False, loop="laws", adapters=adapters) as twin,
     ):
-        ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, loads=loads))
+        ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, loads=loads, adapter=adapter))
         try:
             spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=4)
             return audit_engine(spec, config), si.most_in_flight
@@ -111,6 +113,70 @@ def test_an_adapter_taken_from_the_batch_is_lossy_only_with_8_in_flight():
     assert not alone.rejected and not alone.token_finding  # alone, exact (until the audit stopped)
     assert loaded.rejected or loaded.token_finding
     assert res.factor == "lossy only with 8 in flight (the same prompt and setting held alone)"
+
+
+def test_the_audits_requests_under_an_adapter_read_the_adapted_law_and_pass():
+    """--adapter 0=0.5: every audited request asks adapter 0 at scale 0.5 and its law is read
+    from the twin with the same request, and the correct stand-in passes; the planted
+    verify_server_scale (drafts verified at the server's own scale, 1) is exact for requests
+    naming no adapter and lossy once they ask scale 0 (--adapter 0=0). With 8 in flight the
+    background requests ask the other scale (0) or name none (the server's own, 1), each scored
+    under what it asked, and the correct stand-in passes at both levels."""
+    res, _ = _audit(None, loads=(), adapter=((0, 0.5),), adapters=1)
+    assert res.verdict == Verdict.PASS, res.summary()
+    assert BUGS["verify_server_scale"].expect == Verdict.PASS  # no request asks its own scale
+    res, _ = _audit("verify_server_scale", loads=(), adapters=1)
+    assert res.verdict == Verdict.PASS, res.summary()
+    res, _ = _audit("verify_server_scale", loads=(), adapter=((0, 0.0),), adapters=1)
+    assert res.verdict == Verdict.LOSSY, res.summary()
+    res, _ = _audit(None, adapter=((0, 0.5),), adapters=1)
+    assert res.verdict == Verdict.PASS, res.summary()
+    bg = res.load.background  # type: ignore[union-attr]
+    assert bg is not None and bg["verdict"] in ("pass", "underpowered"), res.summary()
+    assert 0 < bg["with_adapters"] < bg["records"], bg
+
+
+def test_an_adapter_the_server_does_not_hold_is_refused_before_sampling():
+    with StandIn(loop="laws", adapters=1, listen=False) as si, StandIn(loop="laws", listen=False) as bare:
+        ways = {si.url: InProcess(si), bare.url: InProcess(bare)}
+        for url, held in ((si.url, r"\[0\]"), (bare.url, "none")):
+            ep = Endpoint(EndpointOptions((url,), adapter=((1, 0.5),)), transports=ways)
+            try:
+                held_text = rf"--adapter: .* holds no LoRA adapter 1 \(it holds {held}\)"
+                with pytest.raises(UsageError, match=held_text):
+                    ep.open()
+            finally:
+                ep.close()
+        ep = Endpoint(EndpointOptions((si.url,), "vllm", adapter=((0, 0.5),), vocab=8), transports=ways)
+        try:
+            with pytest.raises(UsageError, match="profile vllm does not send LoRA adapters"):
+                ep.open()
+        finally:
+            ep.close()
+
+
+@pytest.mark.parametrize(
+    ("adapter", "match"),
+    [
+        (((-1, 0.5),), "an adapter id is an integer >= 0"),
+        (((0, float("nan")),), "adapter 0's scale must be a finite number"),
+        (((0, 0.5), (0, 1.0)), "adapter 0 given twice"),
+        ((0, 0.5), "expected \\(id, scale\\) pairs"),
+        ("0=0.5", "expected \\(id, scale\\) pairs"),
+    ],
+)
+def test_adapter_scales_are_checked(adapter, match):
+    with pytest.raises(UsageError, match=f"adapter: {match}"):
+        EndpointOptions(("http://127.0.0.1:1",), adapter=adapter)
+
+
+@pytest.mark.parametrize("text", ["0", "a=1", "0=x", "=1"])
+def test_adapter_text_is_checked(text):
+    from specproof.properties.endpoint.options import parse_adapter
+
+    assert parse_adapter("2=0.25") == (2, 0.25)
+    with pytest.raises(UsageError, match="--adapter: expected ID=SCALE"):
+        parse_adapter(text)
 
 
 def test_a_twin_without_the_endpoints_adapters_is_refused():

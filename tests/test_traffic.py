@@ -9,6 +9,7 @@ per-token TV 0.1 unless said).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -28,13 +29,18 @@ from specproof.reference.errors import UsageError
 PROMPTS = ((0, 6), (5, 2, 5, 2))
 
 
-def _serve(si: StandIn, n: int, tokens: int = 12, seed0: int = 0) -> list[dict]:
-    """``n`` requests served by ``si`` (prompts and settings alternating), as a deployer logs them."""
+def _serve(
+    si: StandIn, n: int, tokens: int = 12, seed0: int = 0, adapter: tuple[tuple[int, float], ...] = ()
+) -> list[dict]:
+    """``n`` requests served by ``si`` (prompts and settings alternating), as a deployer logs them;
+    ``adapter``: the LoRA adapter scales every request asks (its ``lora`` field)."""
     profile, out = LlamaCpp(), []
     settings = (Sampling(1.0), Sampling(0.7))
     for k in range(n):
         prompt, s = PROMPTS[k % 2], settings[(k // 2) % 2]
         path, body = profile.generation(prompt, tokens, seed0 + k, s, report=False)
+        if adapter:
+            body = profile.adapter_body(body, adapter)
         status, answer = si.respond("POST", path, json.dumps(body).encode())
         assert status == 200, answer
         out.append(
@@ -55,8 +61,8 @@ def twin():
         yield si
 
 
-def _audit(path: str, twin: StandIn, tv: float = 0.1):
-    options = EndpointOptions(twin=twin.url, concurrency=4)
+def _audit(path: str, twin: StandIn, tv: float = 0.1, adapter: tuple[tuple[int, float], ...] = ()):
+    options = EndpointOptions(twin=twin.url, concurrency=4, adapter=adapter)
     return run_traffic(path, options, EngineAuditConfig(tv=tv), transports={twin.url: InProcess(twin)})
 
 
@@ -108,6 +114,43 @@ def test_bad_lines_are_usage_errors_naming_the_line(tmp_path):
         path.write_text(text)
         with pytest.raises(UsageError, match=what):
             read_traffic(str(path), vocab=8)
+
+
+def test_records_naming_adapter_scales_are_scored_under_them(tmp_path):
+    """A server holding a LoRA adapter served every request at scale 0 (the request's lora
+    field). Logged with the field, each record is scored under the scales it names and the
+    traffic passes; logged without it, the records are scored at the twin's own scale (1) and are
+    lossy, unless --adapter 0=0 says what they asked."""
+    with StandIn(loop="laws", listen=False, adapters=1) as served:
+        rows = _serve(served, 1200, adapter=((0, 0.0),))
+    with StandIn(speculative=False, loop="laws", listen=False, adapters=1) as held:
+        named = [{**r, "lora": [{"id": 0, "scale": 0.0}]} for r in rows]
+        r = _audit(_write(tmp_path, named), held)
+        assert r.verdict == Verdict.PASS, r.summary()
+        bare = _write(tmp_path, rows)
+        assert _audit(bare, held).verdict == Verdict.LOSSY
+        r = _audit(bare, held, adapter=((0, 0.0),))
+        assert r.verdict == Verdict.PASS, r.summary()
+    recs = read_traffic(_write(tmp_path, named[:2]), vocab=8)
+    assert recs[0].adapter == ((0, 0.0),)
+    with pytest.raises(UsageError, match="line 1: lora: these laws are read without LoRA adapters"):
+        audit_traffic(recs, engine_laws(direct_engine(Sampling(1.0))), 8)
+
+
+@pytest.mark.parametrize(
+    ("lora", "what"),
+    [
+        ('{"id": 0, "scale": 1}', "line 1: lora: expected a list"),
+        ('[{"id": 0}]', "line 1: lora: expected a list of {id, scale} objects"),
+        ('[{"id": -1, "scale": 1}]', "line 1: lora: adapter: an adapter id is an integer >= 0"),
+        ('[{"id": 0, "scale": "x"}]', "line 1: lora: adapter: adapter 0's scale must be a finite number"),
+    ],
+)
+def test_a_bad_lora_field_is_a_usage_error_naming_the_line(tmp_path, lora, what):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": [0], "tokens": [1], "lora": ' + lora + "}\n")
+    with pytest.raises(UsageError, match=re.escape(what)):
+        read_traffic(str(path), vocab=8)
 
 
 def test_from_python_against_an_engine_here():

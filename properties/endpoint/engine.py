@@ -311,7 +311,7 @@ class LoadedEngine(EndpointEngine):
     def generate_many(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
     ) -> list[Generation]:
-        ours = [self.profile.generation(prompt_ids, max_new_tokens, s, self.sampling, report) for s in seeds]
+        ours = [self._generation(prompt_ids, max_new_tokens, s, report) for s in seeds]
         if not ours:
             return []
         path = ours[0][0]
@@ -336,7 +336,8 @@ class LoadedEngine(EndpointEngine):
         """The audit's bodies interleaved with background ones; where each of ours lies, and
         what each background request asked. Where the server holds LoRA adapters, every other
         background request on average asks one of them at another scale than the audit's
-        requests run at (the server's own: 0 where that is 1, else 1), so batches mix adapters."""
+        requests run at (``--adapter``'s scale, else the server's own: 0 where that is 1, else 1),
+        so batches mix adapters."""
         rng = np.random.default_rng([self.level, self.calls, int(seed) % 2**63])
         n = len(ours)
         extra = max(self.level - n, n)
@@ -352,7 +353,7 @@ class LoadedEngine(EndpointEngine):
             if held and rng.integers(2):  # drawn only where adapters are held: the rest is as it was
                 ids = sorted(held)
                 i = ids[int(rng.integers(len(ids)))]
-                adapter = ((i, 0.0 if held[i] else 1.0),)
+                adapter = ((i, 0.0 if dict(self.adapter).get(i, held[i]) else 1.0),)
                 body = self.profile.adapter_body(body, adapter)
             asks.append((self.profile.unseeded(body) if j % 2 else body, Asked(p, m, s, adapter)))
         bodies: list[dict[str, Any]] = []
@@ -384,7 +385,8 @@ class LoadedEngine(EndpointEngine):
         """The background requests answered so far, and the laws along their paths (read as the
         audit's own: from the twin where there is one)."""
         assert self.endpoint is not None
-        return list(self.records), twin_laws(self.endpoint)
+        # a background request that names no adapter ran at the server's own scales
+        return list(self.records), twin_laws(self.endpoint, default=())
 
     def describe(self) -> dict[str, Any]:
         adapted = sum(1 for r in self.records if r.adapter)
@@ -489,6 +491,15 @@ class Endpoint:
                 )
         self.vocab = int(vocab)
         self.adapters = self._adapters(self.client, "URL")
+        asked = [i for i, _ in self.options.adapter]
+        if asked and self.profile.adapters is None:
+            raise UsageError(f"--adapter: profile {self.profile.name} does not send LoRA adapters")
+        missing = [i for i in asked if i not in self.adapters]
+        if missing:
+            raise UsageError(
+                f"--adapter: {self.client.urls[0]} holds no LoRA adapter {missing[0]} (it holds "
+                f"{sorted(self.adapters) or 'none'}): start it with the adapter (llama-server: --lora)"
+            )
         if self.twin_client is not None and self.adapters:
             theirs = self._adapters(self.twin_client, "--twin")
             if theirs != self.adapters:
@@ -521,9 +532,13 @@ class Endpoint:
                 f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e}"
             ) from e
 
-    def engine(self, sampling: Sampling, adapter: tuple[tuple[int, float], ...] = ()) -> EndpointEngine:
-        """One setting (and LoRA adapter scales: (id, scale) pairs; empty: the server's own) of
-        this endpoint as an engine, its twin beside it."""
+    def engine(
+        self, sampling: Sampling, adapter: tuple[tuple[int, float], ...] | None = None
+    ) -> EndpointEngine:
+        """One setting (and LoRA adapter scales: (id, scale) pairs; empty: the server's own; None:
+        the audit's, ``--adapter``) of this endpoint as an engine, its twin beside it."""
+        if adapter is None:
+            adapter = self.options.adapter
         twin = None
         if self.twin_client is not None:
             twin = EndpointEngine(self.twin_client, self.profile, sampling, self.vocab, adapter=adapter)
@@ -541,7 +556,9 @@ class Endpoint:
             try:
                 law = e.target_law(prompt)
                 if e.twin is not None:
-                    own = EndpointEngine(self.client, self.profile, s, self.vocab).target_law(prompt)
+                    own = EndpointEngine(
+                        self.client, self.profile, s, self.vocab, adapter=self.options.adapter
+                    ).target_law(prompt)
                     if _tv(own, law) > SAME_MODEL_TV:
                         raise UsageError(
                             f"--twin: after {list(prompt)} under {s.label} the endpoint's law and "

@@ -110,6 +110,8 @@ class ServerConfig:
     #: serve the tiny LoRA adapter of the target (``--lora``) on the server and its twin: the load
     #: axis's background requests then ask it at another scale (batches mixing adapters)
     lora: bool = False
+    #: the LoRA adapter scales every audited request asks for (``--adapter``; needs ``lora``)
+    adapter: tuple[tuple[int, float], ...] = ()
 
     @property
     def profile(self) -> str:
@@ -162,6 +164,16 @@ CONFIGS: tuple[ServerConfig, ...] = (
         loads=(1, 8),
         greedy_drafts=4,
         lora=True,
+    ),
+    ServerConfig(
+        "llama-server.draft.lora.scaled",
+        "draft model as above, the LoRA adapter held and every audited request asking it at scale 0.5 "
+        "(--adapter 0=0.5: the request's lora field; the law read from the twin with the same request)",
+        ("--spec-draft-n-max", "4"),
+        draft=True,
+        greedy_drafts=4,
+        lora=True,
+        adapter=((0, 0.5),),
     ),
     ServerConfig(
         "llama-server.draft.cache",
@@ -310,6 +322,7 @@ def audit_config(
                         loads=config.loads,
                         prefix_cache=config.prefix_cache,
                         completions=config.completions,
+                        adapter=config.adapter,
                     ),
                     token_map=gguf_models.VOCAB,
                 )

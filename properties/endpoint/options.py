@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from specproof.properties.endpoint.families import PROFILES
 from specproof.properties.engine.completions import check_completions
-from specproof.properties.engine.config import check_loads
+from specproof.properties.engine.config import check_adapter, check_loads
 from specproof.properties.options import Flag
 from specproof.reference.errors import UsageError
 
@@ -33,6 +33,8 @@ class EndpointOptions:
     prefix_cache: bool = False
     #: audit every case with one completion a request and with this many (the completions axis)
     completions: int = 1
+    #: LoRA adapter scales every audited request asks for ((id, scale) pairs; empty: the server's own)
+    adapter: tuple[tuple[int, float], ...] = ()
 
     FLAGS: ClassVar[dict[str, Flag]] = {
         "urls": Flag(
@@ -90,6 +92,17 @@ class EndpointOptions:
             parse=int,
             example=4,
         ),
+        "adapter": Flag(
+            "--adapter",
+            "every audited request asks for LoRA adapter ID at SCALE (repeatable; profile llamacpp: the "
+            "request's lora field, the server started with the adapter, its twin too): the law is the "
+            "adapted model's, read with the same request",
+            metavar="ID=SCALE",
+            parse=lambda text: parse_adapter(text),
+            repeat=True,
+            example=((0, 0.5),),
+            example_text=["0=0.5"],
+        ),
     }
 
     def __post_init__(self) -> None:
@@ -107,5 +120,17 @@ class EndpointOptions:
         if self.prefix_cache and self.loads:
             raise UsageError("prefix_cache: audit the prefix-cache axis and the load axis in two audits")
         check_completions(self.completions, bool(self.loads or self.prefix_cache))
+        object.__setattr__(self, "adapter", check_adapter(self.adapter))
         if self.vocab is not None and (not isinstance(self.vocab, int) or self.vocab < 1):
             raise UsageError(f"vocab: must be an integer >= 1, got {self.vocab!r}")
+
+
+def parse_adapter(text: str) -> tuple[int, float]:
+    """``ID=SCALE`` (``--adapter 0=0.5``) as an (id, scale) pair."""
+    name, sep, scale = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(name), float(scale)
+    except ValueError:
+        raise UsageError(f"--adapter: expected ID=SCALE (e.g. 0=0.5), got {text!r}") from None

@@ -115,6 +115,11 @@ adapter_of_batch     pass; lossy under     with LoRA adapters (``adapters``), a 
                                            batch's, not its own: vllm PR#21068's class); alone
                                            it is exact, so only the load axis's mixed batches
                                            (background requests with adapters) see it
+verify_server_       pass; lossy with      with LoRA adapters, a request asking its own scales
+scale                ``--adapter``         gets its first token at them and its drafts verified
+                                           at the server's own (the request's scales dropped
+                                           from the verify pass): exact for requests naming no
+                                           adapter, so only ``--adapter`` sees it
 averaged_metric      misreported           ``GET /metrics`` gives accepted drafts as the drafted
                                            total times the mean of the requests' accepted
                                            shares (a mean of ratios for a ratio of sums,
@@ -272,6 +277,14 @@ BUGS: dict[str, Planted] = planted(
         "with LoRA adapters held, a request runs with the adapter of another request in flight (the "
         "batch's, not its own; vllm PR#21068's class): one request at a time is exact, so only the load "
         "axis, whose background requests carry adapters, flags it (lossy with --load)",
+    ),
+    Planted(
+        "verify_server_scale",
+        Verdict.PASS,
+        "with LoRA adapters held, a request asking its own adapter scales samples its first token at "
+        "them but has its drafts verified at the server's own scales (the request's dropped from the "
+        "verify pass): a request naming no adapter is exact, so only an audit whose requests ask for "
+        "one (--adapter) flags it (lossy)",
     ),
     Planted(
         "averaged_metric",
@@ -548,6 +561,10 @@ class StandIn:
             target = (
                 m.tempered(s.temperature) if not s.truncated and not adapted else (lambda c: tuple(law(c)))
             )
+            if bug == "verify_server_scale" and self.adapters:
+                own = tuple((i, 1.0) for i in range(self.adapters))  # the scales /lora-adapters lists
+                base = functools.partial(m.law, s=s, joint=ask.joint, adapter=own)
+                target = lambda c: tuple(base(c))  # noqa: E731  # bug: verify_server_scale
             others = self._others(ask) if bug == "batch_rows" else []
             crowded = len(others) >= 2 and bool(self._last_rows)  # more than 2 in flight
             poisoned = (

@@ -30,19 +30,22 @@ __all__ = [
 ]
 
 
-def twin_laws(endpoint: Any) -> LawsAlong:
+def twin_laws(endpoint: Any, default: tuple[tuple[int, float], ...] | None = None) -> LawsAlong:
     """The laws along a path read from an opened endpoint (its twin where it has one), per
-    setting and LoRA adapter scales (``adapter``: (id, scale) pairs; empty: the server's own): one
-    law request a prefix, sent concurrently, by the family's recipe."""
+    setting and LoRA adapter scales (``adapter``: (id, scale) pairs; empty: the server's own;
+    None: ``default``, or where that is None the endpoint's ``--adapter``, the server's own
+    without it): one law request a prefix, sent concurrently, by the family's recipe."""
+    if default is None:
+        default = endpoint.options.adapter
     engines: dict[tuple[Sampling, tuple[tuple[int, float], ...]], Any] = {}
 
     def laws(
         prompt: tuple[int, ...],
         tokens: tuple[int, ...],
         s: Sampling,
-        adapter: tuple[tuple[int, float], ...] = (),
+        adapter: tuple[tuple[int, float], ...] | None = None,
     ) -> np.ndarray:
-        key = (s, tuple(adapter))
+        key = (s, tuple(default if adapter is None else adapter))
         if key not in engines:
             engines[key] = endpoint.engine(s, adapter=key[1])
         contexts = [list(prompt) + list(tokens[:d]) for d in range(len(tokens))]

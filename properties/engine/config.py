@@ -3,6 +3,7 @@ defaults (the command line's help) imports nothing heavy."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
@@ -90,4 +91,24 @@ def check_loads(loads: Sequence[int]) -> tuple[int, ...]:
         if level in out:
             raise UsageError(f"loads: level {level} given twice")
         out.append(level)
+    return tuple(out)
+
+
+def check_adapter(adapter: object) -> tuple[tuple[int, float], ...]:
+    """LoRA adapter scales, checked: (id, scale) pairs, ids integers >= 0 each named once, scales
+    finite numbers."""
+    if not isinstance(adapter, (tuple, list)):
+        raise UsageError(f"adapter: expected (id, scale) pairs, got {adapter!r}")
+    out: list[tuple[int, float]] = []
+    for pair in adapter:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise UsageError(f"adapter: expected (id, scale) pairs, got {pair!r}")
+        i, scale = pair
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise UsageError(f"adapter: an adapter id is an integer >= 0, got {i!r}")
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
+            raise UsageError(f"adapter: adapter {i}'s scale must be a finite number, got {scale!r}")
+        if any(i == j for j, _ in out):
+            raise UsageError(f"adapter: adapter {i} given twice")
+        out.append((i, float(scale)))
     return tuple(out)

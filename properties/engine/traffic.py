@@ -6,7 +6,9 @@ A deployer samples production requests and writes one JSON object a line::
     {"prompt": [1, 2, 3], "tokens": [7, 0, 4, ...], "sampling": {"temperature": 0.7, "top_k": 40}}
 
 (``sampling`` takes :class:`~specproof.reference.sampling.Sampling`'s fields, temperature 1
-when left out; ``steps``, the tokens each speculative step emitted, where the server told them).
+when left out; ``steps``, the tokens each speculative step emitted, where the server told them;
+``lora``, the LoRA adapter scales the request asked for, ``[{"id": 0, "scale": 0.5}]``, its laws
+then read with the same scales).
 :func:`audit_traffic` reads the laws along every recorded path from the twin (the same model
 served with speculation off, by its family's recipe, or from an engine's own ``target_law``) and
 feeds the token test (:mod:`specproof.properties.tokens`), one case per distinct setting, in the
@@ -20,6 +22,7 @@ stated).
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.engine.config import EngineAuditConfig
+from specproof.properties.engine.config import EngineAuditConfig, check_adapter
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenTest
 from specproof.properties.verdicts import Verdict
@@ -82,7 +85,30 @@ def _record(line: int, obj: Any, vocab: int) -> Record:
     except (TypeError, ValueError) as e:
         raise UsageError(f"{where}: sampling: {e}") from e
     steps = obj.get("steps")
-    return Record(line, prompt, tokens, sampling, None if steps is None else tuple(int(x) for x in steps))
+    return Record(
+        line,
+        prompt,
+        tokens,
+        sampling,
+        None if steps is None else tuple(int(x) for x in steps),
+        _lora(where, obj.get("lora")),
+    )
+
+
+def _lora(where: str, value: Any) -> tuple[tuple[int, float], ...]:
+    """A record's ``lora`` field (the LoRA adapter scales its request asked for, llama-server's
+    shape: ``[{"id": 0, "scale": 0.5}]``) as (id, scale) pairs; absent: none named."""
+    if value is None:
+        return ()
+    try:
+        if not isinstance(value, list):
+            raise UsageError(f"expected a list of {{id, scale}} objects, got {value!r}")
+        pairs = [(entry["id"], entry["scale"]) for entry in value]
+        return check_adapter(pairs)
+    except (KeyError, TypeError) as e:
+        raise UsageError(f"{where}: lora: expected a list of {{id, scale}} objects ({e!r})") from e
+    except UsageError as e:
+        raise UsageError(f"{where}: lora: {e}") from e
 
 
 def read_traffic(path: str, vocab: int) -> list[Record]:
@@ -188,6 +214,12 @@ def audit_traffic(
     docstring). Records are scored in the file's order, one case per distinct setting; the
     wealth is looked at after each record."""
     config = config or EngineAuditConfig()
+    adapted = next((r for r in records if r.adapter), None)
+    if adapted is not None and "adapter" not in inspect.signature(laws).parameters:
+        raise UsageError(
+            f"line {adapted.line}: lora: these laws are read without LoRA adapters (an engine object's "
+            "own); score records that name adapter scales against a twin URL that holds them"
+        )
     config.validate()
     say = progress or (lambda what, frac: None)
     res = TrafficResult(source, vocab, config)
