@@ -124,6 +124,8 @@ def test_the_audits_requests_under_an_adapter_read_the_adapted_law_and_pass():
     under what it asked, and the correct stand-in passes at both levels."""
     res, _ = _audit(None, loads=(), adapter=((0, 0.5),), adapters=1)
     assert res.verdict == Verdict.PASS, res.summary()
+    assert res.description["adapter"] == [{"id": 0, "scale": 0.5}]
+    assert "every request asks LoRA adapter 0 at 0.5" in res.to_json()["doc"]
     assert BUGS["verify_server_scale"].expect == Verdict.PASS  # no request asks its own scale
     res, _ = _audit("verify_server_scale", loads=(), adapters=1)
     assert res.verdict == Verdict.PASS, res.summary()

@@ -241,6 +241,7 @@ class EndpointEngine:
             "requests": self.client.requests,
             "teacher_forced_law_requests": self.along_requests,
             "retried": self.client.retried,
+            **({"adapter": [{"id": i, "scale": scale} for i, scale in self.adapter]} if self.adapter else {}),
         }
 
     def _read(self, answer: Any, report: bool) -> Generation:
@@ -601,10 +602,13 @@ def endpoint_spec(
     endpoint.check(prompts[0], samplings)
     endpoint.settings = samplings
     label = name or "endpoint " + ",".join(endpoint.client.urls)
+    adapter = endpoint.options.adapter
+    scales = ", ".join(f"{i} at {scale:g}" for i, scale in adapter)
     return EngineSpec(
         label,
         "endpoint",
-        f"a served engine ({endpoint.profile.name} profile): {endpoint.profile.recipe}",
+        f"a served engine ({endpoint.profile.name} profile): {endpoint.profile.recipe}"
+        + (f"; every request asks LoRA adapter {scales}" if adapter else ""),
         endpoint.engine,
         endpoint.vocab,
         prompts,
