@@ -345,16 +345,15 @@ def _checks_lines(doc: dict[str, Any]) -> list[str]:
             f"{rate(c.get('background_rejected', 0), c['background_tests'])} audits, "
             f"{c.get('background_records', 0)} background requests scored in all."
         )
-    if c.get("axis_acceptance_tests"):
-        out.append(
-            f"- Acceptance compared across the axis (alpha {c['axis_acceptance_alpha']:g} each): low in "
-            f"{rate(c.get('axis_acceptance_low', 0), c['axis_acceptance_tests'])} audits."
-        )
-    if c.get("oracle_tests"):
-        out.append(
-            f"- The acceptance oracle's test (alpha {c['oracle_alpha']:g} each): low in "
-            f"{rate(c.get('oracle_low', 0), c['oracle_tests'])} audits."
-        )
+    for key, what in (
+        ("axis_acceptance", "Acceptance compared across the axis"),
+        ("oracle", "The acceptance oracle's test"),
+    ):
+        if c.get(f"{key}_tests"):
+            out.append(
+                f"- {what} (alpha {c[f'{key}_alpha']:g} each): low in "
+                f"{rate(c.get(f'{key}_low', 0), c[f'{key}_tests'])} audits."
+            )
     if out:
         out = [
             "",
