@@ -122,15 +122,18 @@ def test_records_naming_adapter_scales_are_scored_under_them(tmp_path):
     traffic passes; logged without it, the records are scored at the twin's own scale (1) and are
     lossy, unless --adapter 0=0 says what they asked."""
     with StandIn(loop="laws", listen=False, adapters=1) as served:
-        rows = _serve(served, 1200, adapter=((0, 0.0),))
+        rows = _serve(served, 400, adapter=((0, 0.0),))
     with StandIn(speculative=False, loop="laws", listen=False, adapters=1) as held:
         named = [{**r, "lora": [{"id": 0, "scale": 0.0}]} for r in rows]
-        r = _audit(_write(tmp_path, named), held)
+        r = _audit(_write(tmp_path, named), held, tv=0.2)
         assert r.verdict == Verdict.PASS, r.summary()
-        bare = _write(tmp_path, rows)
+        # the first 300 records: bare, lossy at the twin's own scale; with --adapter 0=0, the very
+        # token test the same records get when they name the scale themselves
+        bare = _write(tmp_path, rows[:300])
         assert _audit(bare, held).verdict == Verdict.LOSSY
-        r = _audit(bare, held, adapter=((0, 0.0),))
-        assert r.verdict == Verdict.PASS, r.summary()
+        given = _audit(bare, held, adapter=((0, 0.0),)).to_json()
+        own = _audit(_write(tmp_path, named[:300]), held).to_json()
+        assert given["verdict"] == "underpowered" and given["token_test"] == own["token_test"]
     recs = read_traffic(_write(tmp_path, named[:2]), vocab=8)
     assert recs[0].adapter == ((0, 0.0),)
     with pytest.raises(UsageError, match="line 1: lora: these laws are read without LoRA adapters"):
