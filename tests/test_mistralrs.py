@@ -16,10 +16,10 @@ the engine audit, and what the adapter works around, checked exactly.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
+from tier_helpers import closing_workers, tier_marks
 
 from specproof.properties.engine.adapters import mistralrs as adapter
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
@@ -30,25 +30,10 @@ from specproof.properties.servers import mistralrs_env
 from specproof.properties.verdicts import Verdict
 
 OK, WHY = mistralrs_env.usable()
-#: the tier runs apart, in one process (its workers take cores: an idle mistral.rs runner spins
-#: one): skipped under xdist's workers (README's -n auto run);
-#: `python -m pytest tests/test_mistralrs.py -p no:xdist` runs it
-APART = "PYTEST_XDIST_WORKER" in os.environ
-pytestmark = [
-    pytest.mark.skipif(not OK, reason=WHY),
-    pytest.mark.skipif(
-        APART, reason="the tier runs apart: python -m pytest tests/test_mistralrs.py -p no:xdist"
-    ),
-]
+pytestmark = tier_marks(__file__, OK, WHY)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _closed_workers():
-    """Every worker this module started is stopped when it ends (none left taking a core)."""
-    yield
-    from specproof.properties.engine.adapters import mistralrs as _adapter
-
-    _adapter.close_workers()
+_closed_workers = closing_workers("mistralrs")
 
 
 T = {"top_k": None, "top_p": None, "min_p": None}

@@ -5,9 +5,7 @@ skipped elsewhere, saying why."""
 
 from __future__ import annotations
 
-import os
-
-import pytest
+from tier_helpers import closing_workers, tier_marks
 
 from specproof.properties.engine.audit import audit_engine
 from specproof.properties.engine.config import EngineAuditConfig
@@ -16,25 +14,10 @@ from specproof.properties.servers import openvino_env
 from specproof.properties.verdicts import Verdict
 
 OK, WHY = openvino_env.installed()
-#: the tier runs apart, in one process (its workers take cores: an idle mistral.rs runner spins
-#: one): skipped under xdist's workers (README's -n auto run);
-#: `python -m pytest tests/test_openvino_genai.py -p no:xdist` runs it
-APART = "PYTEST_XDIST_WORKER" in os.environ
-pytestmark = [
-    pytest.mark.skipif(not OK, reason=WHY),
-    pytest.mark.skipif(
-        APART, reason="the tier runs apart: python -m pytest tests/test_openvino_genai.py -p no:xdist"
-    ),
-]
+pytestmark = tier_marks(__file__, OK, WHY)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _closed_workers():
-    """Every worker this module started is stopped when it ends (none left taking a core)."""
-    yield
-    from specproof.properties.engine.adapters import openvino_genai as _adapter
-
-    _adapter.close_workers()
+_closed_workers = closing_workers("openvino_genai")
 
 
 #: alpha 1e-4 (the default), seed 0, 300 samples a case, 32 seeds for the control

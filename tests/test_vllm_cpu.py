@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 import pytest
+from tier_helpers import closing_workers, tier_marks
 
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
@@ -30,15 +31,7 @@ from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
 
 OK, WHY = vllm_cpu.installed()
-#: the tier runs apart, one process (its servers take the cores): under xdist's workers (the
-#: default run, README's command) it is skipped; `python -m pytest tests/test_vllm_cpu.py -p no:xdist`
-APART = "PYTEST_XDIST_WORKER" in os.environ
-pytestmark = [
-    pytest.mark.skipif(not OK, reason=WHY),
-    pytest.mark.skipif(
-        APART, reason="the vLLM tier runs apart: python -m pytest tests/test_vllm_cpu.py -p no:xdist"
-    ),
-]
+pytestmark = tier_marks(__file__, OK, WHY)
 
 #: a prompt that repeats itself, so that n-gram lookup finds matches and drafts
 PROMPT = (1, 2, 3, 1, 2, 3, 1, 2)
@@ -46,13 +39,7 @@ ALPHA = 1e-4
 FIXED = ("expand", "topk")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _closed_workers():
-    """The in-process engines' workers this module started are stopped when it ends."""
-    yield
-    from specproof.properties.engine.adapters import vllm_cpu as adapter
-
-    adapter.close_workers()
+_closed_workers = closing_workers("vllm_cpu")
 
 
 @pytest.fixture(scope="module")
