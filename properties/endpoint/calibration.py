@@ -31,6 +31,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,44 +84,85 @@ def _rate(
     }
 
 
+@dataclass(frozen=True)
+class Setup:
+    """How every audit of a calibration reaches the stand-in: the profile, the stand-in's loop,
+    the requests in flight, and the workload axis it runs on (at most one, as in an audit)."""
+
+    profile: str = "llamacpp"
+    loop: str = "laws"
+    concurrency: int = 8
+    completions: int = 1
+    loads: tuple[int, ...] = ()
+    prefix_cache: bool = False
+
+    def __post_init__(self) -> None:
+        # the axes checked as the audit checks them (levels, one axis at a time)
+        o = self.options("http://127.0.0.1:1", None)
+        object.__setattr__(self, "loads", o.loads)
+
+    def options(self, url: str, twin: str | None) -> EndpointOptions:
+        return EndpointOptions(
+            (url,),
+            self.profile,
+            twin=twin,
+            concurrency=self.concurrency,
+            completions=self.completions,
+            loads=self.loads,
+            prefix_cache=self.prefix_cache,
+        )
+
+    @property
+    def axis(self) -> str:
+        """The workload axis ("" for none): the key of :data:`AXIS_BUGS`."""
+        if self.loads:
+            return "load"
+        if self.prefix_cache:
+            return "prefix_cache"
+        return "completions" if self.completions > 1 else ""
+
+    @property
+    def twinned(self) -> bool:
+        """The load and prefix-cache axes run against a twin with speculation off."""
+        return bool(self.loads or self.prefix_cache)
+
+    def case(self) -> str:
+        """The audited case, in words."""
+        case = f"T=1 after [{' '.join(map(str, PROMPT))}], M = {TOKENS}, V = 8"
+        if self.completions > 1:
+            case += f", with one and with {self.completions} completions a request"
+        if self.loads:
+            levels = " and ".join(map(str, self.loads))
+            case += f", with {levels} requests in flight (a twin with speculation off)"
+        if self.prefix_cache:
+            case += ", cold and after a prefix-cache hit (a twin with speculation off)"
+        return case
+
+
 def _audits(
     bug: str | None,
     seeds: range,
     samples: int,
     alpha: float,
-    profile: str,
-    loop: str,
-    concurrency: int,
+    setup: Setup,
     say: Callable[[str], None],
-    completions: int = 1,
     independence: list[float] | None = None,
-    loads: tuple[int, ...] = (),
-    prefix_cache: bool = False,
     checks: dict[str, Any] | None = None,
 ) -> tuple[Counter[str], list[float], list[int], float, int]:
     """Seeded audits of one stand-in: verdict counts, p-values, samples used, seconds, requests;
-    with ``completions`` > 1 each independence test's p-value goes into ``independence``; on the
+    on the completions axis each independence test's p-value goes into ``independence``; on the
     load or prefix-cache axis (against a twin with speculation off) the added checks' outcomes are
     counted in ``checks`` (:func:`_count_checks`)."""
     verdicts: Counter[str] = Counter()
     pvalues: list[float] = []
     used: list[int] = []
     t0 = time.perf_counter()
-    axis = bool(loads or prefix_cache)
     with contextlib.ExitStack() as stack:
-        si = stack.enter_context(StandIn(bug, loop=loop))
-        twin = stack.enter_context(StandIn(speculative=False, loop=loop)) if axis else None
+        si = stack.enter_context(StandIn(bug, loop=setup.loop))
+        twin = stack.enter_context(StandIn(speculative=False, loop=setup.loop)) if setup.twinned else None
         ep = Endpoint(
-            EndpointOptions(
-                (si.url,),
-                profile,
-                twin=None if twin is None else twin.url,
-                concurrency=concurrency,
-                completions=completions,
-                loads=loads,
-                prefix_cache=prefix_cache,
-            ),
-            token_map=token_texts(si.model.vocab) if profile == "openai" else None,
+            setup.options(si.url, None if twin is None else twin.url),
+            token_map=token_texts(si.model.vocab) if setup.profile == "openai" else None,
         )
         try:
             spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=TOKENS)
@@ -198,90 +240,71 @@ def calibrate_http(
     (1, 8)) or ``prefix_cache``: every audit on that axis, against a twin with speculation off,
     the checks it adds counted apart, the power measured on :data:`AXIS_BUGS`' bug for it."""
     say = progress or (lambda line: None)
-    # the axes checked as the audit checks them (levels, one axis at a time)
-    loads = EndpointOptions(
-        ("http://127.0.0.1:1",), profile, loads=loads, prefix_cache=prefix_cache, completions=completions
-    ).loads
-    axis = "load" if loads else "prefix_cache" if prefix_cache else "completions" if completions > 1 else ""
-    bug = AXIS_BUGS.get(axis, "greedy_verify")
-    case = f"T=1 after [{' '.join(map(str, PROMPT))}], M = {TOKENS}, V = 8"
-    if completions > 1:
-        case += f", with one and with {completions} completions a request"
-    if loads:
-        case += f", with {' and '.join(map(str, loads))} requests in flight (a twin with speculation off)"
-    if prefix_cache:
-        case += ", cold and after a prefix-cache hit (a twin with speculation off)"
+    setup = Setup(profile, loop, concurrency, completions, tuple(loads), prefix_cache)
     out: dict[str, Any] = {
         "versions": versions(ENGINE_PACKAGES + ("httpx",)),
         "profile": profile,
         "loop": loop,
         "concurrency": concurrency,
-        "case": case,
+        "case": setup.case(),
         "looks": EngineAuditConfig().looks,
+        "exact": _false_alarms(setup, runs, samples, alpha, say),
+        "completions": completions,
+        "loads": list(setup.loads),
+        "prefix_cache": prefix_cache,
     }
-    say(f"correct stand-in: {runs} audits of {samples} samples at alpha {alpha:g} ({profile}, loop {loop})")
+    out["power"] = _power(setup, power_runs, samples, power_alpha, say)
+    out["markdown"] = calibration_markdown(out)
+    return out
+
+
+def _false_alarms(
+    setup: Setup, runs: int, samples: int, alpha: float, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """The correct stand-in's row: ``runs`` audits (seeds 1000 on), its false alarms, and what the
+    axis's own checks found."""
+    say(
+        f"correct stand-in: {runs} audits of {samples} samples at alpha {alpha:g} "
+        f"({setup.profile}, loop {setup.loop})"
+    )
     independence: list[float] = []
     checks: dict[str, Any] = {}
     verdicts, pvalues, _, seconds, requests = _audits(
-        None,
-        range(1000, 1000 + runs),
-        samples,
-        alpha,
-        profile,
-        loop,
-        concurrency,
-        say,
-        completions,
-        independence,
-        loads,
-        prefix_cache,
-        checks,
+        None, range(1000, 1000 + runs), samples, alpha, setup, say, independence, checks
     )
-    out["exact"] = _rate("correct", "false_alarms", runs, samples, alpha, verdicts, seconds, requests)
-    alarms = out["exact"]["false_alarms"]
-    out["exact"]["other_than_pass_or_alarm"] = runs - alarms - verdicts.get(Verdict.PASS.value, 0)
-    out["exact"]["smallest_pvalue"] = min(pvalues) if pvalues else None
-    out["exact"]["checks"] = checks
-    out["completions"] = completions
-    out["loads"] = list(loads)
-    out["prefix_cache"] = prefix_cache
-    if completions > 1:
+    row = _rate("correct", "false_alarms", runs, samples, alpha, verdicts, seconds, requests)
+    alarms = row["false_alarms"]
+    row["other_than_pass_or_alarm"] = runs - alarms - verdicts.get(Verdict.PASS.value, 0)
+    row["smallest_pvalue"] = min(pvalues) if pvalues else None
+    row["checks"] = checks
+    if setup.completions > 1:
         share = alpha * COMPLETIONS_ALPHA_SHARE
-        out["exact"]["independence"] = {
+        row["independence"] = {
             "alpha": share,
             "tests": len(independence),
             "rejected": sum(p <= share for p in independence),
             "smallest_pvalue": min(independence) if independence else None,
         }
-    lo, hi = out["exact"]["ci95"]
+    lo, hi = row["ci95"]
     say(
-        f"correct: {alarms}/{runs} false alarms at alpha {alpha:g} "
-        f"(95% CI [{lo:.3f}, {hi:.3f}]), {seconds:.0f} s"
+        f"correct: {alarms}/{runs} false alarms at alpha {alpha:g} (95% CI [{lo:.3f}, {hi:.3f}]), "
+        f"{seconds:.0f} s"
     )
-    say(f"{bug} stand-in: {power_runs} audits of {samples} samples at alpha {power_alpha:g}")
-    verdicts, _, used, seconds, requests = _audits(
-        bug,
-        range(2000, 2000 + power_runs),
-        samples,
-        power_alpha,
-        profile,
-        loop,
-        concurrency,
-        say,
-        completions,
-        loads=loads,
-        prefix_cache=prefix_cache,
-    )
-    hits = verdicts.get(Verdict.LOSSY.value, 0) + verdicts.get(Verdict.ACCEPTANCE_LOW.value, 0)
-    out["power"] = _rate(bug, "rejected", power_runs, samples, power_alpha, verdicts, seconds, requests)
-    out["power"]["mean_samples_used"] = float(np.mean(used)) if used else 0.0
-    lo, hi = out["power"]["ci95"]
+    return row
+
+
+def _power(setup: Setup, runs: int, samples: int, alpha: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """The planted bug's row (:data:`AXIS_BUGS`, else ``greedy_verify``): ``runs`` audits (seeds
+    2000 on), the share rejected and the samples each used before stopping."""
+    bug = AXIS_BUGS.get(setup.axis, "greedy_verify")
+    say(f"{bug} stand-in: {runs} audits of {samples} samples at alpha {alpha:g}")
+    verdicts, _, used, seconds, requests = _audits(bug, range(2000, 2000 + runs), samples, alpha, setup, say)
+    row = _rate(bug, "rejected", runs, samples, alpha, verdicts, seconds, requests)
+    row["mean_samples_used"] = float(np.mean(used)) if used else 0.0
     say(
-        f"{bug}: rejected in {hits}/{power_runs} runs "
-        f"(mean {out['power']['mean_samples_used']:.0f} samples used)"
+        f"{bug}: rejected in {row['rejected']}/{runs} runs (mean {row['mean_samples_used']:.0f} samples used)"
     )
-    out["markdown"] = calibration_markdown(out)
-    return out
+    return row
 
 
 def calibration_markdown(doc: dict[str, Any]) -> str:
