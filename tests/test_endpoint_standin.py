@@ -24,7 +24,8 @@ from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.base import SEED_RANGE
 from specproof.properties.endpoint.families.wire import token_texts
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.endpoint.standin import BUGS, STOP_SETTING, StandIn
+from specproof.properties.endpoint.standin import StandIn
+from specproof.properties.endpoint.standin_bugs import BUGS, STOP_SETTING
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, sample_seed
 from specproof.properties.engine.contract import T1, Sampling
 from specproof.properties.verdicts import Verdict

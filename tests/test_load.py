@@ -8,7 +8,8 @@ import pytest
 
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.endpoint.standin import BUGS, InProcess, StandIn
+from specproof.properties.endpoint.standin import InProcess, StandIn
+from specproof.properties.endpoint.standin_bugs import BUGS
 from specproof.properties.engine.audit import audit_engine
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import T1, EngineSpec

@@ -19,7 +19,8 @@ import pytest
 from specproof.properties.conformance.mutants import CHAIN_MUTANTS
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.endpoint.standin import BUGS, TRANSPORT_FAULTS, InProcess, StandIn
+from specproof.properties.endpoint.standin import InProcess, StandIn
+from specproof.properties.endpoint.standin_bugs import BUGS, TRANSPORT_FAULTS
 from specproof.properties.engine import acceptance_mutants, param_mutants, stop_mutants
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1

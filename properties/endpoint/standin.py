@@ -51,81 +51,8 @@ ignored (the model has no end of sequence). Reported probabilities are the laws 
 recipes read, in float64. Model work runs on one worker thread with one torch thread (its own
 setting: the caller's threads are left alone).
 
-Planted bugs (:data:`BUGS`, ``bug=``), each a one-line change marked ``# bug:`` in the code:
-
-===================  ====================  ==================================================
-bug                  verdict               models
-===================  ====================  ==================================================
-greedy_verify        lossy                 verification commits the target's argmax at T > 0
-                                           (sglang PR#9127, greedy verify on some hardware)
-no_speculation       no_speculation        speculation silently off: plain sampling, counters 0
-off_with_logprobs    pass, flagged         speculation off only for requests that ask for
-                                           probabilities (vllm#34497)
-zero_logprobs        misreported           every emitted token reported with probability 1.0,
-                                           logprob 0.0 (llama.cpp#27972)
-first_token_only     misreported           only the first token's reported probability is the
-                                           target's; later ones are the draft's (PR#27196)
-ignores_seed         contract_violation    a fixed private seed whatever the request says
-nan_reports          lossy                 greedy_verify, and requests asking for probabilities
-                                           of several tokens refused HTTP 400 (a NaN at a
-                                           drafted position, not writable as JSON): the
-                                           rejection found first stays the verdict
-ignores_top_k        usage error           ``top_k`` accepted but not applied, in the law and in
-                                           sampling alike (the audit refuses before sampling)
-flaky                pass                  every ``flaky_every``-th request fails, HTTP 503 and a
-                                           dropped connection alternately (retries absorb it)
-dies                 underpowered          after ``dies_after`` requests it stops answering:
-                                           connections refused (``die="refuse"``) or hung
-                                           until the stand-in stops (``die="hang"``)
-crashes              underpowered          request ``dies_after + 1`` gets HTTP 500, then the
-                                           server is gone (connections refused): the fault
-                                           names the HTTP 500, not only the refusals after it
-batch_rows           lossy                 with more than 2 requests in flight, verification
-                                           is given another request's draft rows (those of
-                                           the request served before it, 1Cat-vLLM#656);
-                                           alone it is exact, so
-                                           ``--load 1 --load 8`` reads "lossy only with 8 in
-                                           flight"
-stream_step_tail     contract violation    a streamed answer keeps only the last token of each
-                                           speculative step (vllm PR#26027): streamed and
-                                           non-streamed answers for one seed differ
-seed_in_flight       pass; contract        the seed is ignored while another request is in
-                     violation under load  flight (a random one is drawn): the law holds, one
-                                           request at a time reproduces, so only the load
-                                           axis's seed check sees it
-stop_past_block      contract violation    a stop string completed inside a step's block is
-                                           honoured at the block's end: tokens past the stop
-stop_tail_only       contract violation    only each block's tail is scanned for a stop string:
-                                           a stop inside a block is missed
-stale_after_hit      acceptance_low        after a prefix-cache hit the drafts come after the
-                                           context's first token alone, their law told: the
-                                           law holds, acceptance drops after a hit only
-prefix_poison        lossy                 after a prefix-cache hit (``cache_prompt`` and the
-                                           prompt of the request served before), verification
-                                           is given that request's draft rows; exact cold
-shared_choices       lossy                 the completions of a request for several
-                                           (``n_cmpl``) share one generator: each is a sample
-                                           of the law, but they are all equal (the
-                                           completions axis's independence test)
-fork_rows            lossy                 a completion after the first of a request is
-                                           verified against the draft rows of the one before
-                                           it: exact one completion a request
-adapter_of_batch     pass; lossy under     with LoRA adapters (``adapters``), a request runs
-                     load                  with the adapter of another request in flight (the
-                                           batch's, not its own: vllm PR#21068's class); alone
-                                           it is exact, so only the load axis's mixed batches
-                                           (background requests with adapters) see it
-verify_server_       pass; lossy with      with LoRA adapters, a request asking its own scales
-scale                ``--adapter``         gets its first token at them and its drafts verified
-                                           at the server's own (the request's scales dropped
-                                           from the verify pass): exact for requests naming no
-                                           adapter, so only ``--adapter`` sees it
-averaged_metric      misreported           ``GET /metrics`` gives accepted drafts as the drafted
-                                           total times the mean of the requests' accepted
-                                           shares (a mean of ratios for a ratio of sums,
-                                           THUDM/slime PR#2240): every answer right, the
-                                           dashboard's acceptance wrong
-===================  ====================  ==================================================
+Planted bugs (``bug=``): :data:`~.standin_bugs.BUGS`, each a one-line change marked ``# bug:`` in
+the code below; :mod:`.standin_bugs` lists them with the verdict each must get.
 
 Requests in flight are those the stand-in has received and not yet answered (they wait for the
 one worker thread), so a client with N requests open at once puts N in flight.
@@ -153,159 +80,10 @@ import torch
 from specproof.properties.endpoint.families import llamacpp, openai, sglang, vllm, wire
 from specproof.properties.endpoint.families.wire import Ask, Drawn, RequestError, token_texts
 from specproof.properties.endpoint.served_model import ServedModel
+from specproof.properties.endpoint.standin_bugs import BUGS, FIXED_SEED, TRANSPORT_FAULTS
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.engine.stop_mutants import cut
-from specproof.properties.verdicts import Planted, Verdict, planted
 from specproof.reference.errors import SpecproofError, UsageError
-
-#: stop strings over the stand-in's token texts: one token's whole text, and one that spans two
-STOP_SETTING = Sampling(1.0, stop=("<t2>", "3><t1"), texts=tuple(token_texts(8)))
-#: the planted bugs: bug -> the verdict the endpoint audit must give and the public bug class it
-#: models (``error``: refused before sampling, a usage error)
-BUGS: dict[str, Planted] = planted(
-    Planted(
-        "greedy_verify",
-        Verdict.LOSSY,
-        "verification commits the target's argmax at T > 0 (sglang PR#9127: greedy verify on some "
-        "hardware); the first token, sampled before any draft, stays random",
-    ),
-    Planted("no_speculation", Verdict.NO_SPECULATION, "speculation silently off: plain sampling, counters 0"),
-    Planted(
-        "off_with_logprobs",
-        Verdict.PASS,
-        "speculation off only for requests that ask for probabilities (vllm#34497): the law holds, "
-        "speculation.off_when_probabilities_requested says so",
-    ),
-    Planted(
-        "zero_logprobs",
-        Verdict.MISREPORTED,
-        "every emitted token reported with probability 1.0 / logprob 0.0 (llama.cpp#27972)",
-    ),
-    Planted(
-        "first_token_only",
-        Verdict.MISREPORTED,
-        "only the first token's reported probability is the target's, later ones are the draft "
-        "model's (PR#27196)",
-    ),
-    Planted("ignores_seed", Verdict.CONTRACT_VIOLATION, "a fixed private seed: every request decodes alike"),
-    Planted(
-        "ignores_top_k",
-        Verdict.ERROR,
-        "top_k accepted but not applied, in the law and in sampling alike (refused before sampling)",
-        settings=(Sampling(1.0, top_k=3),),
-    ),
-    Planted(
-        "flaky",
-        Verdict.PASS,
-        "every flaky_every-th request fails: HTTP 503 and a dropped connection alternately",
-    ),
-    Planted(
-        "dies",
-        Verdict.UNDERPOWERED,
-        "stops answering after dies_after requests (connections refused, or hung past the timeout)",
-    ),
-    Planted(
-        "crashes",
-        Verdict.UNDERPOWERED,
-        "request dies_after + 1 is answered HTTP 500 and the server exits: every later connection "
-        "is refused (vLLM's CPU build and top_k under speculation); the audit names the HTTP 500",
-    ),
-    Planted(
-        "batch_rows",
-        Verdict.LOSSY,
-        "with more than 2 requests in flight the verifier is given another request's draft rows (those "
-        "of the request served before it; 1Cat-vLLM#656, vllm PR#14645): exact alone, lossy only under "
-        "load",
-    ),
-    Planted(
-        "stream_step_tail",
-        Verdict.CONTRACT_VIOLATION,
-        "a streamed answer keeps only the last token of each speculative step (vllm PR#26027): the "
-        "stream and the non-streamed answer for one seed differ",
-    ),
-    Planted(
-        "seed_in_flight",
-        Verdict.PASS,
-        "the seed is ignored while another request is in flight: the law holds and one request at a "
-        "time reproduces, so only the load axis's seed check flags it (contract_violation with --load)",
-    ),
-    Planted(
-        "stop_past_block",
-        Verdict.CONTRACT_VIOLATION,
-        "a stop string completed inside a speculative step's block is honoured only at the block's end: "
-        "the block's tokens after it are returned (sglang#31599)",
-        settings=(STOP_SETTING,),
-    ),
-    Planted(
-        "stop_tail_only",
-        Verdict.CONTRACT_VIOLATION,
-        "only the tail of each block is scanned for a stop string: one completed inside a block is "
-        "missed and generation goes on (PR#33758)",
-        settings=(STOP_SETTING,),
-    ),
-    Planted(
-        "prefix_poison",
-        Verdict.LOSSY,
-        "after a prefix-cache hit the verifier is given the draft rows of the request that filled the "
-        "cache (a hit that poisons the draft's state): exact cold, so --prefix-cache reads \"lossy only "
-        'after a prefix-cache hit"',
-    ),
-    Planted(
-        "stale_after_hit",
-        Verdict.ACCEPTANCE_LOW,
-        "after a prefix-cache hit the draft model's cache is not refilled (drafts after the context's "
-        "first token alone) and the verifier is told their law: the law holds, fewer drafts are "
-        "accepted than cold (the prefix-cache axis's acceptance comparison flags it)",
-    ),
-    Planted(
-        "shared_choices",
-        Verdict.LOSSY,
-        "the completions of a request for several (n_cmpl) share one generator: each is a sample of the "
-        "law and one completion a request is exact, but a request's completions are all equal, so the "
-        'completions axis\'s independence test reads "lossy only with 4 completions a request"',
-    ),
-    Planted(
-        "fork_rows",
-        Verdict.LOSSY,
-        "each completion after the first of a request for several is verified against the draft rows of "
-        "the completion before it (a forked sequence reading its parent's draft state): exact one "
-        "completion a request, lossy only with several",
-    ),
-    Planted(
-        "adapter_of_batch",
-        Verdict.PASS,
-        "with LoRA adapters held, a request runs with the adapter of another request in flight (the "
-        "batch's, not its own; vllm PR#21068's class): one request at a time is exact, so only the load "
-        "axis, whose background requests carry adapters, flags it (lossy with --load)",
-    ),
-    Planted(
-        "verify_server_scale",
-        Verdict.PASS,
-        "with LoRA adapters held, a request asking its own adapter scales samples its first token at "
-        "them but has its drafts verified at the server's own scales (the request's dropped from the "
-        "verify pass): a request naming no adapter is exact, so only an audit whose requests ask for "
-        "one (--adapter) flags it (lossy)",
-    ),
-    Planted(
-        "averaged_metric",
-        Verdict.MISREPORTED,
-        "GET /metrics reports accepted draft tokens as the drafted total times the mean of the requests' "
-        "accepted shares (a mean of per-request ratios where a ratio of sums is meant; THUDM/slime "
-        "PR#2240): every answer is right, the dashboard's acceptance is not",
-    ),
-    Planted(
-        "nan_reports",
-        Verdict.LOSSY,
-        "greedy_verify's lossy verification, and every request asking for probabilities of more "
-        "than one token refused HTTP 400 (a NaN the server cannot write as JSON, as vLLM's CPU "
-        "build): the law's rejection, found first, stays the verdict",
-    ),
-)
-
-#: the planted faults that live in the transport (a socket's): only a listening stand-in has them
-TRANSPORT_FAULTS = ("flaky", "dies", "crashes")
-#: the private seed of ``ignores_seed``
-FIXED_SEED = 1234
 
 
 def _cut(steps: Sequence[int], n: int) -> list[int]:
@@ -556,15 +334,7 @@ class StandIn:
             if bug in ("greedy_verify", "nan_reports"):
                 rule = "greedy"  # bug: greedy_verify, nan_reports
             context = ask.prompt + (out[0],)
-            # the target's law the laws loops verify against: the reference loop's own at the
-            # temperature where nothing else moves it, else the request's processed law
-            target = (
-                m.tempered(s.temperature) if not s.truncated and not adapted else (lambda c: tuple(law(c)))
-            )
-            if bug == "verify_server_scale" and self.adapters:
-                own = tuple((i, 1.0) for i in range(self.adapters))  # the scales /lora-adapters lists
-                base = functools.partial(m.law, s=s, joint=ask.joint, adapter=own)
-                target = lambda c: tuple(base(c))  # noqa: E731  # bug: verify_server_scale
+            target = self._target(ask, adapted)
             others = self._others(ask) if bug == "batch_rows" else []
             crowded = len(others) >= 2 and bool(self._last_rows)  # more than 2 in flight
             poisoned = (
@@ -617,6 +387,19 @@ class StandIn:
                 drawn.shown.append(shown)
                 drawn.raw.append(m.law(ctx, Sampling(1.0), adapter=ask.adapter))
         return drawn
+
+    def _target(self, ask: Ask, adapted: bool) -> Any:
+        """The target's law the laws loops verify against: the reference loop's own at the
+        temperature where nothing else moves it, else the request's processed law (under its
+        adapter scales)."""
+        m, s = self.model, ask.sampling
+        scales = ask.adapter
+        if self.bug == "verify_server_scale" and self.adapters:
+            scales = tuple((i, 1.0) for i in range(self.adapters))  # bug: verify_server_scale
+        elif not s.truncated and not adapted:
+            return m.tempered(s.temperature)
+        law = functools.partial(m.law, s=s, joint=ask.joint, adapter=scales)
+        return lambda c: tuple(law(c))
 
     def _stop(self, ask: Ask, drawn: Drawn) -> None:
         """Cut ``drawn`` where its stop strings end it (proofs_notes/stops.md): at the token that
