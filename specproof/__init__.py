@@ -348,10 +348,7 @@ def audit_endpoint(
     from specproof.properties.options import build
     from specproof.properties.run import EndpointOptions, ShardOptions, run_endpoint
 
-    if target is not None:
-        if twin is not None and twin != target:
-            raise UsageError("twin, target: target is the twin's former name; give twin only")
-        twin = target
+    twin = _twin_or_target(twin, target)
     urls = (url,) if isinstance(url, str) else tuple(url)
     endpoint = build(
         EndpointOptions,
@@ -377,6 +374,13 @@ def audit_endpoint(
     shard = build(ShardOptions, {"workers": workers, "ray": ray})
     with _bar(progress, name or "endpoint") as bar:
         return run_endpoint(endpoint, request, config, shard, bar)
+
+
+def _twin_or_target(twin: str | None, target: str | None) -> str | None:
+    """The twin's URL, given as ``twin`` or by its former name ``target`` (not two different ones)."""
+    if target is not None and twin is not None and twin != target:
+        raise UsageError("twin, target: target is the twin's former name; give twin only")
+    return twin if target is None else target
 
 
 def _adapter(adapter: Sequence[tuple[int, float]] | dict[int, float] | None) -> Any:

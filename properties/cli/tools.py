@@ -244,6 +244,17 @@ def add_calibrate_parser(sub: Any) -> None:
         metavar="ENGINE",
         help="--engine: only the rows of this engine (repeatable), e.g. alternative.sampling_params",
     )
+    _add_endpoint_axes(c)
+    c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    c.add_argument(
+        "--json", metavar="PATH", help="write the measurements as JSON (--tokens, --engine, --endpoint)"
+    )
+    add_progress(c)
+    c.set_defaults(func=cmd_calibrate)
+
+
+def _add_endpoint_axes(c: Any) -> None:
+    """``calibrate --endpoint``'s workload axes (one at a time, as in an audit)."""
     c.add_argument(
         "--completions",
         type=int,
@@ -268,12 +279,6 @@ def add_calibrate_parser(sub: Any) -> None:
         help="--endpoint: every audit cold and after a prefix-cache hit, against a twin: the acceptance "
         "comparison's false alarms, power on prefix_poison",
     )
-    c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    c.add_argument(
-        "--json", metavar="PATH", help="write the measurements as JSON (--tokens, --engine, --endpoint)"
-    )
-    add_progress(c)
-    c.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

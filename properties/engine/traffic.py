@@ -214,12 +214,7 @@ def audit_traffic(
     docstring). Records are scored in the file's order, one case per distinct setting; the
     wealth is looked at after each record."""
     config = config or EngineAuditConfig()
-    adapted = next((r for r in records if r.adapter), None)
-    if adapted is not None and "adapter" not in inspect.signature(laws).parameters:
-        raise UsageError(
-            f"line {adapted.line}: lora: these laws are read without LoRA adapters (an engine object's "
-            "own); score records that name adapter scales against a twin URL that holds them"
-        )
+    _check_adapted(records, laws)
     config.validate()
     say = progress or (lambda what, frac: None)
     res = TrafficResult(source, vocab, config)
@@ -234,15 +229,7 @@ def audit_traffic(
         say(f"record {r.line}", n / len(records))
         if not r.tokens:
             continue
-        if r.adapter:  # its laws under the adapter scales it asked for
-            got = laws(r.prompt, r.tokens, r.sampling, adapter=r.adapter)  # type: ignore[call-arg]
-        else:
-            got = laws(r.prompt, r.tokens, r.sampling)
-        along = np.asarray(got, dtype=np.float64)
-        if along.shape != (len(r.tokens), vocab):
-            raise UsageError(
-                f"line {r.line}: {along.shape} laws read for {len(r.tokens)} tokens of V = {vocab}"
-            )
+        along = _along(r, laws, vocab)
         case = cases[r.sampling]
         test.score(case, [Sample(seen[r.sampling], r.tokens, along, _blocks(r.steps, len(r.tokens)))])
         seen[r.sampling] += 1
@@ -271,22 +258,52 @@ def audit_traffic(
         )
     found = test.finding() if test.rejected else None
     if found is not None:
-        case = next(c for c in cases.values() if c.index == found["case"])
-        setting = next(s for s, c in cases.items() if c is case)
-        if found["statistic"] == "impossible":
-            d = found["detail"]
-            rec = groups[setting][d["sample"]]
-            text = (
-                f"line {rec.line}: token {d['token']} at position {d['position']} has probability 0 "
-                f"under the twin's law ({setting.label})"
-            )
-        else:
-            text = (
-                f"{setting.label}: statistic {found['statistic']} ({found['what']}) after "
-                f"{found['tokens']:,} tokens, drift {found['drift']:+.3g}"
-            )
-        res.finding = {**found, "setting": setting.label, "text": text}
+        res.finding = _finding(found, cases, groups)
         res.verdict = Verdict.LOSSY
     elif any(c.tokens < planned for c in cases.values()):
         res.verdict = Verdict.UNDERPOWERED
     return res
+
+
+def _check_adapted(records: Sequence[Record], laws: LawsAlong) -> None:
+    """Records that name LoRA adapter scales need laws read under them (a twin's)."""
+    adapted = next((r for r in records if r.adapter), None)
+    if adapted is not None and "adapter" not in inspect.signature(laws).parameters:
+        raise UsageError(
+            f"line {adapted.line}: lora: these laws are read without LoRA adapters (an engine object's "
+            "own); score records that name adapter scales against a twin URL that holds them"
+        )
+
+
+def _along(r: Record, laws: LawsAlong, vocab: int) -> np.ndarray:
+    """The laws along record ``r``'s tokens (under the adapter scales it asked for), checked."""
+    if r.adapter:
+        got = laws(r.prompt, r.tokens, r.sampling, adapter=r.adapter)  # type: ignore[call-arg]
+    else:
+        got = laws(r.prompt, r.tokens, r.sampling)
+    along = np.asarray(got, dtype=np.float64)
+    if along.shape != (len(r.tokens), vocab):
+        raise UsageError(f"line {r.line}: {along.shape} laws read for {len(r.tokens)} tokens of V = {vocab}")
+    return along
+
+
+def _finding(
+    found: dict[str, Any], cases: dict[Sampling, Any], groups: dict[Sampling, list[Record]]
+) -> dict[str, Any]:
+    """The token test's rejection as the traffic's witness: the record's line where a token had
+    probability 0, else the setting, statistic and drift."""
+    case = next(c for c in cases.values() if c.index == found["case"])
+    setting = next(s for s, c in cases.items() if c is case)
+    if found["statistic"] == "impossible":
+        d = found["detail"]
+        rec = groups[setting][d["sample"]]
+        text = (
+            f"line {rec.line}: token {d['token']} at position {d['position']} has probability 0 "
+            f"under the twin's law ({setting.label})"
+        )
+    else:
+        text = (
+            f"{setting.label}: statistic {found['statistic']} ({found['what']}) after "
+            f"{found['tokens']:,} tokens, drift {found['drift']:+.3g}"
+        )
+    return {**found, "setting": setting.label, "text": text}
