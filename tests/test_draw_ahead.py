@@ -21,7 +21,7 @@ from specproof.properties.endpoint.client import Client
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import InProcess, StandIn
-from specproof.properties.engine import audit as engine_audit
+from specproof.properties.engine import drawing as engine_drawing
 from specproof.properties.engine.audit import audit_engine
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import T1, EngineSpec, EngineUnavailable, Generation
@@ -32,7 +32,7 @@ import same_outputs  # noqa: E402
 
 
 def _audit(bug: str | None, config: EngineAuditConfig, ahead: int, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(engine_audit, "AHEAD", ahead)
+    monkeypatch.setattr(engine_drawing, "AHEAD", ahead)
     with (
         StandIn(bug, loop="laws", listen=False) as si,
         StandIn(speculative=False, loop="laws", listen=False) as tw,
@@ -134,7 +134,7 @@ def test_the_next_chunks_are_asked_for_before_a_chunk_is_read():
         seen = engine.log[: engine.log.index(("read", n))]
         submitted = [k for what, k in seen if what == "submit"]
         # the chunk being read and the two after it (where the plan has them) were asked for
-        assert max(submitted) == min(n + engine_audit.AHEAD, 7), (n, engine.log)
+        assert max(submitted) == min(n + engine_drawing.AHEAD, 7), (n, engine.log)
 
 
 def test_a_fault_keeps_what_came_before_it_and_settles_the_rest():
@@ -189,7 +189,7 @@ def test_chunks_drawn_by_workers_are_not_asked_ahead():
     """A drawer that draws in its own way (workers) gets lazy chunks: nothing is drawn before the
     stage reads it, as before."""
 
-    class Counting(engine_audit.Drawer):
+    class Counting(engine_drawing.Drawer):
         def __init__(self) -> None:
             self.calls = 0
 

@@ -9,7 +9,7 @@ with the same concurrency and the same request bodies, this times
   <specproof.properties.engine.audit.EngineAudit.sample>` of an endpoint audit at a fixed size
   (requests built and sent, answers read and checked against the contract, the laws read, the
   token test scored, the cells test at every look, the server's metrics read before and after),
-  with its chunks asked for ahead (:class:`~specproof.properties.engine.audit.DrawAhead`), and
+  with its chunks asked for ahead (:class:`~specproof.properties.engine.drawing.DrawAhead`), and
   once more with no chunk asked ahead (how the stage drew before), so the gain is measured too.
 
 The audit reads its laws from the twin, a second server. Those reads are the twin's work, not
@@ -43,7 +43,7 @@ from specproof.properties.bench.kernels import Row
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.llamacpp import LlamaCpp
 from specproof.properties.endpoint.options import EndpointOptions
-from specproof.properties.engine import audit as engine_audit
+from specproof.properties.engine import drawing
 from specproof.properties.engine.audit import EngineAudit, EngineAuditConfig, sample_seed
 from specproof.properties.engine.contract import T1
 from specproof.properties.servers import gguf_models, llamacpp
@@ -85,12 +85,12 @@ class PlainGenerator:
 @contextlib.contextmanager
 def ahead(n: int) -> Iterator[None]:
     """The sample stage with ``n`` chunks asked for ahead (0: none, as it drew before)."""
-    saved = engine_audit.AHEAD
-    engine_audit.AHEAD = n
+    saved = drawing.AHEAD
+    drawing.AHEAD = n
     try:
         yield
     finally:
-        engine_audit.AHEAD = saved
+        drawing.AHEAD = saved
 
 
 class StageTimer:

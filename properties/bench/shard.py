@@ -28,8 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 from specproof.properties.bench.kernels import Row
-from specproof.properties.engine.audit import CaseRunner, Drawer, EngineAuditConfig, audit_engine
+from specproof.properties.engine.audit import CaseRunner, EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1, Generation
+from specproof.properties.engine.drawing import Drawer
 from specproof.properties.engine.registry import resolve_engine, with_options
 
 ENGINE = "reference.draft.token"

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.engine.audit import Drawer
 from specproof.properties.engine.contract import EngineSpec, EngineUnavailable, Generation
+from specproof.properties.engine.drawing import Drawer
 from specproof.properties.engine.runner import CaseRunner, EngineViolation
 from specproof.properties.shard.pool import PoolClient, PoolFailure
 from specproof.properties.shard.recipe import EngineRecipe, engine_recipe, worker_paths
