@@ -16,6 +16,17 @@ from specproof.properties.options import Flag
 from specproof.reference.errors import UsageError
 
 
+def parse_adapter(text: str) -> tuple[int, float]:
+    """``ID=SCALE`` (``--adapter 0=0.5``) as an (id, scale) pair."""
+    name, sep, scale = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(name), float(scale)
+    except ValueError:
+        raise UsageError(f"--adapter: expected ID=SCALE (e.g. 0=0.5), got {text!r}") from None
+
+
 @dataclass(frozen=True)
 class EndpointOptions:
     """How a served engine is reached (module docstring)."""
@@ -98,7 +109,7 @@ class EndpointOptions:
             "request's lora field, the server started with the adapter, its twin too): the law is the "
             "adapted model's, read with the same request",
             metavar="ID=SCALE",
-            parse=lambda text: parse_adapter(text),
+            parse=parse_adapter,
             repeat=True,
             example=((0, 0.5),),
             example_text=["0=0.5"],
@@ -123,14 +134,3 @@ class EndpointOptions:
         object.__setattr__(self, "adapter", check_adapter(self.adapter))
         if self.vocab is not None and (not isinstance(self.vocab, int) or self.vocab < 1):
             raise UsageError(f"vocab: must be an integer >= 1, got {self.vocab!r}")
-
-
-def parse_adapter(text: str) -> tuple[int, float]:
-    """``ID=SCALE`` (``--adapter 0=0.5``) as an (id, scale) pair."""
-    name, sep, scale = text.partition("=")
-    try:
-        if not sep:
-            raise ValueError
-        return int(name), float(scale)
-    except ValueError:
-        raise UsageError(f"--adapter: expected ID=SCALE (e.g. 0=0.5), got {text!r}") from None
