@@ -557,7 +557,7 @@ def test_the_time_probe_times_a_chunk_drawn_as_sampling_draws_it():
     spec = EngineSpec("x", "user", "", lambda s: Batched(lm), 4, ((0,),), (T1,), tokens=2)
     res = audit_engine(spec, EngineAuditConfig(samples=64, looks=1), clock=lambda: now[0])
     assert res.verdict == Verdict.PASS, res.summary()
-    assert "125.0 ms per sample, 8 drawn at once" in res.plan_text
+    assert "125.0 ms per sample (8 drawn, their laws read and scored as sampling does it)" in res.plan_text
     assert "about 8 s" in res.plan_text  # 64 samples at 1/8 s, where single calls said 64 s
     assert res.per_sample_seconds == pytest.approx(1 / 8)
 

@@ -223,13 +223,44 @@ def test_the_plan_has_the_power_it_states(statistic):
     assert sps.binom.cdf(52, 60, 0.99) < 1e-6
 
 
+@pytest.mark.parametrize("statistic", ["mean", "greedy"])
+def test_the_pooled_plan_has_the_power_it_states_and_each_case_alone_what_it_says(statistic):
+    """Seed 13, four cases, alpha 1e-4, per-token TV 0.05: 60 audits whose every case deviates by
+    the reference deviation, fed the pooled plan's tokens per case (a quarter of one case's
+    plan, and a little more), must cross at least 53 times; and 60 whose first case alone
+    deviates, at the TV the plan says one case alone is detected at, with the same tokens
+    (power 0.99 stated: 52 or fewer has probability below 1e-6)."""
+    tv, alpha, cases = 0.05, 1e-4, 4
+    n = power.plan_tokens(tv, alpha, 0.99, cases)
+    assert n < power.plan_tokens(tv, alpha, 0.99, 1) / 3.5
+    w = power.shares(False, False)
+    alone = power.detectable(statistic, n, alpha, 0.99, cases, w)
+    rng = np.random.default_rng(13)
+    for deviating in (range(cases), range(1)):
+        hits = 0
+        for _ in range(60):
+            test = TokenTest(alpha, seed=0)
+            tcases = [test.add_case(i, 64) for i in range(cases)]
+            test.pool()
+            for i, c in enumerate(tcases):
+                size = tv if len(deviating) == cases else (alone if i in deviating else 0.0)
+                obs = _reference_sample(rng, n, size, statistic)
+                obs.surprisal, obs.expected_surprisal = np.zeros(n), np.zeros(n)
+                test.update(c, [obs])
+            hits += test.rejected
+        assert hits >= 53, (list(deviating), hits)
+
+
 def test_the_plan_states_its_distance_to_the_information_limit():
     for tv in (0.05, 0.01, 0.003):
         for s in ("mean", "greedy"):
             need = power.tokens_needed(s, tv, math.log(1e4), 0.99)
             limit = power.information_limit(s, tv, 1e-4, 0.99)
             assert limit < need < 2.5 * limit, (s, tv, need, limit)  # within the documented factors
-    assert power.plan_tokens(0.01, 1e-4, 0.99, 1) < power.plan_tokens(0.01, 1e-4, 0.99, 4)
+    # four cases share one pooled plan: in all a little more than one case's (its share of the
+    # wealth is half), never four times it
+    one, each = power.plan_tokens(0.01, 1e-4, 0.99, 1), power.plan_tokens(0.01, 1e-4, 0.99, 4)
+    assert one < 4 * each < 1.1 * one
 
 
 def test_the_serial_statistic_sees_consecutive_tokens_move_together():

@@ -115,14 +115,15 @@ class StageTimer:
         if warm:
             assert self.memo is not None, "a cold run first"
             for runner, memo in zip(audit.runners, self.memo):
-                runner.memo = dict(memo)
+                runner.memo.budget = 2**62  # every law the cold run read stays
+                runner.memo.update(memo)
         law_client = self.endpoint.twin_client or self.endpoint.client
         before = law_client.requests
         t0, c0 = time.perf_counter(), time.process_time()
         audit.sample()
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         if not warm:
-            self.memo = [dict(r.memo) for r in audit.runners]
+            self.memo = [dict(r.memo.items()) for r in audit.runners]
         audit.verdict()
         self.verdicts.append(str(audit.result.verdict))
         assert audit.result.samples == self.config.samples, audit.result.summary()

@@ -95,6 +95,7 @@ from specproof.properties.engine.load import (
 from specproof.properties.engine.metrics import Tally, read_totals, stage_check
 from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
 from specproof.properties.engine.runner import (
+    GROUP_BYTES,
     CaseRunner,
     EngineViolation,
     Pending,
@@ -104,6 +105,7 @@ from specproof.properties.engine.runner import (
 from specproof.properties.engine.streaming import stream_check
 from specproof.properties.engine.token_stage import TokenStage, plan_detects, plan_limit
 from specproof.properties.plan import Budget
+from specproof.properties.tokens.power import POOLED_SHARE
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
 
@@ -214,6 +216,7 @@ class EngineAudit:
         self.per_sample = 0.0  # seconds, estimated by the contract stage (only for the plan's estimate)
         self.stage = "contract"  # the stage running (named in a violation)
         self.probe_chunk = 1  # samples drawn at once when the time per sample was probed
+        self.fit = ""  # where the plan does not fit the budget: what would (said in the plan)
         self.out_of_time = False
         self.accept = AcceptanceStart()  # the acceptance tests (:mod:`.acceptance`), from the contract stage
         self.shares: dict[int, list[float]] = {}  # per case: each sample's accepted share
@@ -286,7 +289,7 @@ class EngineAudit:
                 self.config.tv, self.alpha_tokens, self.config.power
             )
         masses = [rn.point_mass() for rn in self.runners]
-        first_max = [max(rn.law(())) for rn in self.runners]
+        first_max = [float(np.max(rn.law(()))) for rn in self.runners]
         # seed use is checked here at the lowest level asked (the levels above: the checks stage)
         low = [
             i
@@ -369,17 +372,21 @@ class EngineAudit:
         return self._loaded[key]
 
     def _probe_chunk(self, rn: CaseRunner) -> None:
-        """Time one chunk drawn as sampling draws it (many at once, with its laws read), on seeds
-        of its own: one call at a time overstates the time of an engine that serves many at
-        once (a server at concurrency 8 announced 2,816 s for a run of 609 s). Only the plan's
-        estimate reads it; no sample of the probe is tested."""
+        """Time one chunk drawn, its laws read and its tokens scored as sampling does it (many at
+        once where the engine draws many: one call at a time overstates the time of an engine
+        that serves many at once, a server at concurrency 8 announced 2,816 s for a run of 609 s;
+        two samples where it draws one at a time), on seeds of its own. Only the plan's estimate
+        reads it; no sample of the probe is tested."""
         chunk = Drawer().chunk(rn)  # here, by the case's own engine: workers draw only the law test's
-        if chunk <= 1:
-            return
-        seeds = [sample_seed(self.config.seed, rn.case.index, 4 * 10**6 + j) for j in range(chunk)]
+        seeds = [sample_seed(self.config.seed, rn.case.index, 4 * 10**6 + j) for j in range(max(2, chunk))]
         t0 = self.clock()
-        gens = rn.draw(seeds)
-        rn.prefetch([g.tokens for g in gens])
+        gens = rn.draw(seeds) if chunk > 1 else [g for s in seeds for g in rn.draw([s])]
+        for group in self._groups(gens):
+            rn.prefetch([g.tokens for g in group])
+            if self.tokens is not None:
+                for g in group:
+                    self.tokens.probe(rn, g)
+            rn.end_chunk()
         self.per_sample = (self.clock() - t0) / len(seeds)
         self.probe_chunk = len(seeds)
 
@@ -417,35 +424,73 @@ class EngineAudit:
             what = "point mass: any deviation is a hard failure" if r.point_mass else f"looks at {r.schedule}"
             lines.append(f"    {r.case.name}: {r.planned:,} samples ({what})")
         lines += [f"  note: {n}" for n in res.notes]
-        how = f", {self.probe_chunk} drawn at once as sampling draws them" if self.probe_chunk > 1 else ""
         lines.append(
-            f"  probe: {1000 * self.per_sample:.1f} ms per sample{how} -> about {estimate:.0f} s "
-            f"(budget {c.budget_seconds:g} s)"
+            f"  probe: {1000 * self.per_sample:.1f} ms per sample ({self.probe_chunk} drawn, their laws "
+            f"read and scored as sampling does it) -> about {estimate:.0f} s (budget {c.budget_seconds:g} s)"
         )
-        if estimate > c.budget_seconds:
+        self.fit = self._fit(estimate)
+        if self.fit:
             lines.append(
-                "  the plan does not fit the budget: unless a deviation is found first, "
-                "the audit will end underpowered"
+                "  the plan does not fit the budget: unless a deviation is found first, the audit will end "
+                f"underpowered; {self.fit}"
             )
+        res.fit = self.fit
         res.plan_text = "\n".join(lines)
         if self.announce:
             self.announce(res.plan_text)
+
+    def _fit(self, estimate: float) -> str:
+        """Where the plan's estimate exceeds the budget: the per-token TV whose plan would fit it
+        and the budget that would fit this plan (empty where it fits, or the plan is a fixed size)."""
+        c = self.config
+        if estimate <= c.budget_seconds or c.samples or estimate <= 0:
+            return ""
+        budget = math.ceil(1.25 * estimate / 60) * 60  # with a margin, in whole minutes
+        tv = self._tv_fitting(c.budget_seconds / estimate) if self.tokens is not None else None
+        words = f"--budget-seconds {budget:g} fits it"
+        if tv is not None:
+            words = f"--tv {tv:.2g} would fit the budget ({c.tv:g} asked), or " + words
+        return words
+
+    def _tv_fitting(self, ratio: float) -> float | None:
+        """The smallest per-token TV of two significant digits (on a 5 % grid above the plan's)
+        whose token plan is at most ``ratio`` times the plan's, or None below 0.45."""
+        assert self.tokens is not None
+        c, now, tv = self.config, self.planned_tokens, self.config.tv
+        while True:
+            step = 10.0 ** (math.floor(math.log10(tv * 1.05)) - 1)
+            tv = math.ceil(tv * 1.05 / step - 1e-9) * step
+            if tv > 0.45:
+                return None
+            if self.tokens.plan_tokens(tv, self.alpha_tokens, c.power) <= ratio * now:
+                return float(f"{tv:.2g}")
 
     def _token_plan_lines(self) -> list[str]:
         c, stage = self.config, self.tokens
         if stage is None:
             return []
         n = self.planned_tokens
+        cases = len(self.cases)
         what = (
             f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
         )
+        if cases > 1 and not c.samples:
+            what += " shared by every case"
         lines = [
             f"  token test (every token against the law at its own prefix; anytime-valid, alpha "
             f"{self.alpha_tokens:g}): {n:,} tokens per case {what} (sharpening or flattening, drift to "
             "the argmax: the plan's statistics)",
         ]
+        if cases > 1:
+            alone = stage.alone_detects(n, self.alpha_tokens, c.power)
+            lines.append(
+                f"    pooled: one family of statistics fed every case's tokens holds {POOLED_SHARE:g} of the "
+                f"wealth, the cases' own the rest; a deviation in one case alone is detected at a per-token "
+                f"TV of {alone['mean']:.3g} (sharpening) or {alone['greedy']:.3g} (to the argmax) by its "
+                f"{n:,} tokens"
+            )
         if not c.samples:
-            detects = plan_detects(n, self.alpha_tokens, c.power, len(self.cases))
+            detects = plan_detects(n * cases, self.alpha_tokens, c.power, cases)
             limit = plan_limit(c.tv, self.alpha_tokens, c.power)
             lines.append(
                 f"    at that size the cells of the transform detect a TV of {detects:.3g}; the most "
@@ -521,27 +566,44 @@ class EngineAudit:
             self.result.fault = f"{e.detail} (after {r.n + len(gens)} samples of {r.case.name})"
         for g in gens:
             self.tally.add(g.drafted, g.accepted)
-        try:
-            runner.prefetch([g.tokens for g in gens])  # the laws of the chunk, read at once
-        except EngineUnavailable as e:
-            # samples whose laws cannot be read cannot be tested: not counted (the verdict is
-            # underpowered, with this fault stated)
-            self.result.fault = f"{e.detail} (reading the target law)"
-            return False
-        for g in gens:
+        for group in self._groups(gens):
+            try:
+                runner.prefetch([g.tokens for g in group])  # the group's laws, read at once
+            except EngineUnavailable as e:
+                # samples whose laws cannot be read cannot be tested: not counted (the verdict is
+                # underpowered, with this fault stated)
+                self.result.fault = f"{e.detail} (reading the target law)"
+                return False
+            try:
+                if self._score(runner, r, seqs, group):
+                    break
+            finally:
+                runner.end_chunk()  # the group is scored: its deep laws are let go
+        return self.result.fault is None
+
+    def _groups(self, gens: list[Generation]) -> list[list[Generation]]:
+        """A chunk's samples in groups whose laws take at most :data:`.runner.GROUP_BYTES` (at
+        least one sample a group): what is held at once never grows with the chunk."""
+        per = max(1, GROUP_BYTES // (8 * self.spec.vocab * max(1, self.spec.tokens)))
+        return [gens[i : i + per] for i in range(0, len(gens), per)]
+
+    def _score(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], group: list[Generation]) -> bool:
+        """Count and score a group of samples in order; True when the case or the token test
+        rejected inside it (the samples after that one are not counted)."""
+        for g in group:
             self._count(runner, r, seqs, g)
             if r.rejected:
-                break
+                return True
             if self.tokens is not None:
                 try:
                     crossed = self.tokens.add(runner, r.n - 1, g)
                 except EngineUnavailable as e:
                     self.result.fault = f"{e.detail} (reading the laws along the samples)"
-                    return False
+                    return True
                 if crossed:  # the samples after the block that crossed are not counted
                     self.result.token_rejected = True
-                    break
-        return self.result.fault is None
+                    return True
+        return False
 
     def _count(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], g: Generation) -> None:
         seq = g.tokens
@@ -555,10 +617,10 @@ class EngineAudit:
             self.choices.setdefault(r.case.index, []).append((g.choice, g.tokens))
         if self.result.axis_acceptance is not None and g.drafted:
             self.shares.setdefault(r.case.index, []).append((g.accepted or 0) / g.drafted)
-        seqs.append(seq)
         r.n += 1
         if not self.cells_on:
-            return  # the token test scores every token, an impossible one included
+            return  # the token test scores every token, an impossible one included (and keeps none)
+        seqs.append(seq)
         _, zero_at = runner.probability(seq)
         if zero_at is None:
             return
@@ -716,6 +778,10 @@ class EngineAudit:
                 r.rejected = r.rejected or rej
         if self.tokens is not None:
             res.token_test = self.tokens.to_json()
+            if "pooled" in res.token_test:
+                res.token_test["pooled"]["detects_per_token_tv"] = self.tokens.pooled_detects(
+                    self.alpha_tokens, c.power
+                )
             res.token_rejected = self.tokens.test.rejected
             if res.token_rejected:
                 lead = self.tokens.test.finding()

@@ -171,6 +171,9 @@ class EngineAuditResult:
     factor: str = ""
     #: the completions axis's independence tests (:mod:`.completions`; None: no such axis)
     completions: CompletionsResult | None = None
+    #: where the plan did not fit the budget, what would (said before sampling, and again where the
+    #: audit ran short): a per-token TV, a budget
+    fit: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -227,6 +230,8 @@ class EngineAuditResult:
                 f"({d['sequence'][: d['position']]})"
             )
         e = math.exp(min(700.0, self.token_test["log_wealth"]))
+        if f.get("pooled"):
+            case = f"every case's tokens together (pooled; its own tokens deviate most in {case})"
         text = (
             f"token test, {case}: statistic {f['statistic']} ({f['what']}), e-value {e:.3g} >= 1/alpha = "
             f"{1 / self.token_test['alpha']:.3g} after {f['tokens']:,} tokens; its drift {f['drift']:+.3g}"
@@ -355,6 +360,8 @@ class EngineAuditResult:
             out.append(f"  sampling stopped early: {self.fault}")
         for r in self.short:
             out.append(f"  ran short: {r.case.name}: {r.n}/{r.planned} samples")
+        if self.short and self.fit:
+            out.append(f"  the plan did not fit the budget (said before sampling): {self.fit}")
         for r in self.cases:
             if r.collapsed:
                 out.append(
@@ -379,6 +386,15 @@ class EngineAuditResult:
                 f"    token test: e-value {e:.3g} (1/alpha = {1 / self.token_test['alpha']:.3g}; "
                 "anytime-valid)"
             )
+            pooled = self.token_test.get("pooled")
+            if pooled and pooled.get("detects_per_token_tv"):
+                d = pooled["detects_per_token_tv"]
+                lines.append(
+                    f"    every case together (pooled): {pooled['tokens']:,} tokens: detects a per-token TV of "
+                    f"{d['mean']:.3g} (sharpening), {d['greedy']:.3g} (to the argmax), {d['uniform']:.3g} "
+                    f"(any, on the transform's cells) shared by every case, at power {c.power:g}; each case "
+                    "alone, below"
+                )
         for r in self.cases:
             mark = " (short)" if r.budget_limited else ""
             if r.collapsed:
@@ -435,6 +451,8 @@ class EngineAuditResult:
         }
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.fit:
+            out["fit"] = self.fit
         if self.load is not None:
             out["load"] = self.load.to_json()
         if self.load is not None or self.completions is not None:

@@ -8,6 +8,7 @@ engine's checked capabilities (:mod:`.capabilities`), never by looking names up.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable
@@ -67,9 +68,62 @@ class Pending:
             return []
 
 
-#: laws after prefixes of at most this many generated tokens are kept (the cells test reads them
-#: at every look); deeper ones, which samples rarely share, are read per chunk and let go
+#: laws after prefixes of at most this many generated tokens are memoized (the cells test reads
+#: them at every look); deeper ones, which samples rarely share, are read per group and let go
 MEMO_DEPTH = 12
+#: bytes of memoized laws kept: past it, the law read longest ago is let go (read again if needed)
+MEMO_BYTES = 64 * 2**20
+#: bytes of laws read at once for a group of samples (the samples in flight): a chunk of samples
+#: is read and scored in groups of at most this many bytes of laws, so memory never grows with it
+GROUP_BYTES = 128 * 2**20
+
+
+class LawMemo:
+    """Laws after shallow prefixes, as read-only arrays, kept while they fit in ``budget`` bytes:
+    past it the law used longest ago is let go first (and read again if asked for)."""
+
+    def __init__(self, budget: int = MEMO_BYTES) -> None:
+        self.budget, self.bytes = budget, 0
+        self._laws: collections.OrderedDict[Seq, np.ndarray] = collections.OrderedDict()
+
+    def get(self, prefix: Seq) -> np.ndarray | None:
+        row = self._laws.get(prefix)
+        if row is not None:
+            self._laws.move_to_end(prefix)
+        return row
+
+    def put(self, prefix: Seq, row: np.ndarray) -> None:
+        if prefix in self._laws:
+            return
+        self._laws[prefix] = row
+        self.bytes += row.nbytes
+        while self.bytes > self.budget and len(self._laws) > 1:
+            _, old = self._laws.popitem(last=False)
+            self.bytes -= old.nbytes
+
+    def update(self, laws: dict[Seq, np.ndarray]) -> None:
+        for prefix, row in laws.items():
+            self.put(prefix, row)
+
+    def items(self) -> list[tuple[Seq, np.ndarray]]:
+        return list(self._laws.items())
+
+    def __contains__(self, prefix: object) -> bool:
+        return prefix in self._laws
+
+    def __len__(self) -> int:
+        return len(self._laws)
+
+
+def as_rows(rows: object) -> np.ndarray:
+    """An engine's laws as a float array without a copy where they already are one (a torch
+    tensor's memory is shared); a list of numbers becomes float64."""
+    if isinstance(rows, torch.Tensor):
+        rows = rows.detach().cpu().numpy()
+    arr = np.asarray(rows)
+    if arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)
+    return arr
 
 
 class CaseRunner:
@@ -77,8 +131,9 @@ class CaseRunner:
 
     def __init__(self, engine: Engine, case: EngineCase, vocab: int, offered: Offered | None = None) -> None:
         self.engine, self.case, self.vocab = engine, case, vocab
-        self.memo: dict[Seq, list[float]] = {}
-        self._chunk: dict[Seq, list[float]] = {}  # deeper laws read for the chunk at hand
+        self.memo = LawMemo()
+        self._chunk: dict[Seq, np.ndarray] = {}  # deeper laws read for the group at hand
+        self._ended: dict[int, np.ndarray] = {}  # the one-hot law after an ending token
         try:
             self.offers = offered or capabilities_of(engine)
         except CapabilityError as e:
@@ -113,37 +168,50 @@ class CaseRunner:
         string; reference/sampling.py), else None."""
         return None if self._ender is None else self._ender.end(seq)
 
-    def law(self, prefix: Seq) -> list[float]:
-        """The target's next-token law after the prompt and ``prefix``, checked and memoized;
-        one-hot at the ending token once ``prefix`` has ended (the end is absorbing)."""
+    def law(self, prefix: Seq) -> np.ndarray:
+        """The target's next-token law after the prompt and ``prefix`` (a read-only array of V
+        probabilities summing to 1), checked and memoized; one-hot at the ending token once
+        ``prefix`` has ended (the end is absorbing)."""
         k = self.end(prefix)
         if k is not None:
-            return [1.0 if x == prefix[k - 1] else 0.0 for x in range(self.vocab)]
-        if prefix in self._chunk:
-            return self._chunk[prefix]
-        if prefix not in self.memo:
-            context = list(self.case.prompt + prefix)
-            try:
-                if self._with_prompt:  # optional keyword: parameters whose law needs the prompt
-                    law_of: Any = self.engine.target_law
-                    row = law_of(context, prompt_len=len(self.case.prompt))
-                else:
-                    row = self.engine.target_law(context)
-            except (EngineViolation, EngineUnavailable, UsageError):
-                raise
-            except Exception as e:
-                raise EngineViolation(
-                    "exception", f"target_law raised {type(e).__name__}: {e}", self.case
-                ) from e
-            checked = self._checked_law(row, context)
-            if len(prefix) > MEMO_DEPTH:
-                self._chunk[prefix] = checked
-                return checked
-            self.memo[prefix] = checked
-        return self.memo[prefix]
+            return self._one_hot(prefix[k - 1])
+        row = self._chunk.get(prefix)
+        if row is None:
+            row = self.memo.get(prefix)
+        if row is not None:
+            return row
+        context = list(self.case.prompt + prefix)
+        try:
+            if self._with_prompt:  # optional keyword: parameters whose law needs the prompt
+                law_of: Any = self.engine.target_law
+                got = law_of(context, prompt_len=len(self.case.prompt))
+            else:
+                got = self.engine.target_law(context)
+        except (EngineViolation, EngineUnavailable, UsageError):
+            raise
+        except Exception as e:
+            raise EngineViolation("exception", f"target_law raised {type(e).__name__}: {e}", self.case) from e
+        row = self._checked_law(got, context)
+        self._keep(prefix, row)
+        return row
+
+    def _keep(self, prefix: Seq, row: np.ndarray) -> None:
+        if len(prefix) > MEMO_DEPTH:
+            self._chunk[prefix] = row
+        else:
+            self.memo.put(prefix, row)
+
+    def _one_hot(self, token: int) -> np.ndarray:
+        row = self._ended.get(token)
+        if row is None:
+            row = np.zeros(self.vocab)
+            row[token] = 1.0
+            row.flags.writeable = False
+            self._ended[token] = row
+        return row
 
     def end_chunk(self) -> None:
-        """Let go of the deep laws read for a chunk (its samples are scored)."""
+        """Let go of the deep laws read for a group of samples (they are scored)."""
         self._chunk.clear()
 
     def horizon(self, seq: Seq) -> int:
@@ -152,13 +220,19 @@ class CaseRunner:
         k = self.end(seq)
         return len(seq) if k is None else k
 
-    def laws_along(self, seq: Seq) -> np.ndarray:
+    def laws_along(self, seq: Seq, checked: bool = True) -> np.ndarray:
         """The target's law at each observed token's own prefix (teacher forcing), ``[m, V]``:
-        in one call where the engine offers it (``target_laws_along``), else one law a prefix."""
+        in one call where the engine offers it (``target_laws_along``), else one law a prefix.
+        ``checked=False``: only the shape is checked and the rows are left as the engine gave them
+        (not copied, not normalized), for a caller that checks each row as it reads it (the token
+        test's scoring: :meth:`not_a_law` words what it finds)."""
         m = self.horizon(seq)
         along = self.optional("teacher_forcing")
         if along is None:
-            return np.asarray([self.law(seq[:d]) for d in range(m)], dtype=np.float64).reshape(m, self.vocab)
+            out = np.empty((m, self.vocab))
+            for d in range(m):
+                out[d] = self.law(seq[:d])
+            return out
         try:
             if takes_prompt_len(along):
                 rows = along(list(self.case.prompt), list(seq[:m]), prompt_len=len(self.case.prompt))
@@ -170,60 +244,80 @@ class CaseRunner:
             raise EngineViolation(
                 "exception", f"target_laws_along raised {type(e).__name__}: {e}", self.case
             ) from e
-        return self._checked_laws(rows, m, "target_laws_along", seq)
+        return self._checked_laws(rows, m, "target_laws_along", seq, checked)
 
-    def draft_laws_along(self, seq: Seq) -> np.ndarray | None:
-        """The draft's law at each observed token's prefix, where the engine tells it."""
+    def draft_laws_along(self, seq: Seq, checked: bool = True) -> np.ndarray | None:
+        """The draft's law at each observed token's prefix, where the engine tells it
+        (``checked`` as for :meth:`laws_along`)."""
         draft = self.optional("draft_law")
         if draft is None:
             return None
         m = self.horizon(seq)
         along = getattr(self.engine, "draft_laws_along", None)  # all at once, where offered
-        what = "draft_laws_along" if callable(along) else "draft_law"
+        what = self.draft_source
         try:
             if callable(along):
                 rows = along(list(self.case.prompt), list(seq[:m]))
             else:
-                rows = [draft(list(self.case.prompt + seq[:d])) for d in range(m)]
+                rows = [as_rows(draft(list(self.case.prompt + seq[:d]))) for d in range(m)]
         except (EngineViolation, EngineUnavailable, UsageError):
             raise
         except Exception as e:
             raise EngineViolation("exception", f"{what} raised {type(e).__name__}: {e}", self.case) from e
-        return self._checked_laws(rows, m, what, seq)
+        return self._checked_laws(rows, m, what, seq, checked)
 
-    def _checked_laws(self, rows: object, m: int, what: str, seq: Seq) -> np.ndarray:
-        """``m`` laws of V entries each, as one array, or the contract violation they are."""
+    @property
+    def draft_source(self) -> str:
+        """The method the draft's laws along a sample come from."""
+        return "draft_laws_along" if callable(getattr(self.engine, "draft_laws_along", None)) else "draft_law"
+
+    def _checked_laws(self, rows: object, m: int, what: str, seq: Seq, checked: bool = True) -> np.ndarray:
+        """``m`` laws of V entries each, as one array, or the contract violation they are; with
+        ``checked`` each row is checked to be a law and the rows are normalized (a copy)."""
         try:
-            arr = np.asarray(rows, dtype=np.float64)
-        except (TypeError, ValueError) as e:
+            arr = as_rows(rows)
+        except (TypeError, ValueError, RuntimeError) as e:
             raise EngineViolation(what, f"{what} after {list(seq)}: not numbers", self.case) from e
         if arr.shape != (m, self.vocab):
             raise EngineViolation(
                 what, f"{what} after {list(seq)}: shape {arr.shape}, expected ({m}, {self.vocab})", self.case
             )
-        sums = arr.sum(axis=1)
-        bad = np.flatnonzero(
-            ~np.isfinite(arr).all(axis=1) | (arr < 0).any(axis=1) | (np.abs(sums - 1) > 1e-6)
-        )
+        if not checked:
+            return arr
+        arr = arr.astype(np.float64, copy=False)
+        sums, least = arr.sum(axis=1), arr.min(axis=1)
+        bad = np.flatnonzero(~((np.abs(sums - 1) <= 1e-6) & (least >= 0)))
         if len(bad):
             d = int(bad[0])
-            raise EngineViolation(
-                what,
-                f"{what}: the law after {list(self.case.prompt + seq[:d])} is not a law (sum {sums[d]:.9g})",
-                self.case,
-            )
+            raise self.not_a_law(what, seq, d, float(sums[d]))
         return arr / sums[:, None]
+
+    def not_a_law(self, what: str, seq: Seq, d: int, total: float) -> EngineViolation:
+        """The contract violation of a law along ``seq`` (from ``what``) whose row ``d`` is not a
+        law (its sum ``total``: NaN or infinite where an entry is)."""
+        return EngineViolation(
+            what,
+            f"{what}: the law after {list(self.case.prompt + seq[:d])} is not a law (sum {total:.9g})",
+            self.case,
+        )
 
     def prefetch(self, seqs: list[Seq]) -> None:
         """Read at once the laws after every proper prefix of ``seqs`` not read yet, where the
         engine reads many at once (``target_laws``: a server answers them concurrently)."""
         many = self.optional("target_laws")
+        if many is None:
+            return
         need = sorted(
-            {s[:d] for s in seqs for d in range(self.horizon(s))} - set(self.memo) - set(self._chunk)
+            {
+                p
+                for s in seqs
+                for p in (s[:d] for d in range(self.horizon(s)))
+                if p not in self.memo and p not in self._chunk
+            }
         )
         if self._ender is not None:
             need = [p for p in need if self.end(p) is None]  # after the end the law is known
-        if many is None or not need:
+        if not need:
             return
         try:
             contexts = [list(self.case.prompt + p) for p in need]
@@ -238,24 +332,27 @@ class CaseRunner:
                 "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
             ) from e
         for p, row in zip(need, rows):
-            checked = self._checked_law(row, list(self.case.prompt + p))
-            (self._chunk if len(p) > MEMO_DEPTH else self.memo)[p] = checked
+            self._keep(p, self._checked_law(row, list(self.case.prompt + p)))
 
-    def _checked_law(self, row: object, context: list[int]) -> list[float]:
+    def _checked_law(self, row: object, context: list[int]) -> np.ndarray:
+        """One law as a read-only float64 array normalized to sum 1, or the contract violation it
+        is (not numbers, not V of them, a negative or non-finite entry, a sum off 1 by > 1e-6)."""
         try:
-            arr = np.asarray([float(v) for v in row], dtype=np.float64)  # type: ignore[attr-defined]
-        except (TypeError, ValueError) as e:
+            arr = as_rows(row).astype(np.float64, copy=False)
+        except (TypeError, ValueError, RuntimeError) as e:
             raise EngineViolation("target_law", f"target_law after {context}: not numbers", self.case) from e
         where = f"target_law after {context}"
         if arr.shape != (self.vocab,):
+            got = f"{arr.shape[0]} entries" if arr.ndim == 1 else f"shape {arr.shape}"
+            raise EngineViolation("target_law", f"{where}: {got}, expected V = {self.vocab}", self.case)
+        total, least = float(arr.sum()), float(arr.min())
+        if not (abs(total - 1) <= 1e-6 and least >= 0):
             raise EngineViolation(
-                "target_law", f"{where}: {arr.shape[0]} entries, expected V = {self.vocab}", self.case
+                "target_law", f"{where}: not a law (sum {total:.9g}, min {least:.3g})", self.case
             )
-        if not np.isfinite(arr).all() or (arr < 0).any() or abs(arr.sum() - 1) > 1e-6:
-            raise EngineViolation(
-                "target_law", f"{where}: not a law (sum {arr.sum():.9g}, min {arr.min():.3g})", self.case
-            )
-        return list(arr / arr.sum())
+        out = arr / total
+        out.flags.writeable = False
+        return out
 
     def generate(self, seed: int) -> Seq:
         """One sample of M tokens, checked against the contract."""
@@ -413,7 +510,7 @@ class CaseRunner:
         """P(seq) under the law, and the first position (1-based) with probability 0."""
         p = 1.0
         for d, x in enumerate(seq):
-            q = self.law(seq[:d])[x]
+            q = float(self.law(seq[:d])[x])
             if q <= 0:
                 return 0.0, d + 1
             p *= q
@@ -423,10 +520,10 @@ class CaseRunner:
         """Whether the M-token law is a single sequence (greedy decoding)."""
         node: Seq = ()
         while len(node) < self.case.tokens:
-            nz = [x for x, v in enumerate(self.law(node)) if v > 0]
+            nz = np.flatnonzero(self.law(node) > 0)
             if len(nz) != 1:
                 return False
-            node += (nz[0],)
+            node += (int(nz[0]),)
         return True
 
 
@@ -434,8 +531,7 @@ def argmax_path(runner: CaseRunner, tokens: int) -> Seq:
     """The law's greedy sequence of ``tokens`` tokens (ties to the smallest id)."""
     out: list[int] = []
     for _ in range(tokens):
-        row = runner.law(tuple(out))
-        out.append(max(range(len(row)), key=lambda x: (row[x], -x)))
+        out.append(int(np.argmax(runner.law(tuple(out)))))  # the first of equal maxima
     return tuple(out)
 
 

@@ -21,7 +21,7 @@ from specproof.properties.engine.contract import Generation
 from specproof.properties.engine.runner import CaseRunner
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenCase, TokenTest
-from specproof.properties.tokens.transform import Observations
+from specproof.properties.tokens.transform import Observations, RowNotALaw
 
 
 def block_indices(steps: tuple[int, ...] | None, m: int) -> np.ndarray | None:
@@ -57,6 +57,7 @@ class TokenStage:
             i = rn.case.index
             blocks[i] = "steps" in rn.offers and "sequential" in rn.offers
             cases[i] = test.add_case(i, rn.case.tokens, draft="draft_law" in rn.offers, blocks=blocks[i])
+        test.pool()
         return cls(test, cases, blocks)
 
     def plan_tokens(self, tv: float, alpha: float, power_: float) -> int:
@@ -74,14 +75,16 @@ class TokenStage:
         sample = Sample(
             index,
             tuple(g.tokens[:m]),
-            runner.laws_along(g.tokens),
+            runner.laws_along(g.tokens, checked=False),  # each row checked as it is scored
             block_indices(g.steps, m) if self.blocks[runner.case.index] else None,
-            runner.draft_laws_along(g.tokens),
+            runner.draft_laws_along(g.tokens, checked=False),
         )
-        runner.end_chunk()
         case = self.cases[runner.case.index]
         pending = self.pending.setdefault(runner.case.index, [])
-        pending.append(self.test.observe(case, sample))  # scored now: only the numbers are kept
+        try:
+            pending.append(self.test.observe(case, sample))  # scored now: only the numbers are kept
+        except RowNotALaw as e:
+            raise _violation(runner, g, e) from e
         if len(pending) < BLOCK and case.impossible is None:
             return False
         return self.flush(runner.case.index)
@@ -95,11 +98,43 @@ class TokenStage:
         return self.test.rejected
 
     def detects(self, index: int, alpha: float, power_: float) -> dict[str, float]:
-        """The per-token TV each planned statistic detects at the tokens the case has seen."""
+        """The per-token TV each planned statistic detects at the tokens the case has seen, in
+        that case's own family (a deviation confined to it)."""
         case = self.cases[index]
         w = power.shares(case.family.draft, case.family.blocks)
         return {
             s: power.detectable(s, case.tokens, alpha, power_, len(self.cases), w)
+            for s in ("mean", "greedy", "uniform")
+        }
+
+    def alone_detects(self, tokens: int, alpha: float, power_: float) -> dict[str, float]:
+        """What one case's own family detects at ``tokens`` of its tokens (a deviation confined to
+        that case, as the plan states it)."""
+        draft = all(c.family.draft for c in self.cases.values())
+        w = power.shares(draft, all(self.blocks.values()))
+        return {s: power.detectable(s, tokens, alpha, power_, len(self.cases), w) for s in ("mean", "greedy")}
+
+    def probe(self, runner: CaseRunner, g: Generation) -> None:
+        """Read and score one sample as :meth:`add` does, feeding nothing (the plan's probe)."""
+        m = runner.horizon(g.tokens)
+        scratch = TokenTest(self.test.alpha, self.test.seed)
+        case = scratch.add_case(runner.case.index, runner.case.tokens, draft="draft_law" in runner.offers)
+        laws = runner.laws_along(g.tokens, checked=False)
+        drafts = runner.draft_laws_along(g.tokens, checked=False)
+        try:
+            scratch.observe(case, Sample(10**9, tuple(g.tokens[:m]), laws, None, drafts))
+        except RowNotALaw as e:
+            raise _violation(runner, g, e) from e
+
+    def pooled_detects(self, alpha: float, power_: float) -> dict[str, float]:
+        """The per-token TV each planned statistic of the pooled family detects at every case's
+        tokens together (a deviation shared by every case); empty for a single case."""
+        fam = self.test.pooled
+        if fam is None:
+            return {}
+        w = power.shares(fam.draft, fam.blocks)
+        return {
+            s: power.detectable(s, fam.tokens, alpha, power_, len(self.cases), w, pooled=True)
             for s in ("mean", "greedy", "uniform")
         }
 
@@ -113,12 +148,22 @@ class TokenStage:
             "pvalue": t.pvalue(),
             "finding": t.finding(),
             "cases": {str(i): c.to_json() for i, c in self.cases.items()},
+            **t.to_json(),
         }
 
 
+def _violation(runner: CaseRunner, g: Generation, e: RowNotALaw) -> Exception:
+    """The contract violation a law along ``g`` that is not a law is, naming where it came from."""
+    what = runner.draft_source
+    if e.which == "laws":
+        what = "target_laws_along" if "teacher_forcing" in runner.offers else "target_law"
+    return runner.not_a_law(what, g.tokens, e.row, e.total)
+
+
 def plan_detects(tokens: int, alpha: float, power_: float, cases: int) -> float:
-    """The TV the ``uniform`` statistic detects on its cells after ``tokens`` tokens of a case."""
-    return power.detectable("uniform", tokens, alpha, power_, cases, power.shares(False, False))
+    """The TV the ``uniform`` statistic detects on its cells after ``tokens`` tokens (of the one
+    case; of every case together, in the pooled family, where there are several)."""
+    return power.detectable("uniform", tokens, alpha, power_, cases, power.shares(False, False), cases > 1)
 
 
 def plan_limit(tv: float, alpha: float, power_: float) -> int:

@@ -77,16 +77,40 @@ class TokenCase:
 @dataclass
 class TokenTest:
     """The token test over an audit's cases (module docstring). ``alpha``: its share of the audit's
-    family-wise alpha; ``seed``: the audit's (the transforms' auxiliary uniforms derive from it)."""
+    family-wise alpha; ``seed``: the audit's (the transforms' auxiliary uniforms derive from it).
+
+    With several cases the audit's wealth is :data:`.power.POOLED_SHARE` on a **pooled** family,
+    fed every case's scored tokens in the order the audit scores them, plus the rest on the average
+    of the cases' own families: a weighted average of test martingales, each fed predictably, so
+    a test martingale (proofs_notes/token_audit.md, claim 5). A deviation every case shares
+    grows the pooled wealth with the tokens of all of them; one confined to a case grows that
+    case's own."""
 
     alpha: float
     seed: int
     cases: list[TokenCase] = field(default_factory=list)
+    pooled: Family | None = None
 
     def add_case(self, index: int, horizon: int, draft: bool = False, blocks: bool = False) -> TokenCase:
         case = TokenCase(index, horizon, Family(horizon, draft=draft, blocks=blocks))
         self.cases.append(case)
         return case
+
+    def pool(self) -> None:
+        """Start the pooled family, once every case is added (none for a single case): it runs
+        the statistics every case can feed."""
+        if len(self.cases) > 1:
+            fams = [c.family for c in self.cases]
+            self.pooled = Family(
+                max(f.horizon for f in fams),
+                draft=all(f.draft for f in fams),
+                blocks=all(f.blocks for f in fams),
+            )
+
+    @property
+    def share(self) -> float:
+        """The pooled family's share of the audit's wealth (0 without one)."""
+        return power.POOLED_SHARE if self.pooled is not None else 0.0
 
     def observe(self, case: TokenCase, smp: Sample) -> Observations:
         """One sample of ``case`` scored (not yet fed to the bettors: :meth:`update`); a token of
@@ -109,13 +133,17 @@ class TokenTest:
         return obs
 
     def update(self, case: TokenCase, parts: list[Observations]) -> None:
-        """Feed scored samples of ``case`` to its bettors, in index order, at once."""
+        """Feed scored samples of ``case`` to its bettors (and the pooled family's), in index
+        order, at once."""
         if not parts:
             return
         positions = np.concatenate([np.arange(1, len(o) + 1) for o in parts])
         blocks = [o.block for o in parts if o.block is not None]
         block: np.ndarray | None = np.concatenate(blocks) if len(blocks) == len(parts) else None
-        case.family.update(joined(parts), positions, block)
+        obs = joined(parts)
+        case.family.update(obs, positions, block)
+        if self.pooled is not None:
+            self.pooled.update(obs, positions, block)
         case.samples += len(parts)
 
     def score(self, case: TokenCase, samples: list[Sample]) -> list[Observations]:
@@ -129,8 +157,8 @@ class TokenTest:
         return parts
 
     @property
-    def log_wealth(self) -> float:
-        """log of the audit's wealth: the average of the cases'."""
+    def cases_log_wealth(self) -> float:
+        """log of the average of the cases' wealths."""
         if not self.cases:
             return 0.0
         logs = np.array([c.log_wealth for c in self.cases])
@@ -138,6 +166,17 @@ class TokenTest:
             return math.inf
         m = float(logs.max())
         return m + math.log(float(np.exp(logs - m).mean()))
+
+    @property
+    def log_wealth(self) -> float:
+        """log of the audit's wealth: the cases' average, mixed with the pooled family's."""
+        per = self.cases_log_wealth
+        if self.pooled is None or math.isinf(per):
+            return per
+        w = self.share
+        a, b = math.log(w) + self.pooled.log_wealth, math.log(1 - w) + per
+        m = max(a, b)
+        return m + math.log(math.exp(a - m) + math.exp(b - m))
 
     @property
     def rejected(self) -> bool:
@@ -153,15 +192,25 @@ class TokenTest:
         lw = self.log_wealth
         return 0.0 if math.isinf(lw) else min(1.0, math.exp(-lw))
 
+    def pooled_leads(self) -> bool:
+        """Whether the pooled family holds more of the audit's wealth than the cases' together."""
+        if self.pooled is None or math.isinf(self.cases_log_wealth):
+            return False
+        w = self.share
+        return math.log(w) + self.pooled.log_wealth > math.log(1 - w) + self.cases_log_wealth
+
     def finding(self) -> dict[str, Any] | None:
-        """The case and statistic that moved the wealth most, with what they saw."""
+        """The case and statistic that moved the wealth most, with what they saw; where the
+        pooled family moved it, its statistic over every case's tokens, and the case whose own
+        family moved most."""
         if not self.cases:
             return None
         case = max(self.cases, key=lambda c: c.log_wealth)
         if case.impossible:
             return {"case": case.index, "statistic": "impossible", "detail": case.impossible}
-        lead = case.family.leader()
-        return {
+        pooled = self.pooled_leads()
+        lead = (self.pooled if pooled and self.pooled is not None else case.family).leader()
+        out = {
             "case": case.index,
             "statistic": lead.name,
             "family": lead.family,
@@ -169,6 +218,24 @@ class TokenTest:
             "log_wealth": lead.log_wealth,
             "drift": lead.bettor.drift,
             "tokens": lead.bettor.n,
+        }
+        if pooled:
+            out["pooled"] = True
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The pooled family's reading (the cases' are each case's :meth:`TokenCase.to_json`)."""
+        if self.pooled is None:
+            return {}
+        lead = self.pooled.leader()
+        return {
+            "pooled": {
+                "share": self.share,
+                "tokens": self.pooled.tokens,
+                "log_wealth": self.pooled.log_wealth,
+                "leader": lead.to_json(),
+                "bets": [b.to_json() for b in self.pooled.bets],
+            }
         }
 
 

@@ -35,6 +35,9 @@ from specproof.reference.errors import InternalError
 
 #: the statistics the plan is stated for
 PLANNED = ("mean", "greedy")
+#: with several cases, the share of the audit's wealth held by the family fed every case's tokens
+#: (the pooled family); the rest is the average of the cases' own families
+POOLED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -118,10 +121,15 @@ def information_limit(statistic: str, tv: float, alpha: float, power: float = 0.
     return math.ceil(_sqrt_n(kl, sd, math.log(1 / alpha), z) ** 2)
 
 
-def log_threshold(alpha: float, cases: int, statistic: str, weights: dict[str, float]) -> float:
-    """A bettor's own threshold in the audit: the wealth averaged over ``cases`` and the family
-    crosses ``1/alpha`` when this bettor alone reaches ``cases / (alpha weight)``."""
-    return math.log(cases / alpha) - math.log(weights[statistic])
+def log_threshold(
+    alpha: float, cases: int, statistic: str, weights: dict[str, float], pooled: bool = False
+) -> float:
+    """A bettor's own threshold in the audit: the audit's wealth crosses ``1/alpha`` when this
+    bettor alone reaches ``1 / (alpha share weight)``, its family's ``share`` of the audit's wealth
+    being 1 for one case, :data:`POOLED_SHARE` for the pooled family of several cases, and
+    ``(1 - POOLED_SHARE) / cases`` for one case's family among several."""
+    share = 1.0 if cases == 1 else POOLED_SHARE if pooled else (1 - POOLED_SHARE) / cases
+    return math.log(1 / (alpha * share)) - math.log(weights[statistic])
 
 
 def shares(draft: bool, blocks: bool) -> dict[str, float]:
@@ -135,17 +143,29 @@ def plan_tokens(
     tv: float, alpha: float, power: float, cases: int, draft: bool = False, blocks: bool = False
 ) -> int:
     """Tokens per case the plan asks for: the larger of the ``mean`` and ``greedy`` bettors'
-    numbers at their shares (module docstring)."""
+    numbers at their shares (module docstring). With several cases the plan is the pooled
+    family's, shared evenly: a deviation shared by every case is detected at ``power`` from the
+    cases' tokens together; a deviation in one case alone is detected at the size its own family
+    reaches with its share (:func:`detectable`, said with every pass)."""
     w = shares(draft, blocks)
-    return max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w), power) for s in PLANNED)
+    pooled = cases > 1
+    total = max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w, pooled), power) for s in PLANNED)
+    return math.ceil(total / cases) if pooled else total
 
 
 def detectable(
-    statistic: str, tokens: int, alpha: float, power: float, cases: int, weights: dict[str, float]
+    statistic: str,
+    tokens: int,
+    alpha: float,
+    power: float,
+    cases: int,
+    weights: dict[str, float],
+    pooled: bool = False,
 ) -> float:
     """The smallest reference deviation ``statistic`` detects at ``power`` after ``tokens`` tokens
-    of a case (bisection on :func:`tokens_needed`; 1 when none below 0.45 is)."""
-    lt = log_threshold(alpha, cases, statistic, weights)
+    (of a case; of every case together for the ``pooled`` family), by bisection on
+    :func:`tokens_needed`; 1 when none below 0.45 is."""
+    lt = log_threshold(alpha, cases, statistic, weights, pooled)
     lo, hi = 1e-5, 0.45
     if tokens_needed(statistic, hi, lt, power) > tokens:
         return 1.0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specproof.properties.tokens.law import TokenLaw
+from specproof.reference.errors import SpecproofInputError
 
 #: surprisal is clipped at this many nats (a bounded statistic: its betting stays valid)
 SURPRISAL_CLIP = 12.0
@@ -95,34 +96,109 @@ def observe(
     return out
 
 
+#: bytes of laws scored at once by :func:`observe_dense`: a block of rows small enough to stay in
+#: the processor's cache while every statistic is read from it
+BLOCK_BYTES = 1 << 20
+#: a probability below this carries the clipped surprisal SURPRISAL_CLIP (e^-12) exactly
+CLIP_FLOOR = float(np.exp(-SURPRISAL_CLIP))
+
+
+class RowNotALaw(SpecproofInputError):
+    """A row of the laws given to :func:`observe_dense` that is not a law (within
+    :data:`ROW_TOLERANCE`): ``row`` its index, ``which`` "laws" or "drafts", ``total`` its sum and
+    ``least`` its smallest entry."""
+
+    def __init__(self, which: str, row: int, total: float, least: float) -> None:
+        super().__init__(which, f"row {row} is not a law (sum {total:.9g}, min {least:.3g})")
+        self.which, self.row, self.total, self.least = which, row, total, least
+
+
+#: how far a row's sum may lie from 1 (the engine contract's tolerance)
+ROW_TOLERANCE = 1e-6
+
+
+def _rows_checked(B: np.ndarray, which: str, first: int) -> np.ndarray:
+    """The row sums of a block, each checked to be a law's (finite, no negative entry, sum
+    within :data:`ROW_TOLERANCE` of 1): a NaN makes its row's sum and minimum NaN, an infinity
+    its sum infinite or its minimum negative, so two reductions check everything."""
+    s = B.sum(axis=1)
+    least = B.min(axis=1)
+    bad = np.flatnonzero(~((np.abs(s - 1.0) <= ROW_TOLERANCE) & (least >= 0)))
+    if len(bad):
+        r = int(bad[0])
+        raise RowNotALaw(which, first + r, float(s[r]), float(least[r]))
+    return s
+
+
 def observe_dense(
     laws: np.ndarray, tokens: Sequence[int], v: np.ndarray, drafts: np.ndarray | None = None
 ) -> Observations:
-    """:func:`observe` for laws given as a dense ``[M, V]`` array (each row a law), vectorized."""
-    P = np.asarray(laws, dtype=np.float64)
+    """:func:`observe` for laws given as a dense ``[M, V]`` array (each row a law, checked here and
+    normalized by its sum: :class:`RowNotALaw` names a row that is not one), read in blocks of
+    rows of about :data:`BLOCK_BYTES` so that each block is read from the cache by every
+    statistic: its sum and minimum (the check), the token's probability, the mass of the
+    likelier ids, the largest probability, and the expected clipped surprisal, for which only
+    the entries above ``e^-SURPRISAL_CLIP`` need a logarithm (every other one carries the clip).
+    The laws' own dtype is kept until a block is read (float32 laws are not copied whole)."""
+    P = np.asarray(laws)
+    if P.dtype.kind != "f":
+        P = P.astype(np.float64)
     x = np.asarray(tokens, dtype=np.int64)
     m, V = P.shape
-    rows = np.arange(m)
-    px = P[rows, x]
-    zero = np.flatnonzero(px <= 0)
-    ids = np.arange(V)[None, :]
-    higher = (P > px[:, None]) | ((P == px[:, None]) & (ids < x[:, None]))
-    before = np.where(higher, P, 0.0).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        clipped = np.where(P > 0, np.minimum(-np.log(np.where(P > 0, P, 1.0)), SURPRISAL_CLIP), 0.0)
-    out = Observations(
-        u=before + v[:m] * px,
-        p_first=P.max(axis=1),
-        surprisal=_clip(np.where(px > 0, px, 1e-300)),
-        expected_surprisal=(P * clipped).sum(axis=1),
-    )
+    Q = None
     if drafts is not None:
-        Q = np.asarray(drafts, dtype=np.float64)
-        out.q, out.expected_q = Q[rows, x], (P * Q).sum(axis=1)
-    if len(zero):
-        out.impossible = int(zero[0])
-        return _cut(out, out.impossible)
+        Q = np.asarray(drafts)
+        if Q.dtype.kind != "f":
+            Q = Q.astype(np.float64)
+    out = Observations(np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m))
+    if Q is not None:
+        out.q, out.expected_q = np.zeros(m), np.zeros(m)
+    rows = max(1, BLOCK_BYTES // (8 * max(1, V)))
+    for a in range(0, m, rows):
+        b = min(m, a + rows)
+        B = P[a:b].astype(np.float64, copy=False)
+        xb = x[a:b]
+        r = np.arange(b - a)
+        s = _rows_checked(B, "laws", a)
+        raw = B[r, xb]
+        zero = np.flatnonzero(raw <= 0)
+        stop = b if not len(zero) else a + int(zero[0])
+        if stop > a:
+            k = stop - a
+            B, xb, r, s, raw = B[:k], xb[:k], r[:k], s[:k], raw[:k]
+            above = np.sum(B, axis=1, where=B > raw[:, None])
+            ties = np.count_nonzero(B == raw[:, None], axis=1)
+            for j in np.flatnonzero(ties > 1):  # equal probabilities: the smaller ids come first
+                above[j] += raw[j] * np.count_nonzero(B[j, : xb[j]] == raw[j])
+            px = raw / s
+            sl = slice(a, stop)
+            out.u[sl] = above / s + v[a:stop] * px
+            out.p_first[sl] = B.max(axis=1) / s
+            out.surprisal[sl] = _clip(px)
+            out.expected_surprisal[sl] = _expected_clipped(B, s)
+            if Q is not None:
+                D = Q[a:stop].astype(np.float64, copy=False)
+                sq = _rows_checked(D, "drafts", a)
+                out.q[sl] = D[r, xb] / sq  # type: ignore[index]
+                out.expected_q[sl] = np.einsum("ij,ij->i", B, D) / (s * sq)  # type: ignore[index]
+        if stop < b:
+            out.impossible = stop
+            return _cut(out, stop)
     return out
+
+
+def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``sum_i p_i min(-log p_i, SURPRISAL_CLIP)`` for each row of ``B`` normalized by ``s``
+    (``p = B / s``): a probability at or below ``e^-SURPRISAL_CLIP`` contributes its mass times
+    the clip, so only the larger entries (few, in a peaked law) are taken a logarithm of."""
+    big = B > CLIP_FLOOR * s[:, None]
+    row = np.nonzero(big)[0]  # the row of each larger entry, in order
+    vals = B[big]
+    logs = np.minimum(np.log(s)[row] - np.log(vals), SURPRISAL_CLIP)
+    k = len(s)
+    part = np.bincount(row, weights=vals * logs, minlength=k)
+    mass = np.bincount(row, weights=vals, minlength=k)
+    return (part + SURPRISAL_CLIP * (s - mass)) / s
 
 
 def joined(parts: Sequence[Observations]) -> Observations:
