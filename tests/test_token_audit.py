@@ -147,3 +147,42 @@ def test_the_token_reading_is_the_same_on_ray_workers_as_here():
 def test_block_indices_from_the_steps():
     assert block_indices((2, 1, 3), 5).tolist() == [0, 1, 0, 0, 1]
     assert block_indices(None, 3) is None and block_indices((1, 1), 3) is None  # steps short of M
+
+
+@pytest.mark.parametrize(
+    ("where", "how"),
+    [("target_laws_along", "negative"), ("target_laws_along", "nan"), ("target_laws_along", "sum"),
+     ("draft_laws_along", "negative")],
+)  # fmt: skip
+def test_laws_along_that_are_not_laws_are_a_contract_violation_naming_where(where, how):
+    """Rows are checked as they are scored (never copied whole first): a negative entry in a row
+    that sums to 1, a NaN, or a sum of 1.1 at position 5 of every sample is a contract violation
+    naming the method and the context of that row."""
+    from specproof.properties.engine.narrow import NarrowLM, NarrowSpeculative
+
+    class Bad(NarrowSpeculative):
+        def _spoil(self, rows):
+            rows = np.array(rows)
+            if how == "negative":  # the row still sums to 1
+                rows[4, 1] += rows[4, 0] + 0.25
+                rows[4, 0] = -0.25
+            elif how == "nan":
+                rows[4, 3] = np.nan
+            else:
+                rows[4] *= 1.1
+            return rows
+
+        def target_laws_along(self, prompt_ids, tokens):
+            rows = super().target_laws_along(prompt_ids, tokens)
+            return self._spoil(rows) if where == "target_laws_along" else rows
+
+        def draft_laws_along(self, prompt_ids, tokens):
+            rows = super().draft_laws_along(prompt_ids, tokens)
+            return self._spoil(rows) if where == "draft_laws_along" else rows
+
+    lm = NarrowLM(64)
+    spec = EngineSpec("bad", "user", "", lambda s: Bad(lm, lm.perturbed(0.3, 1)), 64, ((3, 1),), (T1,), tokens=8)
+    res = audit_engine(spec, EngineAuditConfig(samples=8, looks=1, test="tokens", report_samples=0))
+    assert res.verdict == Verdict.CONTRACT_VIOLATION, res.summary()
+    assert res.violation["kind"] == where
+    assert f"{where}: the law after [3, 1, " in res.violation["detail"] and "is not a law" in res.violation["detail"]

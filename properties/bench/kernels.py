@@ -346,6 +346,10 @@ def markdown(rows: list[Row]) -> str:
         from specproof.properties.bench import shard as bench_shard
 
         out += ["", bench_shard.markdown([r for r in rows if r.section == "shard"])]
+    if any(r.section == "tokens" for r in rows):
+        from specproof.properties.bench import tokens as bench_tokens
+
+        out += ["", bench_tokens.markdown([r for r in rows if r.section == "tokens"])]
     return "\n".join(out)
 
 
@@ -377,6 +381,10 @@ def run(quick: bool = False, sections: tuple[str, ...] = ("cpu", "audit", "gpu")
         from specproof.properties.bench import shard as bench_shard
 
         rows += bench_shard.run(quick, report)
+    if "tokens" in sections:
+        from specproof.properties.bench import tokens as bench_tokens
+
+        rows += bench_tokens.run(quick, report)
     return rows
 
 

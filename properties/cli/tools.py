@@ -356,8 +356,9 @@ def add_bench_parser(sub: Any) -> None:
     be.add_argument(
         "--section",
         action="append",
-        choices=("cpu", "audit", "gpu", "decode", "endpoint", "shard"),
+        choices=("cpu", "audit", "gpu", "decode", "endpoint", "shard", "tokens"),
         help="only this section (repeatable; decode: the optimized decoding loop against the reference loop; "
+        "tokens: the token test's own cost beside an engine's at V up to 151,936, and whole audits' memory; "
         "endpoint: the endpoint audit's sampling against a plain load generator on llama-server; "
         "shard: the engine audit's sampling on 1 and 2 local Ray workers, needs specproof[ray])",
     )

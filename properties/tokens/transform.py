@@ -99,8 +99,6 @@ def observe(
 #: bytes of laws scored at once by :func:`observe_dense`: a block of rows small enough to stay in
 #: the processor's cache while every statistic is read from it
 BLOCK_BYTES = 1 << 20
-#: a probability below this carries the clipped surprisal SURPRISAL_CLIP (e^-12) exactly
-CLIP_FLOOR = float(np.exp(-SURPRISAL_CLIP))
 
 
 class RowNotALaw(SpecproofInputError):
@@ -117,16 +115,18 @@ class RowNotALaw(SpecproofInputError):
 ROW_TOLERANCE = 1e-6
 
 
-def _rows_checked(B: np.ndarray, which: str, first: int) -> np.ndarray:
-    """The row sums of a block, each checked to be a law's (finite, no negative entry, sum
-    within :data:`ROW_TOLERANCE` of 1): a NaN makes its row's sum and minimum NaN, an infinity
-    its sum infinite or its minimum negative, so two reductions check everything."""
+def _rows_checked(B: np.ndarray, which: str, first: int, values: np.ndarray | None = None) -> np.ndarray:
+    """The row sums of a block, each checked to be a law's: the sum within :data:`ROW_TOLERANCE`
+    of 1 (a NaN or infinite entry makes it NaN or infinite), and no negative entry: read from
+    ``values``, a per-row reduction that is NaN where an entry is negative or NaN (the expected
+    surprisal), else from the rows' minima."""
     s = B.sum(axis=1)
-    least = B.min(axis=1)
-    bad = np.flatnonzero(~((np.abs(s - 1.0) <= ROW_TOLERANCE) & (least >= 0)))
+    ok = np.abs(s - 1.0) <= ROW_TOLERANCE
+    ok &= ~np.isnan(values) if values is not None else B.min(axis=1) >= 0
+    bad = np.flatnonzero(~ok)
     if len(bad):
         r = int(bad[0])
-        raise RowNotALaw(which, first + r, float(s[r]), float(least[r]))
+        raise RowNotALaw(which, first + r, float(s[r]), float(B[r].min()))
     return s
 
 
@@ -136,9 +136,9 @@ def observe_dense(
     """:func:`observe` for laws given as a dense ``[M, V]`` array (each row a law, checked here and
     normalized by its sum: :class:`RowNotALaw` names a row that is not one), read in blocks of
     rows of about :data:`BLOCK_BYTES` so that each block is read from the cache by every
-    statistic: its sum and minimum (the check), the token's probability, the mass of the
-    likelier ids, the largest probability, and the expected clipped surprisal, for which only
-    the entries above ``e^-SURPRISAL_CLIP`` need a logarithm (every other one carries the clip).
+    statistic: its sum (the check, with the expected surprisal, which is NaN where an entry is
+    negative or NaN), the token's probability, the mass of the likelier ids, the largest
+    probability, and the expected clipped surprisal.
     The laws' own dtype is kept until a block is read (float32 laws are not copied whole)."""
     P = np.asarray(laws)
     if P.dtype.kind != "f":
@@ -159,7 +159,8 @@ def observe_dense(
         B = P[a:b].astype(np.float64, copy=False)
         xb = x[a:b]
         r = np.arange(b - a)
-        s = _rows_checked(B, "laws", a)
+        expected = _expected_clipped(B, B.sum(axis=1))
+        s = _rows_checked(B, "laws", a, expected)
         raw = B[r, xb]
         zero = np.flatnonzero(raw <= 0)
         stop = b if not len(zero) else a + int(zero[0])
@@ -175,7 +176,7 @@ def observe_dense(
             out.u[sl] = above / s + v[a:stop] * px
             out.p_first[sl] = B.max(axis=1) / s
             out.surprisal[sl] = _clip(px)
-            out.expected_surprisal[sl] = _expected_clipped(B, s)
+            out.expected_surprisal[sl] = expected[:k]
             if Q is not None:
                 D = Q[a:stop].astype(np.float64, copy=False)
                 sq = _rows_checked(D, "drafts", a)
@@ -189,16 +190,13 @@ def observe_dense(
 
 def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
     """``sum_i p_i min(-log p_i, SURPRISAL_CLIP)`` for each row of ``B`` normalized by ``s``
-    (``p = B / s``): a probability at or below ``e^-SURPRISAL_CLIP`` contributes its mass times
-    the clip, so only the larger entries (few, in a peaked law) are taken a logarithm of."""
-    big = B > CLIP_FLOOR * s[:, None]
-    row = np.nonzero(big)[0]  # the row of each larger entry, in order
-    vals = B[big]
-    logs = np.minimum(np.log(s)[row] - np.log(vals), SURPRISAL_CLIP)
-    k = len(s)
-    part = np.bincount(row, weights=vals * logs, minlength=k)
-    mass = np.bincount(row, weights=vals, minlength=k)
-    return (part + SURPRISAL_CLIP * (s - mass)) / s
+    (``p = B / s``; an id of probability 0 contributes 0). A negative or NaN entry makes its row's
+    value NaN (the caller's check of the rows reads it so)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        L = np.log(B)
+        np.subtract(np.log(s)[:, None], L, out=L)  # -log p
+        np.minimum(L, SURPRISAL_CLIP, out=L)
+        return np.einsum("ij,ij->i", B, L) / s
 
 
 def joined(parts: Sequence[Observations]) -> Observations:

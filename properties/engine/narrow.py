@@ -1,0 +1,192 @@
+"""A narrow language model at any vocabulary, decoded by token-level speculative sampling: the
+engine the audit's cost is measured on at real vocabularies (``specproof bench --section
+tokens``, tests/test_real_vocab.py).
+
+The model: each position's hidden state is ``tanh`` of a decayed sum of the embeddings of the
+last :data:`WINDOW` tokens (width ``d``, 32 by default), its logits ``h W + b`` over ``V`` ids,
+scaled so that its laws are about as sharp as a language model's (entropy about 4 nats at
+V = 4,096, 7 at V = 151,936).
+A forward at one position costs what a real model's output layer costs per unit of width: a
+``d x V`` product and a softmax over ``V``. The draft model is the same network with its output
+matrix perturbed. Decoding drafts ``k`` tokens a step from the draft, verifies them in one
+forward of the target, keeps draft ``i`` with probability ``min(1, p_i / q_i)``, else draws from
+``norm(max(p_i - q_i, 0))``, and adds a bonus token after ``k`` accepted (Leviathan et al.,
+Chen et al.; proofs_notes/token.md): lossless, so the audit must pass it.
+
+It offers what an engine written for the audit offers: laws along a path in one forward
+(``target_laws_along``, left out with ``teacher_forcing=False`` so that the audit reads one
+law a position), the draft's laws, its steps and counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: tokens a hidden state looks back over, each weighted half the one after it
+WINDOW = 4
+_DECAY = 0.5 ** np.arange(WINDOW)  # the last token first
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=-1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    return z
+
+
+class NarrowLM:
+    """The model (module docstring): ``law(context)`` and ``laws_along(context, n)``."""
+
+    def __init__(self, vocab: int, width: int = 32, seed: int = 0, scale: float = 16.0) -> None:
+        rng = np.random.default_rng([seed, vocab, width])
+        self.vocab, self.width = vocab, width
+        self.embed = rng.standard_normal((vocab, width)) / np.sqrt(width)
+        self.out = rng.standard_normal((width, vocab)) * (scale / np.sqrt(width))
+        self.bias = rng.standard_normal(vocab) * 0.5
+
+    def perturbed(self, noise: float, seed: int) -> NarrowLM:
+        """The same network with its output matrix perturbed (a draft model)."""
+        rng = np.random.default_rng([seed, self.vocab])
+        other = NarrowLM.__new__(NarrowLM)
+        other.__dict__.update(self.__dict__)
+        other.out = self.out + noise * rng.standard_normal(self.out.shape) * self.out.std()
+        return other
+
+    def hidden(self, context: Sequence[int], positions: int) -> np.ndarray:
+        """The hidden states after the last ``positions`` prefixes of ``context`` (each at least one
+        token long): ``[positions, width]``."""
+        ids = np.asarray(context[-(positions + WINDOW - 1) :], dtype=np.int64)  # what they look at
+        n = len(ids)
+        emb = self.embed[ids]
+        h = np.zeros((positions, self.width))
+        for j in range(WINDOW):
+            ends = np.arange(n - positions, n) - j  # the token j back from each prefix's end
+            ok = ends >= 0
+            h[ok] += _DECAY[j] * emb[ends[ok]]
+        return np.tanh(h)
+
+    def logits(self, context: Sequence[int], positions: int = 1) -> np.ndarray:
+        return self.hidden(context, positions) @ self.out + self.bias
+
+
+class NarrowPerPosition:
+    """Token-level speculative sampling with ``k`` drafts a step on a :class:`NarrowLM` pair, at
+    temperature ``temperature`` on both (module docstring), without ``target_laws_along``: the
+    audit reads one law a position."""
+
+    capabilities = frozenset({"counters", "steps", "sequential", "draft_law"})
+    sequential_verification = True
+
+    def __init__(self, target: NarrowLM, draft: NarrowLM, k: int = 4, temperature: float = 1.0) -> None:
+        self.target, self.draft, self.k, self.temperature = target, draft, k, temperature
+        self.vocab = target.vocab
+        self.last_steps: list[int] = []
+        self.last_counters: dict[str, int] = {}
+
+    def _laws(self, lm: NarrowLM, context: Sequence[int], positions: int = 1) -> np.ndarray:
+        return _softmax(lm.logits(context, positions) / self.temperature)
+
+    def target_law(self, context: list[int]) -> np.ndarray:
+        return self._laws(self.target, context)[0]
+
+    def draft_law(self, context: list[int]) -> np.ndarray:
+        return self._laws(self.draft, context)[0]
+
+    def draft_laws_along(self, prompt_ids: list[int], tokens: list[int]) -> np.ndarray:
+        seq = list(prompt_ids) + list(tokens)
+        return self._laws(self.draft, seq[: len(seq) - 1] if tokens else seq, len(tokens))
+
+    def verify_laws(self, context: list[int]) -> np.ndarray:
+        """The target's laws after the last ``k + 1`` prefixes of ``context`` (the committed
+        tokens and ``k`` drafts): one forward."""
+        return self._laws(self.target, context, self.k + 1)
+
+    def acceptance(self, p: np.ndarray, q: np.ndarray, x: int) -> float:
+        """The probability a draft ``x`` is kept: ``min(1, p(x) / q(x))``."""
+        return min(1.0, float(p[x] / q[x]))
+
+    def residual(self, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The law a rejected draft is replaced from: ``norm(max(p - q, 0))``."""
+        r = np.maximum(p - q, 0.0)
+        return r / r.sum()
+
+    @staticmethod
+    def _draw(rng: np.random.Generator, p: np.ndarray) -> int:
+        c = np.cumsum(p)
+        return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(p) - 1))
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        rng = np.random.default_rng(seed)
+        out, n0 = list(prompt_ids), len(prompt_ids)
+        self.last_steps, drafted, accepted = [], 0, 0
+        while len(out) - n0 < max_new_tokens:
+            ctx, drafts, qs = list(out), [], []
+            for _ in range(self.k):
+                q = self._laws(self.draft, ctx)[0]
+                x = self._draw(rng, q)
+                drafts.append(x)
+                qs.append(q)
+                ctx.append(x)
+            ps = self.verify_laws(ctx)  # one forward over the drafts
+            emitted: list[int] = []
+            for i, (x, q) in enumerate(zip(drafts, qs)):
+                if rng.random() < self.acceptance(ps[i], q, x):
+                    emitted.append(x)
+                    continue
+                emitted.append(self._draw(rng, self.residual(ps[i], q)))
+                break
+            else:
+                emitted.append(self._draw(rng, ps[self.k]))
+            drafted += self.k
+            accepted += len(emitted) - 1
+            out += emitted
+            self.last_steps.append(len(emitted))
+        self.last_counters = {"drafted": drafted, "accepted": accepted}
+        return out[n0:][:max_new_tokens]
+
+
+class NarrowSpeculative(NarrowPerPosition):
+    """The same engine with the target's laws along a path in one forward (teacher forcing)."""
+
+    capabilities = frozenset({"counters", "steps", "sequential", "teacher_forcing", "draft_law"})
+
+    def target_laws_along(self, prompt_ids: list[int], tokens: list[int]) -> np.ndarray:
+        """The target's law after ``prompt + tokens[:d]`` for each ``d``: one forward."""
+        seq = list(prompt_ids) + list(tokens)
+        return self._laws(self.target, seq[: len(seq) - 1] if tokens else seq, len(tokens))
+
+
+def narrow_spec(
+    vocab: int,
+    tokens: int,
+    teacher_forcing: bool = True,
+    width: int = 32,
+    prompts: Sequence[Sequence[int]] = ((3, 1, 4),),
+    temperatures: Sequence[float] = (1.0, 0.7),
+) -> Any:
+    """The :class:`~specproof.properties.engine.contract.EngineSpec` of the narrow engine at
+    ``vocab`` ids, ``tokens`` new tokens a sample (one case per prompt and temperature)."""
+    from specproof.properties.engine.contract import EngineSpec, Sampling
+
+    kind = NarrowSpeculative if teacher_forcing else NarrowPerPosition
+    target = NarrowLM(vocab, width)
+    draft = target.perturbed(0.2, seed=1)
+
+    def build(sampling: Sampling) -> NarrowPerPosition:
+        return kind(target, draft, temperature=sampling.temperature)
+
+    how = "laws along a path in one forward" if teacher_forcing else "one law a position"
+    return EngineSpec(
+        f"narrow[V={vocab}]" + ("" if teacher_forcing else "[per-position]"),
+        "user",
+        f"a narrow model (width {width}) decoded by token-level speculative sampling; {how}",
+        build,
+        vocab,
+        tuple(tuple(int(x) for x in p) for p in prompts),
+        tuple(Sampling(t) for t in temperatures),
+        tokens=tokens,
+        expect="pass",
+    )
