@@ -336,7 +336,7 @@ def _engine_case_spec(config: pytest.Config) -> Any:
     cached = config.stash.get(_SPEC, None)
     if cached is not None:
         return cached
-    from specproof.properties.engine.contract import DEFAULT_PROMPTS, DEFAULT_TOKENS, T07, T1, EngineSpec
+    from specproof.properties.engine.contract import DEFAULT_PROMPTS, ENDPOINT_TOKENS, T07, T1, EngineSpec
     from specproof.properties.run import EndpointOptions, EngineRequest, engine_spec
 
     values = door_values(config)
@@ -359,7 +359,7 @@ def _engine_case_spec(config: pytest.Config) -> Any:
             request.prompts or DEFAULT_PROMPTS,
             settings,
             expect=request.expect,
-            tokens=request.tokens or DEFAULT_TOKENS,
+            tokens=request.tokens or ENDPOINT_TOKENS,
         )
     else:
         spec = engine_spec(request)

@@ -181,8 +181,13 @@ def test_laws_along_that_are_not_laws_are_a_contract_violation_naming_where(wher
             return self._spoil(rows) if where == "draft_laws_along" else rows
 
     lm = NarrowLM(64)
-    spec = EngineSpec("bad", "user", "", lambda s: Bad(lm, lm.perturbed(0.3, 1)), 64, ((3, 1),), (T1,), tokens=8)
+    spec = EngineSpec(
+        "bad", "user", "", lambda s: Bad(lm, lm.perturbed(0.3, 1)), 64, ((3, 1),), (T1,), tokens=8
+    )
     res = audit_engine(spec, EngineAuditConfig(samples=8, looks=1, test="tokens", report_samples=0))
     assert res.verdict == Verdict.CONTRACT_VIOLATION, res.summary()
     assert res.violation["kind"] == where
-    assert f"{where}: the law after [3, 1, " in res.violation["detail"] and "is not a law" in res.violation["detail"]
+    assert (
+        f"{where}: the law after [3, 1, " in res.violation["detail"]
+        and "is not a law" in res.violation["detail"]
+    )

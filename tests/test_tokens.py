@@ -231,10 +231,10 @@ def test_the_pooled_plan_has_the_power_it_states_and_each_case_alone_what_it_say
     deviates, at the TV the plan says one case alone is detected at, with the same tokens
     (power 0.99 stated: 52 or fewer has probability below 1e-6)."""
     tv, alpha, cases = 0.05, 1e-4, 4
-    n = power.plan_tokens(tv, alpha, 0.99, cases)
+    n = power.plan_tokens(tv, alpha, 0.99, cases, pooled=True)
     assert n < power.plan_tokens(tv, alpha, 0.99, 1) / 3.5
     w = power.shares(False, False)
-    alone = power.detectable(statistic, n, alpha, 0.99, cases, w)
+    alone = power.detectable(statistic, n, alpha, 0.99, cases, w, power.family_share(cases, True))
     rng = np.random.default_rng(13)
     for deviating in (range(cases), range(1)):
         hits = 0
@@ -259,7 +259,7 @@ def test_the_plan_states_its_distance_to_the_information_limit():
             assert limit < need < 2.5 * limit, (s, tv, need, limit)  # within the documented factors
     # four cases share one pooled plan: in all a little more than one case's (its share of the
     # wealth is half), never four times it
-    one, each = power.plan_tokens(0.01, 1e-4, 0.99, 1), power.plan_tokens(0.01, 1e-4, 0.99, 4)
+    one, each = power.plan_tokens(0.01, 1e-4, 0.99, 1), power.plan_tokens(0.01, 1e-4, 0.99, 4, pooled=True)
     assert one < 4 * each < 1.1 * one
 
 

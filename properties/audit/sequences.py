@@ -188,7 +188,7 @@ class SequenceTest:
 
 def check_sequences(
     seqs: Sequence[Sequence[int]],
-    next_law: Callable[[Seq], Sequence[float]],
+    next_law: Callable[[Seq], Sequence[float] | np.ndarray],
     vocab: int,
     horizon: int,
     alpha: float = 1e-6,

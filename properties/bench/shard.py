@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from specproof.properties.bench.kernels import Row
 from specproof.properties.engine.audit import CaseRunner, EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1, Generation
@@ -183,7 +185,7 @@ def _driver_merge(spec: Any, config: EngineAuditConfig, recorder: Recorder, shap
     reading = [0.0]
     law = CaseRunner.law
 
-    def timed_law(self: CaseRunner, prefix: Any) -> list[float]:  # the sampling stage's law reads
+    def timed_law(self: CaseRunner, prefix: Any) -> np.ndarray:  # the sampling stage's law reads
         t = time.perf_counter()
         try:
             return law(self, prefix)

@@ -148,7 +148,8 @@ def run(quick: bool, report: Callable[[str], None]) -> list[Row]:
             r = _apart(overhead_row, vocab, n, tf)
             how = "laws along" if tf else "per position"
             report(
-                f"  V={vocab:>7,} {how:13s} generation {r['generation_ms_per_token']:.3f} ms/token, law reads "
+                f"  V={vocab:>7,} {how:13s} generation {r['generation_ms_per_token']:.3f} ms/token, "
+                f"law reads "
                 f"{r['law_reads_ms_per_token']:.3f}, audit's own {r['audit_own_ms_per_token']:.3f} "
                 f"(overhead {100 * r['overhead']:.1f} %), peak {r['peak_rss_mb']:.0f} MB"
             )
@@ -175,7 +176,15 @@ def run(quick: bool, report: Callable[[str], None]) -> list[Row]:
             f"{r['seconds']:.0f} s, peak {r['peak_rss_mb']:.0f} MB"
         )
         rows.append(
-            Row("tokens", "whole audit", "narrow", f"V={vocab} M={tokens}", 1e3 * r["seconds"], r["samples"], extra=r)
+            Row(
+                "tokens",
+                "whole audit",
+                "narrow",
+                f"V={vocab} M={tokens}",
+                1e3 * r["seconds"],
+                r["samples"],
+                extra=r,
+            )
         )
     return rows
 
@@ -191,13 +200,18 @@ def markdown(rows: list[Row]) -> str:
             continue
         e = r.extra
         out.append(
-            f"| {e['vocab']:,} | {r.engine} | {e['generation_ms_per_token']:.3f} | {e['law_reads_ms_per_token']:.3f} "
-            f"| {e['audit_own_ms_per_token']:.3f} | {100 * e['overhead']:.1f} % | {e['stage_over_generation_alone']:.2f} "
+            f"| {e['vocab']:,} | {r.engine} | {e['generation_ms_per_token']:.3f} "
+            f"| {e['law_reads_ms_per_token']:.3f} | {e['audit_own_ms_per_token']:.3f} "
+            f"| {100 * e['overhead']:.1f} % | {e['stage_over_generation_alone']:.2f} "
             f"| {e['peak_rss_mb']:.0f} |"
         )
     whole = [r for r in rows if r.rule == "whole audit"]
     if whole:
-        out += ["", "| V | M | verdict | cases | tokens scored | seconds | peak MB |", "|---:|---:|---|---:|---:|---:|---:|"]
+        out += [
+            "",
+            "| V | M | verdict | cases | tokens scored | seconds | peak MB |",
+            "|---:|---:|---|---:|---:|---:|---:|",
+        ]
         for r in whole:
             e = r.extra
             out.append(

@@ -327,8 +327,11 @@ class StandIn:
             speculate = False  # bug: no_speculation
         if bug == "off_with_logprobs" and ask.report:
             speculate = False  # bug: off_with_logprobs
+        if ask.forced is not None:  # a grammar of token ids: the path is given, then one free token
+            out = list(ask.forced)[: ask.tokens]
+            speculate = False
         drawn = Drawn(out)
-        rest = ask.tokens - 1
+        rest = ask.tokens - len(out)
         if rest > 0 and speculate:
             rule = "greedy" if s.greedy else "token"
             if bug in ("greedy_verify", "nan_reports"):

@@ -34,7 +34,9 @@ def twin_laws(endpoint: Any, default: tuple[tuple[int, float], ...] | None = Non
     """The laws along a path read from an opened endpoint (its twin where it has one), per
     setting and LoRA adapter scales (``adapter``: (id, scale) pairs; empty: the server's own;
     None: ``default``, or where that is None the endpoint's ``--adapter``, the server's own
-    without it): one law request a prefix, sent concurrently, by the family's recipe."""
+    without it): by the family's recipe, the laws along the path in one request where the family
+    reads them so and they agree with its one-token recipe (:meth:`Endpoint.check_along`), else one
+    law request a prefix, sent concurrently."""
     if default is None:
         default = endpoint.options.adapter
     engines: dict[tuple[Sampling, tuple[tuple[int, float], ...]], Any] = {}
@@ -47,6 +49,10 @@ def twin_laws(endpoint: Any, default: tuple[tuple[int, float], ...] | None = Non
     ) -> np.ndarray:
         key = (s, tuple(default if adapter is None else adapter))
         if key not in engines:
+            if s not in endpoint.along:
+                endpoint.check_along(
+                    tuple(prompt), s
+                )  # the laws along a path in one request, where they agree
             engines[key] = endpoint.engine(s, adapter=key[1])
         contexts = [list(prompt) + list(tokens[:d]) for d in range(len(tokens))]
         return np.asarray(engines[key].target_laws(contexts, prompt_len=len(prompt)))

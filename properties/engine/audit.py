@@ -284,7 +284,11 @@ class EngineAudit:
                 )
         self._start_acceptance()
         if self.tokens_on:
-            self.tokens = TokenStage.start(self.runners, self.alpha_tokens, self.config.seed)
+            # with the cells test beside it each case keeps its own plan (that test is per case);
+            # alone, the token test pools the cases (proofs_notes/token_audit.md, claim 6)
+            self.tokens = TokenStage.start(
+                self.runners, self.alpha_tokens, self.config.seed, pooled=not self.cells_on
+            )
             self.planned_tokens = self.tokens.plan_tokens(
                 self.config.tv, self.alpha_tokens, self.config.power
             )
@@ -471,17 +475,18 @@ class EngineAudit:
             return []
         n = self.planned_tokens
         cases = len(self.cases)
+        pooled = stage.test.pooled is not None
         what = (
             f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
         )
-        if cases > 1 and not c.samples:
+        if pooled and not c.samples:
             what += " shared by every case"
         lines = [
             f"  token test (every token against the law at its own prefix; anytime-valid, alpha "
             f"{self.alpha_tokens:g}): {n:,} tokens per case {what} (sharpening or flattening, drift to "
             "the argmax: the plan's statistics)",
         ]
-        if cases > 1:
+        if pooled:
             alone = stage.alone_detects(n, self.alpha_tokens, c.power)
             lines.append(
                 f"    pooled: one family of statistics fed every case's tokens holds {POOLED_SHARE:g} of the "
@@ -490,7 +495,7 @@ class EngineAudit:
                 f"{n:,} tokens"
             )
         if not c.samples:
-            detects = plan_detects(n * cases, self.alpha_tokens, c.power, cases)
+            detects = plan_detects(n * cases if pooled else n, self.alpha_tokens, c.power, cases, pooled)
             limit = plan_limit(c.tv, self.alpha_tokens, c.power)
             lines.append(
                 f"    at that size the cells of the transform detect a TV of {detects:.3g}; the most "
@@ -587,7 +592,9 @@ class EngineAudit:
         per = max(1, GROUP_BYTES // (8 * self.spec.vocab * max(1, self.spec.tokens)))
         return [gens[i : i + per] for i in range(0, len(gens), per)]
 
-    def _score(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], group: list[Generation]) -> bool:
+    def _score(
+        self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], group: list[Generation]
+    ) -> bool:
         """Count and score a group of samples in order; True when the case or the token test
         rejected inside it (the samples after that one are not counted)."""
         for g in group:

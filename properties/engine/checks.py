@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from specproof.properties.engine.contract import Generation, Seq
 
 #: the smallest tolerance of a reported probability: about 16 float32 ulps at 1 (a server
@@ -342,7 +344,7 @@ def _stream_difference(a: Generation, b: Generation, tolerance: float) -> tuple[
     return None
 
 
-LawFn = Callable[[Seq], Sequence[float]]
+LawFn = Callable[[Seq], Sequence[float] | np.ndarray]
 
 
 def compare_reports(

@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from specproof.reference.errors import SpecproofError
 from specproof.reference.sampling import Sampling as ReferenceSampling
 
@@ -89,6 +91,10 @@ T1, T07 = Sampling(1.0), Sampling(0.7)
 DEFAULT_PROMPTS: tuple[Seq, ...] = ((0, 1),)
 #: the horizon M an engine is audited at when neither the audit nor the engine names one
 DEFAULT_TOKENS = 4
+#: the horizon M of an endpoint audit unless asked: a request's cost (its round trip, its prompt's
+#: forward) shared by 64 tokens the token test scores, and the laws along them read in one request
+#: where the family can (the cells test of the joint law runs where M <= 12 is asked)
+ENDPOINT_TOKENS = 64
 GREEDY = Sampling(0.0)
 
 
@@ -103,7 +109,7 @@ class Engine(Protocol):
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]: ...
 
-    def target_law(self, context: Sequence[int]) -> Sequence[float]: ...
+    def target_law(self, context: Sequence[int]) -> Sequence[float] | np.ndarray: ...
 
 
 def _always() -> tuple[bool, str]:

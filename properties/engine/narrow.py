@@ -89,10 +89,10 @@ class NarrowPerPosition:
     def _laws(self, lm: NarrowLM, context: Sequence[int], positions: int = 1) -> np.ndarray:
         return _softmax(lm.logits(context, positions) / self.temperature)
 
-    def target_law(self, context: list[int]) -> np.ndarray:
+    def target_law(self, context: Sequence[int]) -> np.ndarray:
         return self._laws(self.target, context)[0]
 
-    def draft_law(self, context: list[int]) -> np.ndarray:
+    def draft_law(self, context: Sequence[int]) -> np.ndarray:
         return self._laws(self.draft, context)[0]
 
     def draft_laws_along(self, prompt_ids: list[int], tokens: list[int]) -> np.ndarray:

@@ -140,7 +140,7 @@ class EngineRequest:
         ),
         "tokens": Flag(
             "--tokens",
-            "new tokens per sample, the law's horizon (default: the engine's own, else 4)",
+            "new tokens per sample, the law's horizon (default: the engine's own, else 4; an endpoint's 64)",
             metavar="M",
             parse=int,
             example=3,

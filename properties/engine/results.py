@@ -390,7 +390,8 @@ class EngineAuditResult:
             if pooled and pooled.get("detects_per_token_tv"):
                 d = pooled["detects_per_token_tv"]
                 lines.append(
-                    f"    every case together (pooled): {pooled['tokens']:,} tokens: detects a per-token TV of "
+                    f"    every case together (pooled): {pooled['tokens']:,} tokens: detects a per-token "
+                    "TV of "
                     f"{d['mean']:.3g} (sharpening), {d['greedy']:.3g} (to the argmax), {d['uniform']:.3g} "
                     f"(any, on the transform's cells) shared by every case, at power {c.power:g}; each case "
                     "alone, below"

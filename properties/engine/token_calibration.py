@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,13 @@ from scipy.stats import norm
 from specproof.properties.audit import stats
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1, EngineSpec
+from specproof.properties.engine.narrow import narrow_spec
 from specproof.properties.engine.registry import resolve_engine, with_options
 from specproof.properties.engine.results import EngineCase
 from specproof.properties.engine.runner import CaseRunner, sample_seed
 from specproof.properties.engine.token_stage import TokenStage, block_indices
 from specproof.properties.tokens import power
-from specproof.properties.tokens.case import Sample
+from specproof.properties.tokens.case import Sample, TokenTest
 from specproof.properties.tokens.family import Family
 from specproof.properties.tokens.transform import Observations
 from specproof.properties.verdicts import Verdict
@@ -143,14 +145,19 @@ def toy_spec(vocab: int, tokens: int) -> EngineSpec:
 
 
 #: the exact engines of the false-alarm and stopping rows when none are named: (engine, M); the
-#: calibration's own engines are named ``calibration.speculative[V=...]``
+#: calibration's own engines are named ``calibration.speculative[V=...]`` (one case) and
+#: ``calibration.narrow[V=...]`` (the narrow engine: two prompts at T = 1 and 0.7, four cases whose
+#: tokens the pooled family reads together)
 EXACT = (
     ("calibration.speculative[V=4096]", 256),
     ("calibration.speculative[V=256]", 1024),
     ("calibration.speculative[V=64]", 64),
+    ("calibration.narrow[V=512]", 64),
 )
-#: the engines of the stopping rows when none are named (fed one sample at a time: a small one)
-STOPPING = ("calibration.speculative[V=64]@64",)
+#: the engines of the stopping rows when none are named (fed one sample at a time: small ones)
+STOPPING = ("calibration.speculative[V=64]@64", "calibration.narrow[V=64]@32")
+#: the prompts and temperatures of a ``calibration.narrow`` engine: four cases
+NARROW_PROMPTS, NARROW_TEMPERATURES = ((3, 1, 4), (2, 7)), (1.0, 0.7)
 
 
 # --------------------------------------------------------------------------- power
@@ -225,6 +232,76 @@ def power_rows(
     return rows
 
 
+def pooled_power_rows(
+    tvs: Sequence[float] = (0.03, 0.01),
+    cases: int = 4,
+    runs: int = 60,
+    alpha: float = 1e-4,
+    seed: int = 14,
+    say: Say = print,
+) -> list[dict[str, Any]]:
+    """For ``mean`` and ``greedy`` and each size: ``runs`` token tests of ``cases`` cases, every
+    case fed the reference deviation (a deviation the cases share) up to the pooled plan's tokens
+    per case, the cases in turn; how many crossed, the median tokens (all cases) at the first
+    crossing, beside the tokens the plan asked before the pooled family (each case its own plan
+    at ``log(cases)`` nats more) and the information limit."""
+    rows = []
+    shares = power.shares(False, False)
+    for tv in tvs:
+        for s in ("mean", "greedy"):
+            total = power.tokens_needed(
+                s,
+                tv,
+                power.log_threshold(alpha, cases, s, shares, power.family_share(cases, True, "pooled")),
+                0.99,
+            )
+            each = math.ceil(total / cases)
+            before = cases * power.tokens_needed(s, tv, math.log(cases / alpha) - math.log(shares[s]), 0.99)
+            limit = power.information_limit(s, tv, alpha)
+            rng = np.random.default_rng([seed, int(tv * 1e6), len(s)])
+            step = max(64, each // 64)
+            hits, first = 0, []
+            t0 = time.perf_counter()
+            for _ in range(runs):
+                test = TokenTest(alpha, seed=0)
+                tcases = [test.add_case(i, 64) for i in range(cases)]
+                test.pool()
+                seen, crossed_at = 0, None
+                while seen < each:
+                    k = min(step, each - seen)
+                    for c in tcases:
+                        test.update(c, [reference_tokens(rng, k, tv, s)])
+                    seen += k
+                    if crossed_at is None and test.rejected:
+                        crossed_at = seen * cases
+                hits += crossed_at is not None
+                if crossed_at is not None:
+                    first.append(crossed_at)
+            lo, hi = stats.clopper_pearson(hits, runs)
+            rows.append(
+                {
+                    "statistic": s,
+                    "deviation": tv,
+                    "cases": cases,
+                    "alpha": alpha,
+                    "planned_tokens": each * cases,
+                    "planned_before_pooling": before,
+                    "information_limit": limit,
+                    "runs": runs,
+                    "crossed": hits,
+                    "ci95": [lo, hi],
+                    "median_tokens_to_cross": float(np.median(first)) if first else None,
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
+            say(
+                f"pooled power {s} at {tv:g}, {cases} cases: {hits}/{runs} crossed by "
+                f"{each * cases:,} tokens "
+                f"({each * cases / limit:.2f} x the limit; {before:,} before pooling)"
+            )
+    return rows
+
+
 # --------------------------------------------------------------------------- false alarms
 
 
@@ -234,16 +311,27 @@ def _exact_specs(exact: Sequence[str] | None) -> list[EngineSpec]:
     out = []
     for ref in exact or [f"{n}@{m}" for n, m in EXACT]:
         name, _, m = ref.rpartition("@") if "@" in ref else (ref, "", "")
+        several = False
         if name.startswith("calibration.speculative[V=") and name.endswith("]"):
-            try:
-                spec = toy_spec(int(name[len("calibration.speculative[V=") : -1]), 64)
-            except ValueError:
-                raise UsageError(f"--exact: {ref!r}: V must be an integer") from None
+            spec = toy_spec(_vocab_of(ref, name, "calibration.speculative[V="), 64)
+        elif name.startswith("calibration.narrow[V=") and name.endswith("]"):
+            spec = narrow_spec(
+                _vocab_of(ref, name, "calibration.narrow[V="),
+                64,
+                True,
+                32,
+                NARROW_PROMPTS,
+                NARROW_TEMPERATURES,
+            )
+            spec = replace(spec, name=name)
+            several = True
         else:
             spec = resolve_engine(name)
         if spec.expect not in (None, "pass"):
             raise UsageError(f"--exact: {name} is expected {spec.expect}, not exact")
-        kw: dict[str, Any] = {"prompts": [spec.prompts[0]], "samplings": [spec.samplings[0]]}
+        kw: dict[str, Any] = (
+            {} if several else {"prompts": [spec.prompts[0]], "samplings": [spec.samplings[0]]}
+        )
         if m:
             try:
                 kw["tokens"] = int(m)
@@ -251,6 +339,13 @@ def _exact_specs(exact: Sequence[str] | None) -> list[EngineSpec]:
                 raise UsageError(f"--exact: {ref!r}: the horizon after @ must be an integer") from None
         out.append(with_options(spec, **kw))
     return out
+
+
+def _vocab_of(ref: str, name: str, head: str) -> int:
+    try:
+        return int(name[len(head) : -1])
+    except ValueError:
+        raise UsageError(f"--exact: {ref!r}: V must be an integer") from None
 
 
 def false_alarm_rows(
@@ -276,6 +371,7 @@ def false_alarm_rows(
                 "engine": spec.name,
                 "vocab": spec.vocab,
                 "tokens": spec.tokens,
+                "cases": len(spec.prompts) * len(spec.samplings),
                 "runs": n,
                 "tv": tv,
                 "alpha": alpha,
@@ -303,36 +399,42 @@ def stopping_rows(
     seed: int = 21,
     say: Say = print,
 ) -> list[dict[str, Any]]:
-    """On each exact engine, ``streams`` token tests fed one sample at a time (``samples`` each),
-    the audit's wealth read after every sample: how often it ever crossed ``1/alpha``; how often
+    """On each exact engine, ``streams`` token tests fed one sample at a time (``samples`` each,
+    the engine's cases in turn: with several, the pooled family reads them all), the audit's
+    wealth read after every sample: how often it ever crossed ``1/alpha``; how often
     it stood above it at a stopping time drawn uniformly from the looks; how often a z-test of
     the transforms' mean at level ``alpha``, looked at as often, rejected (the contrast: a
     fixed-sample test watched continuously does not keep its level)."""
     rows = []
     zcrit = float(norm.ppf(1 - alpha / 2))
     for spec in _exact_specs(exact):
-        engine = spec.build(spec.samplings[0])
-        case = EngineCase(0, tuple(spec.prompts[0]), spec.samplings[0], spec.tokens)
-        runner = CaseRunner(engine, case, spec.vocab)
+        cases = [(p, st) for st in spec.samplings for p in spec.prompts]  # as the audit orders them
+        runners = [
+            CaseRunner(spec.build(st), EngineCase(i, tuple(p), st, spec.tokens), spec.vocab)
+            for i, (p, st) in enumerate(cases)
+        ]
         ever = at_random = naive = 0
         rng = np.random.default_rng([seed, spec.tokens])
         t0 = time.perf_counter()
         for st in range(streams):
-            stage = TokenStage.start([runner], alpha, seed + st)
-            tcase = stage.cases[0]
+            stage = TokenStage.start(runners, alpha, seed + st)
             path, total, count = [], 0.0, 0
             naive_hit = False
             for k in range(samples):
-                g = runner.draw([sample_seed(seed, st, k)])[0]
+                runner = runners[k % len(runners)]  # the cases in turn, one sample each
+                index = k // len(runners)
+                parts = (seed, st, k) if len(runners) == 1 else (seed, st, runner.case.index, index)
+                g = runner.draw([sample_seed(*parts)])[0]
                 m = runner.horizon(g.tokens)
                 smp = Sample(
-                    k,
+                    index,
                     tuple(g.tokens[:m]),
                     runner.laws_along(g.tokens),
-                    block_indices(g.steps, m) if stage.blocks[0] else None,
+                    block_indices(g.steps, m) if stage.blocks[runner.case.index] else None,
                     runner.draft_laws_along(g.tokens),
                 )
                 runner.end_chunk()
+                tcase = stage.cases[runner.case.index]
                 obs = stage.test.observe(tcase, smp)
                 stage.test.update(tcase, [obs])
                 path.append(stage.test.log_wealth)
@@ -347,6 +449,7 @@ def stopping_rows(
             "engine": spec.name,
             "vocab": spec.vocab,
             "tokens": spec.tokens,
+            "cases": len(runners),
             "streams": streams,
             "looks": samples,
             "alpha": alpha,
@@ -499,6 +602,7 @@ def calibrate_tokens(
     doc: dict[str, Any] = {"versions": versions(ENGINE_PACKAGES), "sections": list(sections)}
     if "power" in sections:
         doc["power"] = power_rows(runs=power_runs, say=say)
+        doc["pooled_power"] = pooled_power_rows(runs=power_runs, say=say)
     if "false_alarms" in sections:
         doc["false_alarms"] = false_alarm_rows(runs, alpha, tv, exact, say)
     if "stopping" in sections:
@@ -535,6 +639,32 @@ def _md_power(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _md_pooled_power(doc: dict[str, Any]) -> list[str]:
+    rows = doc["pooled_power"]
+    lines = [
+        "",
+        "## Power with several cases: the pooled family",
+        "",
+        f"Token tests of {rows[0]['cases']} cases whose every case deviates by the reference deviation (a "
+        "deviation the cases share), alpha 1e-4, fed the pooled plan's tokens, the cases in turn; "
+        "beside them the tokens the plan asked before the pooled family (each case its own plan). "
+        "Power 0.99 planned.",
+        "",
+        "| statistic | deviation | cases | planned tokens (all cases) | before pooling | information limit "
+        "| plan / limit | crossed [95% CI] | median tokens to cross |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        med = r["median_tokens_to_cross"]
+        lines.append(
+            f"| {r['statistic']} | {r['deviation']:g} | {r['cases']} | {r['planned_tokens']:,} | "
+            f"{r['planned_before_pooling']:,} | {r['information_limit']:,} | "
+            f"{r['planned_tokens'] / r['information_limit']:.2f} | {r['crossed']}/{r['runs']} "
+            f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | {f'{med:,.0f}' if med else '-'} |"
+        )
+    return lines
+
+
 def _md_false_alarms(doc: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     fa = doc["false_alarms"]
@@ -549,14 +679,14 @@ def _md_false_alarms(doc: dict[str, Any]) -> list[str]:
         f"at alpha {fa[0]['alpha']:g}, looked at after every block and stopped at the first crossing; "
         f"seeds 1000 on. In all: **{total}/{n}** false alarms (95% CI [{lo:.3f}, {hi:.3f}]).",
         "",
-        "| engine | M | V | audits | tokens per audit | false alarms [95% CI] | verdicts | seconds |",
-        "|---|---:|---:|---:|---:|---|---|---:|",
+        "| engine | M | V | cases | audits | tokens per audit | false alarms [95% CI] | verdicts | seconds |",
+        "|---|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for r in fa:
         verdicts = ", ".join(f"{k} {c}" for k, c in sorted(r["verdicts"].items()))
         ci = f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]"
         lines.append(
-            f"| `{r['engine']}` | {r['tokens']} | {r['vocab']:,} | {r['runs']} | "
+            f"| `{r['engine']}` | {r['tokens']} | {r['vocab']:,} | {r.get('cases', 1)} | {r['runs']} | "
             f"{r['tokens_per_audit']:,.0f} | {r['false_alarms']} {ci} | {verdicts} | {r['seconds']:.0f} |"
         )
     return lines
@@ -573,13 +703,14 @@ def _md_stopping(doc: dict[str, Any]) -> list[str]:
         "reads it at one look drawn uniformly; the contrast is a z-test of the transforms' mean at "
         "the same alpha, looked at after every sample as a watcher would.",
         "",
-        "| engine | M | streams | looks | alpha | ever crossed [95% CI] | at a random stop | "
+        "| engine | M | cases | streams | looks | alpha | ever crossed [95% CI] | at a random stop | "
         "naive z-test [95% CI] |",
-        "|---|---:|---:|---:|---:|---|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     for r in doc["stopping"]:
         lines.append(
-            f"| `{r['engine']}` | {r['tokens']} | {r['streams']} | {r['looks']} | {r['alpha']:g} | "
+            f"| `{r['engine']}` | {r['tokens']} | {r.get('cases', 1)} | {r['streams']} | {r['looks']} "
+            f"| {r['alpha']:g} | "
             f"{r['ever_crossed']} [{r['ever_ci95'][0]:.3f}, {r['ever_ci95'][1]:.3f}] | "
             f"{r['crossed_at_random_stop']} | {r['naive_rejected']} "
             f"[{r['naive_ci95'][0]:.3f}, {r['naive_ci95'][1]:.3f}] |"
@@ -631,6 +762,8 @@ def markdown(doc: dict[str, Any]) -> str:
     ]
     if doc.get("power"):
         lines += _md_power(doc)
+    if doc.get("pooled_power"):
+        lines += _md_pooled_power(doc)
     if doc.get("false_alarms"):
         lines += _md_false_alarms(doc)
     if doc.get("stopping"):

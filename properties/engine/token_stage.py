@@ -50,14 +50,17 @@ class TokenStage:
     pending: dict[int, list[Observations]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, runners: list[CaseRunner], alpha: float, seed: int) -> TokenStage:
+    def start(cls, runners: list[CaseRunner], alpha: float, seed: int, pooled: bool = True) -> TokenStage:
+        """The stage over ``runners``' cases; ``pooled``: with several cases, half the wealth on
+        one family fed every case's tokens, the plan shared among them (:class:`TokenTest`)."""
         test = TokenTest(alpha, seed)
         cases, blocks = {}, {}
         for rn in runners:
             i = rn.case.index
             blocks[i] = "steps" in rn.offers and "sequential" in rn.offers
             cases[i] = test.add_case(i, rn.case.tokens, draft="draft_law" in rn.offers, blocks=blocks[i])
-        test.pool()
+        if pooled:
+            test.pool()
         return cls(test, cases, blocks)
 
     def plan_tokens(self, tv: float, alpha: float, power_: float) -> int:
@@ -65,7 +68,9 @@ class TokenStage:
         have: the weights of a family without ``draft`` or ``block`` are shared among the rest)."""
         draft = any(c.family.draft for c in self.cases.values())
         blocks = any(self.blocks.values())
-        return power.plan_tokens(tv, alpha, power_, len(self.cases), draft, blocks)
+        return power.plan_tokens(
+            tv, alpha, power_, len(self.cases), draft, blocks, self.test.pooled is not None
+        )
 
     def add(self, runner: CaseRunner, index: int, g: Generation) -> bool:
         """Sample ``index`` of ``runner``'s case (samples come in index order); its laws are read
@@ -102,17 +107,25 @@ class TokenStage:
         that case's own family (a deviation confined to it)."""
         case = self.cases[index]
         w = power.shares(case.family.draft, case.family.blocks)
+        share = self._share("case")
         return {
-            s: power.detectable(s, case.tokens, alpha, power_, len(self.cases), w)
+            s: power.detectable(s, case.tokens, alpha, power_, len(self.cases), w, share)
             for s in ("mean", "greedy", "uniform")
         }
+
+    def _share(self, family: str) -> float:
+        return power.family_share(len(self.cases), self.test.pooled is not None, family)
 
     def alone_detects(self, tokens: int, alpha: float, power_: float) -> dict[str, float]:
         """What one case's own family detects at ``tokens`` of its tokens (a deviation confined to
         that case, as the plan states it)."""
         draft = all(c.family.draft for c in self.cases.values())
         w = power.shares(draft, all(self.blocks.values()))
-        return {s: power.detectable(s, tokens, alpha, power_, len(self.cases), w) for s in ("mean", "greedy")}
+        share = self._share("case")
+        return {
+            s: power.detectable(s, tokens, alpha, power_, len(self.cases), w, share)
+            for s in ("mean", "greedy")
+        }
 
     def probe(self, runner: CaseRunner, g: Generation) -> None:
         """Read and score one sample as :meth:`add` does, feeding nothing (the plan's probe)."""
@@ -133,8 +146,9 @@ class TokenStage:
         if fam is None:
             return {}
         w = power.shares(fam.draft, fam.blocks)
+        share = self._share("pooled")
         return {
-            s: power.detectable(s, fam.tokens, alpha, power_, len(self.cases), w, pooled=True)
+            s: power.detectable(s, fam.tokens, alpha, power_, len(self.cases), w, share)
             for s in ("mean", "greedy", "uniform")
         }
 
@@ -160,10 +174,11 @@ def _violation(runner: CaseRunner, g: Generation, e: RowNotALaw) -> Exception:
     return runner.not_a_law(what, g.tokens, e.row, e.total)
 
 
-def plan_detects(tokens: int, alpha: float, power_: float, cases: int) -> float:
-    """The TV the ``uniform`` statistic detects on its cells after ``tokens`` tokens (of the one
-    case; of every case together, in the pooled family, where there are several)."""
-    return power.detectable("uniform", tokens, alpha, power_, cases, power.shares(False, False), cases > 1)
+def plan_detects(tokens: int, alpha: float, power_: float, cases: int, pooled: bool = False) -> float:
+    """The TV the ``uniform`` statistic detects on its cells after ``tokens`` tokens (of a case;
+    of every case together, in the pooled family, where it is ``pooled``)."""
+    share = power.family_share(cases, pooled, "pooled" if pooled else "case")
+    return power.detectable("uniform", tokens, alpha, power_, cases, power.shares(False, False), share)
 
 
 def plan_limit(tv: float, alpha: float, power_: float) -> int:

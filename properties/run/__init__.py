@@ -99,12 +99,12 @@ def open_endpoint(
 def endpoint_request_spec(endpoint: Endpoint, request: EngineRequest) -> EngineSpec:
     """The spec of an opened endpoint under the request's cases (T = 1 and 0.7 unless asked)."""
     from specproof.properties.endpoint.engine import endpoint_spec
-    from specproof.properties.engine.contract import DEFAULT_TOKENS, T07, T1
+    from specproof.properties.engine.contract import ENDPOINT_TOKENS, T07, T1
 
     if request.target is not None:
         raise UsageError("target: an endpoint audit is given its URLs (EndpointOptions.urls), not a TARGET")
     settings = request.settings((T1, T07)) if request.asks_settings else None
-    tokens = request.tokens or DEFAULT_TOKENS
+    tokens = request.tokens or ENDPOINT_TOKENS
     return endpoint_spec(endpoint, request.prompts, settings, tokens, request.name, request.expect)
 
 
@@ -156,6 +156,7 @@ def run_traffic(
     request = request or EngineRequest()
     law_options = with_(options, urls=(url,), twin=None)
     with Endpoint(law_options, token_map=request.token_map, transports=transports) as endpoint:
+        endpoint.speculation_off = True  # the twin: its own laws, never a speculative server's
         records = read_traffic(path, endpoint.vocab)
         return audit_traffic(
             records, twin_laws(endpoint), endpoint.vocab, plan, source=path, progress=progress

@@ -237,16 +237,3 @@ class TokenTest:
                 "bets": [b.to_json() for b in self.pooled.bets],
             }
         }
-
-
-def plan(tv: float, alpha: float, power_: float, cases: int, draft: bool, blocks: bool) -> dict[str, Any]:
-    """The token test's plan per case: tokens, and what they detect per statistic."""
-    n = power.plan_tokens(tv, alpha, power_, cases, draft, blocks)
-    w = power.shares(draft, blocks)
-    return {
-        "tokens_per_case": n,
-        "detects": {
-            s: power.detectable(s, n, alpha, power_, cases, w) for s in ("mean", "greedy", "uniform")
-        },
-        "information_limit": {s: power.information_limit(s, tv, alpha, power_) for s in ("mean", "greedy")},
-    }

@@ -121,14 +121,24 @@ def information_limit(statistic: str, tv: float, alpha: float, power: float = 0.
     return math.ceil(_sqrt_n(kl, sd, math.log(1 / alpha), z) ** 2)
 
 
+def family_share(cases: int, pooled: bool = False, family: str = "case") -> float:
+    """A family's share of the audit's wealth: 1 for the one case of an audit; among several
+    cases, ``1/cases`` each without a pooled family, and with one (``pooled``) the pooled family
+    (``family="pooled"``) :data:`POOLED_SHARE` and each case the rest over ``cases``."""
+    if cases == 1:
+        return 1.0
+    if not pooled:
+        return 1.0 / cases
+    return POOLED_SHARE if family == "pooled" else (1 - POOLED_SHARE) / cases
+
+
 def log_threshold(
-    alpha: float, cases: int, statistic: str, weights: dict[str, float], pooled: bool = False
+    alpha: float, cases: int, statistic: str, weights: dict[str, float], share: float | None = None
 ) -> float:
     """A bettor's own threshold in the audit: the audit's wealth crosses ``1/alpha`` when this
-    bettor alone reaches ``1 / (alpha share weight)``, its family's ``share`` of the audit's wealth
-    being 1 for one case, :data:`POOLED_SHARE` for the pooled family of several cases, and
-    ``(1 - POOLED_SHARE) / cases`` for one case's family among several."""
-    share = 1.0 if cases == 1 else POOLED_SHARE if pooled else (1 - POOLED_SHARE) / cases
+    bettor alone reaches ``1 / (alpha share weight)``, ``share`` its family's share of the audit's
+    wealth (:func:`family_share`; by default ``1/cases``)."""
+    share = 1.0 / cases if share is None else share
     return math.log(1 / (alpha * share)) - math.log(weights[statistic])
 
 
@@ -140,17 +150,25 @@ def shares(draft: bool, blocks: bool) -> dict[str, float]:
 
 
 def plan_tokens(
-    tv: float, alpha: float, power: float, cases: int, draft: bool = False, blocks: bool = False
+    tv: float,
+    alpha: float,
+    power: float,
+    cases: int,
+    draft: bool = False,
+    blocks: bool = False,
+    pooled: bool = False,
 ) -> int:
     """Tokens per case the plan asks for: the larger of the ``mean`` and ``greedy`` bettors'
-    numbers at their shares (module docstring). With several cases the plan is the pooled
-    family's, shared evenly: a deviation shared by every case is detected at ``power`` from the
-    cases' tokens together; a deviation in one case alone is detected at the size its own family
-    reaches with its share (:func:`detectable`, said with every pass)."""
+    numbers at their shares (module docstring). With several cases and a ``pooled`` family, the
+    plan is the pooled family's, shared evenly: a deviation shared by every case is detected at
+    ``power`` from the cases' tokens together; a deviation in one case alone is detected at the
+    size its own family reaches with its share (:func:`detectable`, said with every pass)."""
     w = shares(draft, blocks)
-    pooled = cases > 1
-    total = max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w, pooled), power) for s in PLANNED)
-    return math.ceil(total / cases) if pooled else total
+    if cases > 1 and pooled:
+        share = family_share(cases, True, "pooled")
+        total = max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w, share), power) for s in PLANNED)
+        return math.ceil(total / cases)
+    return max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w), power) for s in PLANNED)
 
 
 def detectable(
@@ -160,12 +178,12 @@ def detectable(
     power: float,
     cases: int,
     weights: dict[str, float],
-    pooled: bool = False,
+    share: float | None = None,
 ) -> float:
     """The smallest reference deviation ``statistic`` detects at ``power`` after ``tokens`` tokens
-    (of a case; of every case together for the ``pooled`` family), by bisection on
-    :func:`tokens_needed`; 1 when none below 0.45 is."""
-    lt = log_threshold(alpha, cases, statistic, weights, pooled)
+    of a family whose share of the audit's wealth is ``share`` (:func:`family_share`; by default
+    ``1/cases``), by bisection on :func:`tokens_needed`; 1 when none below 0.45 is."""
+    lt = log_threshold(alpha, cases, statistic, weights, share)
     lo, hi = 1e-5, 0.45
     if tokens_needed(statistic, hi, lt, power) > tokens:
         return 1.0

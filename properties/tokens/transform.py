@@ -120,7 +120,7 @@ def _rows_checked(B: np.ndarray, which: str, first: int, values: np.ndarray | No
     of 1 (a NaN or infinite entry makes it NaN or infinite), and no negative entry: read from
     ``values``, a per-row reduction that is NaN where an entry is negative or NaN (the expected
     surprisal), else from the rows' minima."""
-    s = B.sum(axis=1)
+    s = np.einsum("ij->i", B)
     ok = np.abs(s - 1.0) <= ROW_TOLERANCE
     ok &= ~np.isnan(values) if values is not None else B.min(axis=1) >= 0
     bad = np.flatnonzero(~ok)
@@ -159,7 +159,7 @@ def observe_dense(
         B = P[a:b].astype(np.float64, copy=False)
         xb = x[a:b]
         r = np.arange(b - a)
-        expected = _expected_clipped(B, B.sum(axis=1))
+        expected = _expected_clipped(B, np.einsum("ij->i", B))
         s = _rows_checked(B, "laws", a, expected)
         raw = B[r, xb]
         zero = np.flatnonzero(raw <= 0)
@@ -167,7 +167,7 @@ def observe_dense(
         if stop > a:
             k = stop - a
             B, xb, r, s, raw = B[:k], xb[:k], r[:k], s[:k], raw[:k]
-            above = np.sum(B, axis=1, where=B > raw[:, None])
+            above = np.einsum("ij,ij->i", B, B > raw[:, None])  # the likelier ids' mass
             ties = np.count_nonzero(B == raw[:, None], axis=1)
             for j in np.flatnonzero(ties > 1):  # equal probabilities: the smaller ids come first
                 above[j] += raw[j] * np.count_nonzero(B[j, : xb[j]] == raw[j])
@@ -190,13 +190,14 @@ def observe_dense(
 
 def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
     """``sum_i p_i min(-log p_i, SURPRISAL_CLIP)`` for each row of ``B`` normalized by ``s``
-    (``p = B / s``; an id of probability 0 contributes 0). A negative or NaN entry makes its row's
-    value NaN (the caller's check of the rows reads it so)."""
+    (``p = B / s``; an id of probability 0 contributes 0), as ``log s - sum_i p_i max(log B_i,
+    log s - SURPRISAL_CLIP)``. A negative or NaN entry makes its row's value NaN (the caller's
+    check of the rows reads it so)."""
+    c = np.log(s)
     with np.errstate(divide="ignore", invalid="ignore"):
         L = np.log(B)
-        np.subtract(np.log(s)[:, None], L, out=L)  # -log p
-        np.minimum(L, SURPRISAL_CLIP, out=L)
-        return np.einsum("ij,ij->i", B, L) / s
+        np.maximum(L, (c - SURPRISAL_CLIP)[:, None], out=L)
+        return c - np.einsum("ij,ij->i", B, L) / s
 
 
 def joined(parts: Sequence[Observations]) -> Observations:

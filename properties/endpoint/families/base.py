@@ -138,6 +138,9 @@ class Profile(abc.ABC):
     #: where the server lists the LoRA adapters it holds (llama-server's ``GET /lora-adapters``;
     #: None: the family's adapters are not asked for per request)
     adapters: ClassVar[str | None] = None
+    #: whether :meth:`laws_along_request` has the server generate the path (read only from a
+    #: speculation-off twin: the speculative server would draft it)
+    along_generates: ClassVar[bool] = False
 
     def __init_subclass__(
         cls,
@@ -215,6 +218,20 @@ class Profile(abc.ABC):
         """The laws after ``context[:j]`` for ``j`` from ``prompt_len`` to ``len(context)``, read
         from the answer to :meth:`laws_along_request`."""
         raise NotImplementedError(f"profile {self.name} reads no laws along a context")
+
+    def learned_along(
+        self,
+        answer: Any,
+        s: Sampling,
+        vocab: int,
+        context: Sequence[int],
+        prompt_len: int,
+        one: Sequence[float],
+    ) -> Profile:
+        """This profile with what reading laws along a path needs learned from the server:
+        ``answer`` is the answer to :meth:`laws_along_request` along ``context``, ``one`` the
+        one-token recipe's law after its first ``prompt_len`` tokens. Nothing by default."""
+        return self
 
     def law_drafted(self, answer: Any) -> int:
         """Draft tokens the answer to a law request says were proposed (0 when it says none)."""

@@ -1,7 +1,12 @@
 """llama.cpp's ``llama-server``: its profile and the stand-in's answer in its shape.
 
 Law recipe: ``POST /completion`` with ``n_probs`` = V and ``post_sampling_probs``: every id's
-probability after the server's whole sampler chain at that context. Counters:
+probability after the server's whole sampler chain at that context. Laws along a sample in one
+request, where the setting is a temperature alone: the sample's tokens forced by a grammar of
+token ids (``<[id]>``), one more token free, ``n_probs`` = V before the sampler chain (the
+model's own law at each position, read by the decode path one token at a time), the temperature
+and the end-of-sequence ban applied here; the ids the server bans are learned, and these laws
+checked against the one-token recipe's, before sampling (:meth:`Endpoint.check`). Counters:
 ``timings.draft_n``, ``timings.draft_n_accepted``. Reports: ``completion_probabilities[i].prob``.
 Unspecified cut-offs are sent as their neutral values, so a setting means what it says and not a
 server default (llama.cpp's defaults are T 0.8, top-k 40, top-p 0.95, min-p 0.05). A setting
@@ -15,11 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from specproof.properties.endpoint.families import wire
-from specproof.properties.endpoint.families.base import AnswerError, Profile, knobs, law_from_pairs
+from specproof.properties.endpoint.families.base import (
+    AnswerError,
+    Profile,
+    knobs,
+    law_from_pairs,
+    rebuilt_from_raw,
+)
 from specproof.reference.errors import UsageError
 from specproof.reference.sampling import Grammar, Sampling
 
@@ -42,7 +56,14 @@ OFFERS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
 class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=OFFERS):
+    #: the ids the server bans when a setting declares no end of sequence (``ignore_eos``: its
+    #: end-of-generation ids), learned before sampling (:meth:`Endpoint.check`); None: not learned,
+    #: so no law is read along a path
+    banned: tuple[int, ...] | None = None
+    #: the laws along a path are read by generating it (on a speculative server it would draft)
+    along_generates: ClassVar[bool] = True
     streams: ClassVar[bool] = True
     caches: ClassVar[bool] = True
     #: n completions a request: llama-server answers a list (completion j seeded by seed + j)
@@ -99,6 +120,85 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
         body = {"prompt": list(context), "n_predict": 1, "seed": 0, **self._sampling(s, generated)}
         body.update(n_probs=vocab, post_sampling_probs=True)
         return "/completion", {**body, **self.extra}
+
+    def laws_along_request(
+        self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The context's generated part forced by a grammar of token ids and one token more,
+        ``n_probs`` = V before the sampler chain (module docstring); None where the setting is
+        more than a temperature, the banned ids are not learned, or nothing is generated."""
+        if not rebuilt_from_raw(s) or s.truncated or s.greedy:
+            return None
+        forced = [int(x) for x in context[prompt_len:]]
+        if not forced:
+            return None
+        body = {
+            "prompt": list(context[:prompt_len]),
+            "n_predict": len(forced) + 1,
+            "seed": 0,
+            **self._sampling(Sampling(1.0)),
+            "ignore_eos": False,  # the laws are read before the sampler: nothing to ban there
+            "grammar": forced_grammar(forced),
+            "n_probs": vocab,
+            "post_sampling_probs": False,
+        }
+        return "/completion", {**body, **self.extra}
+
+    def learned_along(
+        self,
+        answer: Any,
+        s: Sampling,
+        vocab: int,
+        context: Sequence[int],
+        prompt_len: int,
+        one: Sequence[float],
+    ) -> Profile:
+        """The ids the server bans under a setting without an end of sequence: those the model's
+        own law gives mass after the prompt and the one-token recipe's law (the sampler's) none."""
+        if s.eos is not None:
+            return self
+        plain = dataclasses.replace(self, banned=())
+        first = np.asarray(plain.read_laws_along(answer, s, vocab, context, prompt_len)[0])
+        banned = tuple(int(i) for i in np.flatnonzero((first > 0) & (np.asarray(one) <= 0)))
+        return dataclasses.replace(self, banned=banned)
+
+    def read_laws_along(
+        self, answer: Any, s: Sampling, vocab: int, context: Sequence[int], prompt_len: int
+    ) -> list[list[float]]:
+        """The model's law at each position of the forced path, the banned ids removed (where the
+        setting declares no end of sequence) and the temperature applied here."""
+        n = len(context) - prompt_len + 1
+        if s.eos is None and self.banned is None:
+            raise UsageError(
+                "profile llamacpp: the ids the server bans are not learned (Endpoint.check learns them)"
+            )
+        try:
+            rows = answer["completion_probabilities"]
+            got = [int(x) for x in answer["tokens"]]
+            pairs = [[(int(e["id"]), float(e["logprob"])) for e in row["top_logprobs"]] for row in rows[:n]]
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise AnswerError(
+                f"llama-server answer without its log-probabilities before the sampler: {str(answer)[:200]}"
+            ) from e
+        if len(pairs) != n or got[: n - 1] != [int(x) for x in context[prompt_len:]]:
+            raise AnswerError(
+                f"llama-server did not follow the forced path {list(context[prompt_len:])}: answered {got}"
+            )
+        out = []
+        for row in pairs:
+            logits = np.full(vocab, -math.inf)
+            for i, lp in row:
+                if not 0 <= i < vocab:
+                    raise AnswerError(f"llama-server's log-probabilities name id {i}, outside [0, {vocab})")
+                logits[i] = lp
+            if len(row) < vocab:
+                raise AnswerError(
+                    f"llama-server gave {len(row)} of {vocab} log-probabilities (n_probs = V asked)"
+                )
+            if s.eos is None and self.banned:
+                logits[list(self.banned)] = -math.inf
+            out.append([float(v) for v in s.law(list(logits))])
+        return out
 
     def read_generation(self, answer: Any, report: bool) -> Generation:
         from specproof.properties.engine.contract import Generation
@@ -188,6 +288,23 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
         }
 
 
+def forced_grammar(tokens: Sequence[int]) -> str:
+    """GBNF that forces ``tokens`` by id, then takes any token but the last forced one (a free
+    token whose law is read and whose draw is never used)."""
+    ids = " ".join(f"<[{int(t)}]>" for t in tokens)
+    return f"root ::= {ids} !<[{int(tokens[-1])}]>\n"
+
+
+#: a grammar :func:`forced_grammar` wrote: the forced ids, then the free token's exclusion
+FORCED = re.compile(r"^root ::= ((?:<\[\d+\]> )+)!<\[(\d+)\]>\s*$")
+
+
+def forced_path(grammar: Any) -> tuple[int, ...] | None:
+    """The ids a grammar of :func:`forced_grammar`'s form forces (None: another grammar)."""
+    m = FORCED.match(grammar) if isinstance(grammar, str) else None
+    return None if m is None else tuple(int(x) for x in re.findall(r"<\[(\d+)\]>", m.group(1)))
+
+
 def gbnf(g: Grammar, token_text: Sequence[str], state: int | None) -> str:
     """The grammar as llama.cpp's GBNF, rooted at ``state`` (the language that remains after the
     output so far): one rule per live state, an alternative per token that keeps the output in
@@ -230,6 +347,7 @@ def completion(si: StandIn, body: dict[str, Any]) -> dict[str, Any] | wire.Event
         stop=wire.stops(body.get("stop")),
         cache_prompt=bool(body.get("cache_prompt", True)),  # llama-server's default: on
         adapter=wire.adapters(body.get("lora"), si.adapters, 1.0),
+        forced=forced_path(body.get("grammar")),
     )
     n = body.get("n_cmpl", 1)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:

@@ -52,6 +52,9 @@ class Ask:
     #: the LoRA adapters it runs with: (id, scale) for every adapter the server holds (llama-server's
     #: ``lora`` field, each adapter absent from it at the server's own scale)
     adapter: tuple[tuple[int, float], ...] = ()
+    #: tokens a grammar of token ids forces before one free token (llama-server's ``<[id]>``: the
+    #: audit reads the laws along a path so); None: none forced
+    forced: tuple[int, ...] | None = None
 
 
 @dataclass
