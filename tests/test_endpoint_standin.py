@@ -549,3 +549,44 @@ def test_vllm_reads_the_laws_along_a_sample_in_one_request(correct):
         assert ep.profile.laws_along_request(list(PROMPT) + [1], penalty, 8, len(PROMPT)) is None
     finally:
         ep.close()
+
+
+def test_laws_along_a_sample_are_read_in_one_request_where_they_agree(correct, twin, monkeypatch):
+    """The llamacpp profile reads a sample's laws from the twin in one request (a grammar of
+    token ids) once they agree with the one-token recipe's after the first prompt; an audit at
+    M = 16 then sends one law request a sample (or fewer: samples sharing a path share it).
+    From the speculative server alone, and where the two reads disagree, the laws are read one
+    position at a time, and the endpoint says why."""
+    from specproof.properties.endpoint.families.llamacpp import LlamaCpp
+
+    ep = endpoint(correct.url, twin=twin.url)
+    try:
+        spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=16)
+        assert ep.along == {T1: ""}
+        r = audit_engine(spec, EngineAuditConfig(alpha=ALPHA, samples=40, seed=1, report_samples=0))
+        assert r.verdict == Verdict.PASS, r.summary()
+        # the 40 samples and the plan's probe (a chunk of 16, concurrency 4 x 4), one request each at most
+        assert 0 < r.description["teacher_forced_law_requests"] <= 40 + 16
+    finally:
+        ep.close()
+    ep = endpoint(correct.url)
+    try:
+        endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=16)
+        assert "speculative server" in ep.along[T1]
+    finally:
+        ep.close()
+    read = LlamaCpp.read_laws_along
+
+    def off(self, answer, s, vocab, context, prompt_len):  # a read that disagrees after the prompt
+        rows = read(self, answer, s, vocab, context, prompt_len)
+        rows[1] = list(np.roll(rows[1], 1))
+        return rows
+
+    monkeypatch.setattr(LlamaCpp, "read_laws_along", off)
+    ep = endpoint(correct.url, twin=twin.url)
+    try:
+        endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=16)
+        assert "differ from the one-token recipe's" in ep.along[T1]
+        assert not ep.engine(T1).reads_along()
+    finally:
+        ep.close()

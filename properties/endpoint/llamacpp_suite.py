@@ -460,6 +460,7 @@ def long_audit(
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
             options = EndpointOptions((twin,), LONG.profile, concurrency=4)
             with Endpoint(options, token_map=gguf_models.VOCAB) as laws:
+                laws.speculation_off = True  # the twin: its laws may be read along a path it generates
                 logged = read_traffic(str(path), laws.vocab)
                 traffic = audit_traffic(logged, twin_laws(laws), laws.vocab, audit, source=str(path))
     return LongAudit(result, traffic, str(path))
