@@ -117,10 +117,11 @@ def llama_server_row(tv: float | None = None) -> dict[str, Any]:
     binary = llamacpp.ensure_built(progress=lambda m: None)
     with tempfile.TemporaryDirectory() as tmp:
         files = suite.models(tmp)
+        spec = ("--spec-draft-n-max", "4")
         with (
-            llamacpp.start_server(binary, files["target"], draft=files["draft"], extra_args=("--spec-draft-n-max", "4")) as url,
+            llamacpp.start_server(binary, files["target"], draft=files["draft"], extra_args=spec) as url,
             llamacpp.start_server(binary, files["target"]) as twin,
-        ):  # fmt: skip
+        ):
             request = EngineRequest(prompts=((1, 2),), token_map=tuple(gguf_models.VOCAB))
             t0 = time.perf_counter()
             res = run_endpoint(EndpointOptions((url,), "llamacpp", twin=twin), request, _plan(tv))

@@ -590,3 +590,26 @@ def test_laws_along_a_sample_are_read_in_one_request_where_they_agree(correct, t
         assert not ep.engine(T1).reads_along()
     finally:
         ep.close()
+
+
+def test_a_server_that_never_drafts_stops_before_sampling_with_the_likely_cause(twin):
+    """A speculative server whose answers all say nothing was drafted: the audit stops after the
+    probe (none of its samples drafted), `no_speculation`, with llama-server's likely cause; no
+    sample of the plan is drawn. A twin that speculates is refused before anything is sampled."""
+    with StandIn(bug="no_speculation", loop="laws") as idle:
+        ep = endpoint(idle.url, twin=twin.url)
+        try:
+            spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=16)
+            r = audit_engine(spec, EngineAuditConfig(alpha=ALPHA, seed=1))
+        finally:
+            ep.close()
+    assert r.verdict == Verdict.NO_SPECULATION and r.samples == 0, r.summary()
+    assert "stopped before sampling: none of the 16 samples" in r.summary()
+    assert "--spec-type draft-simple" in r.summary()
+    with StandIn(loop="laws") as a, StandIn(loop="laws") as b:
+        with pytest.raises(UsageError, match="--twin: .* it speculates"):
+            ep = endpoint(a.url, twin=b.url)
+            try:
+                endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=16)
+            finally:
+                ep.close()

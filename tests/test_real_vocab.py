@@ -29,8 +29,8 @@ def test_an_exact_engine_passes_at_a_real_vocabulary_with_its_cases_pooled():
 class TemperatureTwice(NarrowSpeculative):
     """The verify forward's logits divided by the temperature twice."""
 
-    def verify_laws(self, context: list[int]) -> np.ndarray:
-        z = self.target.logits(context, self.k + 1) / self.temperature**2
+    def verify_laws(self, context: list[int], drafts: int) -> np.ndarray:
+        z = self.target.logits(context, drafts + 1) / self.temperature**2
         z = np.exp(z - z.max(axis=-1, keepdims=True))
         return z / z.sum(axis=-1, keepdims=True)
 

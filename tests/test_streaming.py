@@ -55,3 +55,29 @@ def test_a_family_that_does_not_stream_is_said_not_checked():
     res = _audit(None, profile="sglang")
     assert res.streaming.status == "not_offered" and res.verdict == Verdict.PASS, res.summary()
     assert res.to_json()["streaming"]["status"] == "not_offered"
+
+
+def test_a_server_that_does_not_stream_is_not_offered_streaming_never_a_violation():
+    """A llama-server look-alike answering `stream: true` in one piece (no event stream): a correct
+    one passes, its streaming check reads "not offered" with why, and the sign-off says not
+    tested; a server that streams and drops tokens is still a contract violation."""
+    from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
+    from specproof.properties.endpoint.options import EndpointOptions
+    from specproof.properties.endpoint.standin import StandIn
+    from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+    from specproof.properties.engine.contract import T1
+    from specproof.properties.verdicts import Verdict
+
+    plan = EngineAuditConfig(alpha=1e-3, samples=60, seed=1, report_samples=8)
+    with StandIn(streams=False) as server, StandIn(speculative=False) as twin:
+        with Endpoint(EndpointOptions((server.url,), "llamacpp", twin=twin.url)) as ep:
+            r = audit_engine(endpoint_spec(ep, prompts=[(0, 6)], samplings=[T1], tokens=8), plan)
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.streaming.status == "not_offered" and "not an event stream" in r.streaming.why
+    assert "streaming: not offered: " in r.summary()
+    item = next(i for i in r.to_json()["signoff"] if "streamed" in i["question"])
+    assert item["answer"] == "not tested", item
+    with StandIn(bug="stream_step_tail") as server, StandIn(speculative=False) as twin:
+        with Endpoint(EndpointOptions((server.url,), "llamacpp", twin=twin.url)) as ep:
+            r = audit_engine(endpoint_spec(ep, prompts=[(0, 6)], samplings=[T1], tokens=8), plan)
+    assert r.verdict == Verdict.CONTRACT_VIOLATION and r.violation["kind"] == "stream_differs", r.summary()

@@ -191,3 +191,125 @@ def test_laws_along_that_are_not_laws_are_a_contract_violation_naming_where(wher
         f"{where}: the law after [3, 1, " in res.violation["detail"]
         and "is not a law" in res.violation["detail"]
     )
+
+
+def _windowed(fault: bool):
+    """tinylm's engine on a target with a sliding window of 16 whose ``target_law`` decodes the
+    context one token at a time (the single-query kernel: the window kept) while the multi-query
+    forward (the verify forward, and teacher forcing over the path) drops the window where
+    ``fault``: the engine's samples and its teacher-forced laws share the fault."""
+    import sys
+
+    sys.path.insert(0, "docs/examples/engines")
+    import tinylm
+
+    class Windowed(tinylm.Speculative):
+        capabilities = tinylm.Speculative.capabilities - {"prompt_len"}
+
+        def _multi(self, tokens, cache):
+            return self.target.forward(tokens, cache, window=None if fault else "own")
+
+        def verify_forward(self, tokens, cache):
+            return self._multi(tokens, cache)
+
+        def target_laws_along(self, prompt_ids, tokens):
+            seq = list(prompt_ids) + list(tokens)
+            z = self._multi(seq[:-1] if tokens else seq, tinylm.Cache(self.target.width))
+            return self.law_from_logits(z[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(tokens)])
+
+        def target_law(self, context):
+            cache = tinylm.Cache(self.target.width)
+            for t in context:  # one token at a time: the decode path
+                z = self.target.forward([t], cache)
+            return self.law_from_logits(z[-1])
+
+    target = tinylm.AttentionLM(512, seed=1, window=16)
+    draft = target.draft_of(0.25, seed=2)
+    name = "windowed" + (".fault" if fault else "")
+    return EngineSpec(
+        name, "user", "", lambda s: Windowed(target, draft), 512, ((3, 17, 5),), (T1,), tokens=64
+    )
+
+
+def test_a_multi_query_fault_shared_by_teacher_forcing_is_caught_at_the_prefix_alone():
+    """The sliding window dropped by the multi-query kernel alone: the token test reads its laws by
+    teacher forcing, which shares the fault, so only the check against target_law at one prefix
+    (one sample in eight) sees it: contract_violation teacher_forcing_differs naming the context.
+    The engine with the fault fixed passes, its two paths differing by rounding only."""
+    plan = EngineAuditConfig(tv=0.05, seed=2, report_samples=0)
+    bad = audit_engine(_windowed(True), plan)
+    assert bad.verdict == Verdict.CONTRACT_VIOLATION, bad.summary()
+    assert (
+        bad.violation["kind"] == "teacher_forcing_differs"
+        and "differs from target_law there" in bad.violation["detail"]
+    )
+    good = audit_engine(_windowed(False), plan)
+    assert good.verdict == Verdict.PASS, good.summary()
+    checked = good.token_test["teacher_forcing_checked"]
+    assert checked["checked"] > 5 and checked["largest_tv"] < 1e-9, checked
+
+
+def _ending(drops_eos_draft: bool):
+    """The narrow engine with an end of sequence (id 0, its logit raised so that it carries a few
+    percent of the mass); where ``drops_eos_draft``, the draft loop breaks on an end-of-sequence
+    draft and drops it (as a loop that stops drafting at end of generation does) while the
+    verifier keeps the draft's law: end-of-sequence mass moves at drafted positions."""
+    from specproof.properties.engine.narrow import NarrowLM, NarrowSpeculative
+
+    class Ending(NarrowSpeculative):
+        capabilities = NarrowSpeculative.capabilities | {"eos"}
+        eos_id = 0
+
+        def stops_drafting(self, x: int) -> bool:
+            return drops_eos_draft and x == self.eos_id
+
+    target = NarrowLM(256)
+    target.bias = target.bias.copy()
+    target.bias[0] += 4.0
+    draft = target.perturbed(0.2, seed=1)
+    return EngineSpec(
+        "ending" + (".drops_eos_draft" if drops_eos_draft else ""), "user", "",
+        lambda s: Ending(target, draft), 256, ((3, 1, 4),), (T1,), tokens=64,
+    )  # fmt: skip
+
+
+def test_end_of_sequence_mass_moved_inside_a_block_is_lossy_and_ended_samples_are_made_up():
+    """An end-of-sequence draft dropped by the draft loop while the verifier keeps its law: the
+    eos statistic (the indicator of the end against its probability) flags it. The exact engine
+    passes, and its samples, which end early, are followed by more until each case has scored its
+    planned tokens (the plan is in tokens)."""
+    plan = EngineAuditConfig(tv=0.03, seed=4, report_samples=0)
+    good = audit_engine(_ending(False), plan)
+    assert good.verdict == Verdict.PASS, good.summary()
+    (case,) = good.cases
+    assert case.extended > 0 and case.n > case.planned, good.summary()
+    assert case.observed_tokens >= good.token_test["planned_tokens_per_case"], good.summary()
+    assert "eos" in {b["statistic"] for b in good.token_test["cases"]["0"]["bets"]}
+    bad = audit_engine(_ending(True), plan)
+    assert bad.verdict == Verdict.LOSSY, bad.summary()
+    assert bad.token_test["finding"]["family"] == "eos", bad.token_test["finding"]
+
+
+def test_a_drafter_whose_generator_is_rebuilt_every_step_is_lossy():
+    """The drafter's random stream rebuilt from the request's seed at every step (the verifier's
+    stream started from the same seed): every step's drafts reuse the same uniforms, and the first
+    acceptance test reuses the one that drew the first draft. Each token's marginal law can look
+    right while the transforms depend on the step before; the exact engine passes."""
+    from dataclasses import replace
+
+    from specproof.properties.engine.narrow import NarrowSpeculative, narrow_spec
+
+    class Reseeded(NarrowSpeculative):
+        def streams(self, seed):
+            return np.random.default_rng(seed), np.random.default_rng(seed)
+
+        def draft_stream(self, seed, stream, step):
+            return np.random.default_rng(seed)  # bug: the generator rebuilt from the seed every step
+
+    spec = narrow_spec(512, 64, temperatures=(1.0,))
+    exact = spec.build(spec.samplings[0])
+    plan = EngineAuditConfig(tv=0.05, seed=6, report_samples=0)
+    bug = replace(spec, name="narrow.reseeded", build=lambda s: Reseeded(exact.target, exact.draft))
+    res = audit_engine(bug, plan)
+    assert res.verdict in (Verdict.LOSSY, Verdict.CONTRACT_VIOLATION), res.summary()
+    assert audit_engine(spec, plan).verdict == Verdict.PASS

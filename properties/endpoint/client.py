@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from specproof.properties.engine.contract import EngineUnavailable
+from specproof.properties.engine.contract import EngineUnavailable, NotStreamed
 from specproof.reference.errors import SpecproofError, UsageError
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -220,6 +220,10 @@ class Client:
             async with self._client().stream("POST", url, json=body) as r:
                 if r.status_code >= 400:
                     self._refused(url, r.status_code, (await r.aread()).decode(errors="replace"))
+                kind = r.headers.get("content-type", "")
+                if "text/event-stream" not in kind:
+                    await r.aread()
+                    raise NotStreamed(url, kind.split(";")[0].strip())
                 async for line in r.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -308,7 +312,7 @@ class Client:
                         out[i] = await self._send_stream(url, bodies[i])
                     else:
                         out[i] = await self._send("POST", url, bodies[i])
-                except (EngineUnavailable, RequestRefused) as e:
+                except (EngineUnavailable, RequestRefused, NotStreamed) as e:
                     failed[i] = e
 
         await asyncio.gather(*(one(i) for i in range(len(bodies))))

@@ -64,6 +64,7 @@ class EndpointEngine:
         self.twin = twin
         self._laws = law_client or client  # where target_law reads: the twin's server if any
         self.reports_probabilities = profile.reports and profile.reports_checkable(sampling)
+        self.no_draft_hint = profile.no_draft_hint  # said where its answers show no drafting
         self.eos_id = sampling.eos  # a request that names an end of sequence lets samples end on it
         self.batch = client.concurrency * 4
         self.last_counters: dict[str, int] = {}
@@ -592,8 +593,27 @@ class Endpoint:
                 raise UsageError(f"{s.label}: the server refuses this setting: {err.body[:300]}") from err
             except EngineUnavailable as err:
                 raise UsageError(f"cannot reach the server: {err.detail}") from err
+        self._twin_is_plain(prompt, samplings[0])
         for s in samplings:
             self.check_along(prompt, s)
+
+    def _twin_is_plain(self, prompt: Seq, s: Sampling) -> None:
+        """A twin that speculates is no twin: one request of 16 tokens to it must say (where the
+        family's answers carry counters) that nothing was drafted, else a usage error at once."""
+        if self.twin_client is None or not self.profile.counters:
+            return
+        twin = EndpointEngine(self.twin_client, self.profile, s, self.vocab, adapter=self.options.adapter)
+        try:
+            (g,) = twin.generate_many(list(prompt), 16, [1])
+        except (RequestRefused, AnswerError, EngineUnavailable):
+            return  # its faults show where its laws are read
+        if g.drafted:
+            raise UsageError(
+                f"--twin: {self.twin_client.urls[0]} drafted {g.drafted} tokens in one request of 16: it "
+                "speculates; "
+                "the twin is the same model served without speculation (start it without a draft model or "
+                "speculation type)"
+            )
 
     def check_along(self, prompt: Seq, s: Sampling) -> None:
         """Where the family reads the laws along a path in one request: learn what that read

@@ -91,7 +91,7 @@ class EndpointOptions:
             "--prefix-cache",
             "audit every case cold and after a prefix-cache hit: the same requests asking the server to "
             "reuse its cached prompt (profile llamacpp: cache_prompt); the law must be the same",
-            parse=bool,
+            switch=True,
             example=True,
         ),
         "completions": Flag(

@@ -130,6 +130,7 @@ class StandIn:
         die: str = "refuse",
         listen: bool = True,
         adapters: int = 0,
+        streams: bool = True,
     ) -> None:
         if bug is not None and bug not in BUGS:
             raise UsageError(f"bug: {bug!r} is unknown; bugs: {', '.join(BUGS)}")
@@ -147,6 +148,9 @@ class StandIn:
         #: LoRA adapters held (llama-server's ``--lora``): each at scale 1 unless a request's
         #: ``lora`` says otherwise, as llama-server applies its adapters
         self.adapters = adapters
+        #: answers a request with ``stream: true`` as an event stream; False: in one piece, as a
+        #: server without streaming does (llama-server's shape)
+        self.streams = streams
         self.bug, self.speculative, self.loop_kind = bug, speculative, loop
         self.model = ServedModel(model_seed, vocab)
         self.model_name, self.openai_style = model_name, openai_style

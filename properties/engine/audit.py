@@ -109,6 +109,22 @@ from specproof.properties.tokens.power import POOLED_SHARE
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
 
+#: samples of the probe that must all say nothing was drafted before the audit stops, before
+#: sampling, as ``no_speculation`` (:meth:`EngineAudit._drafts_at_all`)
+FAIL_FAST = 8
+
+
+class NotSpeculating(Exception):
+    """The probe's samples all said nothing was drafted: the plan is not sampled (``no_speculation``)."""
+
+    def __init__(self, samples: int, tokens: int, case: EngineCase, hint: str) -> None:
+        super().__init__(f"{samples} samples")
+        self.samples, self.tokens, self.case, self.hint = samples, tokens, case, hint
+
+
+#: a case whose samples end early is drawn at most this many times its planned samples to see its
+#: planned tokens (:meth:`EngineAudit._extend`)
+EXTEND = 16
 #: the packages whose versions an engine audit's JSON records
 ENGINE_PACKAGES = ("specproof", "torch", "transformers", "vllm", "sglang")
 
@@ -246,6 +262,13 @@ class EngineAudit:
             except EngineUnavailable as e:
                 res.fault = e.detail
                 self.verdict()
+            except NotSpeculating as n:
+                res.early = (
+                    f"stopped before sampling: none of the {n.samples} samples of {n.tokens} tokens the "
+                    f"probe drew in {n.case.name} drafted a token (the engine's own counters), so the law "
+                    "under speculation cannot be tested" + (f"; likely cause: {n.hint}" if n.hint else "")
+                )
+                res.verdict = Verdict.NO_SPECULATION
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
         drawn = sum(r.seconds for r in res.cases)
@@ -393,6 +416,26 @@ class EngineAudit:
             rn.end_chunk()
         self.per_sample = (self.clock() - t0) / len(seeds)
         self.probe_chunk = len(seeds)
+        self._drafts_at_all(rn, gens)
+
+    def _drafts_at_all(self, rn: CaseRunner, gens: list[Generation]) -> None:
+        """Fail fast: where the engine's counters say that none of at least :data:`FAIL_FAST`
+        samples of the probe (more drawn where it drew fewer) drafted a token, at a horizon with
+        room for drafts and a law that is not a point mass, sampling the whole plan would end
+        ``no_speculation``: the audit stops here, before sampling, with the likely cause."""
+        if self.spec.tokens < 2 or rn.point_mass() or not gens or any(g.drafted is None for g in gens):
+            return
+        extra = 0
+        while not any(g.drafted for g in gens) and len(gens) < FAIL_FAST:
+            gens = gens + rn.draw([sample_seed(self.config.seed, rn.case.index, 5 * 10**6 + extra)])
+            extra += 1
+        if any(g.drafted for g in gens) or any(g.drafted is None for g in gens):
+            return
+        for g in gens:  # the evidence: the probe's counters (none of its samples is tested)
+            self.result.speculation.add(g)
+        raise NotSpeculating(
+            len(gens), self.spec.tokens, rn.case, str(getattr(rn.engine, "no_draft_hint", "") or "")
+        )
 
     def _planned(self, point_mass: bool) -> int:
         """Samples per case, from the statistics alone: a point mass needs enough tokens that any
@@ -501,6 +544,11 @@ class EngineAudit:
                 f"    at that size the cells of the transform detect a TV of {detects:.3g}; the most "
                 f"powerful test of the plan's deviation needs {limit:,} tokens (the information limit)"
             )
+        if not c.samples and any(rn.ends for rn in self.runners):
+            lines.append(
+                "    samples may end early (an end of sequence, a stop string): a case then draws more until "
+                f"it has scored its planned tokens (at most {EXTEND} times its planned samples)"
+            )
         if not all(stage.blocks.values()):
             told = [rn for rn in self.runners if "steps" in rn.offers and "sequential" not in rn.offers]
             if told:
@@ -552,6 +600,7 @@ class EngineAudit:
                     stop = r.rejected or res.token_rejected
                     if (stop and c.stop_early) or self.out_of_time or res.fault:
                         return
+            self._extend(seqs)
         except KeyboardInterrupt:
             interrupted = True  # Ctrl-C: nothing more is waited for (the client cancels on close)
             raise
@@ -559,6 +608,39 @@ class EngineAudit:
             if not interrupted:
                 for g in chunks.settle():  # asked for ahead, not used: still the server's answers
                     self.tally.add(g.drafted, g.accepted)
+
+    def _extend(self, seqs: list[list[Seq]]) -> None:
+        """The token test's plan counts tokens scored, not samples: where samples that ended early
+        (an end of sequence, a stop string) left a case short of its planned tokens, more of its
+        samples are drawn, in index order (sample ``i``'s seed from (seed, case, i) as ever), until
+        it has seen them, the budget or a fault stops it, or it has drawn :data:`EXTEND` times its
+        planned samples (then it ran short, and says so)."""
+        res, c, stage = self.result, self.config, self.tokens
+        if stage is None or c.samples:
+            return
+        for i, (runner, r) in enumerate(zip(self.runners, res.cases)):
+            if r.rejected or r.point_mass:
+                continue
+            t0 = self.clock()
+            while stage.seen(r.case.index) < self.planned_tokens and not res.token_rejected:
+                if r.n >= EXTEND * r.planned:
+                    r.short_of_tokens = True
+                    break
+                if self.budget.exhausted():
+                    self.out_of_time = True
+                    break
+                seeds = [
+                    sample_seed(c.seed, r.case.index, j) for j in range(r.n, r.n + self.drawer.chunk(runner))
+                ]
+                before = r.n
+                if not self._draw(runner, r, seqs[i], self.drawer.submit(runner, seeds)):
+                    break
+                r.extended += r.n - before
+            r.seconds += self.clock() - t0
+            if stage.flush(r.case.index):
+                res.token_rejected = True
+            if ((r.rejected or res.token_rejected) and c.stop_early) or self.out_of_time or res.fault:
+                return
 
     def _draw(self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], chunk: Pending) -> bool:
         """The next chunk of the case's samples, number ``r.n`` on (sample ``i``'s seed from
@@ -773,8 +855,16 @@ class EngineAudit:
         if res.axis_acceptance is not None and res.axis_acceptance.status == "not_run":
             res.axis_acceptance.judge(res.cases, self.shares)
         for r in res.cases:
+            seen_short = (
+                self.tokens is not None
+                and not c.samples
+                and not r.point_mass
+                and (self.tokens.seen(r.case.index) < self.planned_tokens)
+            )
             r.budget_limited = (
-                (self.out_of_time or res.fault is not None) and r.n < r.planned and not r.rejected
+                (self.out_of_time or res.fault is not None or r.short_of_tokens)
+                and (r.n < r.planned or seen_short)
+                and not r.rejected
             )
             if r.looks and not r.hard_failure:
                 r.pvalue = min(1.0, c.looks * min(p for _, p in r.looks))
@@ -785,6 +875,7 @@ class EngineAudit:
                 r.rejected = r.rejected or rej
         if self.tokens is not None:
             res.token_test = self.tokens.to_json()
+            res.token_test["planned_tokens_per_case"] = self.planned_tokens
             if "pooled" in res.token_test:
                 res.token_test["pooled"]["detects_per_token_tv"] = self.tokens.pooled_detects(
                     self.alpha_tokens, c.power

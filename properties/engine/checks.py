@@ -260,6 +260,9 @@ class Streaming:
     #: the streamed answers' reported probabilities against the law (which of the two is right)
     reports: Reports = field(default_factory=Reports)
     hard: int = 0  # seeds whose tokens or text differ
+    #: why streaming was found not offered although the engine declares it (a server that answers
+    #: a streamed request in one piece); empty where it does not declare it
+    why: str = ""
 
     def add(self, seed: int, whole: Generation, streamed: Generation, tolerance: float) -> None:
         self.samples += 1
@@ -290,6 +293,8 @@ class Streaming:
 
     def line(self) -> str:
         if self.status == "not_offered":
+            if self.why:
+                return f"streaming: not offered: {self.why} (not checked)"
             return "streaming: not offered by this engine (not checked)"
         if self.status == "stopped":
             return f"streaming: NOT CHECKED: the check stopped after {self.samples} samples: {self.stopped}"
@@ -322,6 +327,7 @@ class Streaming:
             "first": self.first,
             "stopped": self.stopped,
             "streamed_reports": self.reports.to_json(),
+            **({"why": self.why} if self.why else {}),
         }
 
 

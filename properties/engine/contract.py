@@ -59,6 +59,17 @@ class EngineUnavailable(SpecproofError):
         self.done = list(done)
 
 
+class NotStreamed(SpecproofError):
+    """A request asking for its answer streamed was answered in one piece, not as an event stream:
+    the engine does not stream (its streaming check is not run, never failed). ``content_type`` is
+    what it sent."""
+
+    def __init__(self, url: str, content_type: str) -> None:
+        what = content_type or "no content type"
+        super().__init__(f"{url} answered a streamed request with a whole {what} body, not an event stream")
+        self.url, self.content_type = url, content_type
+
+
 @dataclass(frozen=True)
 class Generation:
     """One sample and what the engine said about it (every field but ``tokens`` optional:

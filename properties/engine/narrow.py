@@ -99,10 +99,19 @@ class NarrowPerPosition:
         seq = list(prompt_ids) + list(tokens)
         return self._laws(self.draft, seq[: len(seq) - 1] if tokens else seq, len(tokens))
 
-    def verify_laws(self, context: list[int]) -> np.ndarray:
-        """The target's laws after the last ``k + 1`` prefixes of ``context`` (the committed
-        tokens and ``k`` drafts): one forward."""
-        return self._laws(self.target, context, self.k + 1)
+    #: an end of sequence the engine stops on (None: it never stops early); an engine that has one
+    #: declares the ``eos`` capability
+    eos_id: int | None = None
+
+    def verify_laws(self, context: list[int], drafts: int) -> np.ndarray:
+        """The target's laws after the last ``drafts + 1`` prefixes of ``context`` (the committed
+        tokens and the step's drafts): one forward."""
+        return self._laws(self.target, context, drafts + 1)
+
+    def stops_drafting(self, x: int) -> bool:
+        """Whether a drafted ``x`` ends the step's drafting, dropped (never, here: an end of
+        sequence is drafted and verified like any token)."""
+        return False
 
     def acceptance(self, p: np.ndarray, q: np.ndarray, x: int) -> float:
         """The probability a draft ``x`` is kept: ``min(1, p(x) / q(x))``."""
@@ -118,19 +127,30 @@ class NarrowPerPosition:
         c = np.cumsum(p)
         return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(p) - 1))
 
+    def streams(self, seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+        """The drafter's and the verifier's random streams of one generation: two of the seed's."""
+        return np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+
+    def draft_stream(self, seed: int, stream: np.random.Generator, step: int) -> np.random.Generator:
+        """The drafter's stream at step ``step`` (0-based): the generation's own, continued."""
+        return stream
+
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        rng = np.random.default_rng(seed)
+        drafting, rng = self.streams(seed)
         out, n0 = list(prompt_ids), len(prompt_ids)
         self.last_steps, drafted, accepted = [], 0, 0
         while len(out) - n0 < max_new_tokens:
             ctx, drafts, qs = list(out), [], []
+            d_rng = self.draft_stream(seed, drafting, len(self.last_steps))
             for _ in range(self.k):
                 q = self._laws(self.draft, ctx)[0]
-                x = self._draw(rng, q)
+                x = self._draw(d_rng, q)
+                if self.stops_drafting(x):
+                    break
                 drafts.append(x)
                 qs.append(q)
                 ctx.append(x)
-            ps = self.verify_laws(ctx)  # one forward over the drafts
+            ps = self.verify_laws(ctx, len(drafts))  # one forward over the drafts
             emitted: list[int] = []
             for i, (x, q) in enumerate(zip(drafts, qs)):
                 if rng.random() < self.acceptance(ps[i], q, x):
@@ -139,11 +159,15 @@ class NarrowPerPosition:
                 emitted.append(self._draw(rng, self.residual(ps[i], q)))
                 break
             else:
-                emitted.append(self._draw(rng, ps[self.k]))
-            drafted += self.k
+                emitted.append(self._draw(rng, ps[len(drafts)]))
+            if self.eos_id is not None and self.eos_id in emitted:
+                emitted = emitted[: emitted.index(self.eos_id) + 1]  # the end ends the output
+            drafted += len(drafts)
             accepted += len(emitted) - 1
             out += emitted
             self.last_steps.append(len(emitted))
+            if self.eos_id is not None and out[-1] == self.eos_id:
+                break
         self.last_counters = {"drafted": drafted, "accepted": accepted}
         return out[n0:][:max_new_tokens]
 

@@ -86,6 +86,10 @@ class EngineCaseResult:
     observed_tokens: int = 0
     token_detects: dict[str, float] = field(default_factory=dict)
     token_finding: dict[str, Any] | None = None
+    #: samples drawn past the planned ones because samples ended early (the token test's plan is in
+    #: tokens), and whether the case hit the cap on them before seeing its planned tokens
+    extended: int = 0
+    short_of_tokens: bool = False
     forwards: Counter[int] = field(default_factory=Counter)  # target forwards per call
     power: float = 0.0
     detectable_tv: float = 1.0
@@ -122,6 +126,8 @@ class EngineCaseResult:
                 else {}
             ),
             **({"token_finding": self.token_finding} if self.token_finding else {}),
+            **({"extended_samples": self.extended} if self.extended else {}),
+            **({"short_of_tokens": True} if self.short_of_tokens else {}),
         }
 
 
@@ -174,6 +180,8 @@ class EngineAuditResult:
     #: where the plan did not fit the budget, what would (said before sampling, and again where the
     #: audit ran short): a per-token TV, a budget
     fit: str = ""
+    #: why the audit stopped before sampling, where it did (no drafts in the probe), with the cause
+    early: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -311,6 +319,8 @@ class EngineAuditResult:
         if self.expected is not None:
             head += f" (expected {self.expected})"
         lines = [head]
+        if self.early:
+            lines.append(f"  {self.early}")
         if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             lines.append(f"  {self.violation_text()}")
             if self.violation.get("stage") != "checks":  # found before the law was tested
@@ -332,7 +342,7 @@ class EngineAuditResult:
             lines.append(f"  {self.reports.line()}")
         if self.control is not None:
             lines.append(f"  {self.control.line()}")
-        if self.streaming.status != "not_offered":
+        if self.streaming.status != "not_offered" or self.streaming.why:
             lines.append(f"  {self.streaming.line()}")
         if self.acceptance is not None:
             lines.append(f"  {self.acceptance.line()}")
@@ -359,7 +369,9 @@ class EngineAuditResult:
         if self.fault:
             out.append(f"  sampling stopped early: {self.fault}")
         for r in self.short:
-            out.append(f"  ran short: {r.case.name}: {r.n}/{r.planned} samples")
+            tokens = f", {r.observed_tokens:,} tokens scored" if r.token_detects else ""
+            cap = " (samples kept ending early: it hit the cap on more samples)" if r.short_of_tokens else ""
+            out.append(f"  ran short: {r.case.name}: {r.n}/{r.planned} samples{tokens}{cap}")
         if self.short and self.fit:
             out.append(f"  the plan did not fit the budget (said before sampling): {self.fit}")
         for r in self.cases:
@@ -375,16 +387,24 @@ class EngineAuditResult:
         if self.verdict == Verdict.LOSSY or not self.cases:
             return []
         tested = "per-token TV" if self.token_test is not None else "TV on the cells"
+        if self.token_test is not None:
+            tested = f"a per-token TV of {c.tv:g} toward sharpening, flattening or the argmax"
+        else:
+            tested = f"TV on the cells {c.tv:g}"
         if c.samples:
             lines = [f"  no deviation detected at the fixed size of {c.samples} samples per case"]
         else:
             word = "every case ran its plan" if not self.short else "some cases ran short"
-            lines = [f"  no deviation detected; {word} (power {c.power:g} against {tested} {c.tv:g})"]
+            lines = [f"  no deviation detected; {word} (power {c.power:g} against {tested})"]
         if self.token_test is not None:
             e = math.exp(min(700.0, self.token_test["log_wealth"]))
             lines.append(
                 f"    token test: e-value {e:.3g} (1/alpha = {1 / self.token_test['alpha']:.3g}; "
                 "anytime-valid)"
+            )
+            lines.append(
+                "    not covered at any size: mass moved among tokens of about the same probability (the "
+                "transform's law unchanged), and dependence between samples beyond the seed checks"
             )
             pooled = self.token_test.get("pooled")
             if pooled and pooled.get("detects_per_token_tv"):
@@ -401,6 +421,8 @@ class EngineAuditResult:
             if r.collapsed:
                 mark = " (its test collapsed to one cell: the joint law was not tested)"
             parts = [f"{r.n}/{r.planned} samples"]
+            if r.extended:
+                parts[0] += f" ({r.extended} past the plan: samples ended early, the plan is in tokens)"
             if r.token_detects:
                 d = r.token_detects
                 parts.append(
@@ -454,6 +476,8 @@ class EngineAuditResult:
             out["notes"] = list(self.notes)
         if self.fit:
             out["fit"] = self.fit
+        if self.early:
+            out["early"] = self.early
         if self.load is not None:
             out["load"] = self.load.to_json()
         if self.load is not None or self.completions is not None:

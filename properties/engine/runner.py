@@ -24,7 +24,7 @@ from specproof.properties.engine.capabilities import (
     capabilities_of,
     takes_prompt_len,
 )
-from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, Seq
+from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, NotStreamed, Seq
 from specproof.properties.engine.results import EngineCase
 from specproof.reference.errors import SpecproofError, UsageError
 
@@ -162,6 +162,11 @@ class CaseRunner:
             if value is not None:
                 return value
         return default
+
+    @property
+    def ends(self) -> bool:
+        """Whether a sample may end before M tokens (an end of sequence or a stop string)."""
+        return self._ender is not None
 
     def end(self, seq: Seq) -> int | None:
         """How many tokens of ``seq`` the output keeps when it ended inside it (an eos, a stop
@@ -427,7 +432,7 @@ class CaseRunner:
         """``fn(prompt, M, seeds, report=...)``'s samples, one a seed, or the violation it is."""
         try:
             gens = list(fn(list(self.case.prompt), self.case.tokens, seeds, report=report))
-        except (EngineUnavailable, EngineViolation):
+        except (EngineUnavailable, EngineViolation, NotStreamed):
             raise
         except Exception as e:
             raise EngineViolation("exception", f"{name} raised {type(e).__name__}: {e}", self.case) from e

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from specproof.properties.engine.checks import compare_reports, judge_reports
 from specproof.properties.engine.config import EngineAuditConfig
-from specproof.properties.engine.contract import EngineUnavailable
+from specproof.properties.engine.contract import EngineUnavailable, NotStreamed
 from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.engine.runner import CaseRunner, sample_seed
 
@@ -33,6 +33,9 @@ def stream_check(
         streamed = [g for s in seeds for g in rn.draw_stream([s], report=report)]
     except EngineUnavailable as e:
         res.streaming.status, res.streaming.stopped = "stopped", e.detail
+        return
+    except NotStreamed as e:  # a server that does not stream: nothing to compare, never a violation
+        res.streaming.status, res.streaming.why = "not_offered", str(e)
         return
     for s, a, b in zip(seeds, whole, streamed):
         res.streaming.add(s, a, b, res.reports.tolerance)

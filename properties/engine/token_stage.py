@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.engine.contract import Generation
-from specproof.properties.engine.runner import CaseRunner
+from specproof.properties.engine.contract import Generation, Seq
+from specproof.properties.engine.runner import CaseRunner, EngineViolation
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenCase, TokenTest
 from specproof.properties.tokens.transform import Observations, RowNotALaw
@@ -40,6 +40,56 @@ def block_indices(steps: tuple[int, ...] | None, m: int) -> np.ndarray | None:
 BLOCK = 64
 
 
+#: the share of samples whose laws read along their path (``target_laws_along``) are checked at one
+#: position drawn from the seed against the law read at that prefix alone (``target_law``)
+FORCING_SHARE = 1 / 8
+#: the largest total variation between the two reads of one law that is rounding: above it the
+#: engine's two paths to its law disagree (float32 rounding stays below 1e-5)
+FORCING_TOLERANCE = 1e-3
+
+
+@dataclass
+class ForcingCheck:
+    """Teacher forcing against the law read one prefix at a time. An engine's laws along a path
+    (one forward over prompt and output, the multi-query kernels that verification runs too) are
+    checked, on :data:`FORCING_SHARE` of the samples at one position each (both drawn from the
+    audit's seed, the case and the sample's index), against ``target_law`` at that prefix; a
+    total variation above :data:`FORCING_TOLERANCE` is a contract violation
+    (``teacher_forcing_differs``) naming the position: the token test would compare the engine with
+    a path that shares its fault (proofs_notes/token_audit.md, claim 8)."""
+
+    checked: int = 0
+    largest: float = 0.0
+
+    def check(self, runner: CaseRunner, index: int, seq: Seq, laws: np.ndarray, seed: int) -> None:
+        if "teacher_forcing" not in runner.offers or not len(laws):
+            return
+        rng = np.random.default_rng([abs(int(seed)), runner.case.index, index, 0x7EAC])
+        if rng.random() >= FORCING_SHARE:
+            return
+        d = int(rng.integers(len(laws)))
+        row = np.asarray(laws[d], dtype=np.float64)
+        total = float(row.sum())
+        if not (abs(total - 1) <= 1e-6 and row.min() >= 0):
+            return  # not a law: the scoring names it
+        one = runner.law(tuple(seq[:d]))
+        tv = 0.5 * float(np.abs(row / total - one).sum())
+        self.checked += 1
+        self.largest = max(self.largest, tv)
+        if tv > FORCING_TOLERANCE:
+            raise EngineViolation(
+                "teacher_forcing_differs",
+                f"target_laws_along after {list(runner.case.prompt + tuple(seq[:d]))} (position {d + 1} of "
+                f"sample {index}) differs from target_law there by TV {tv:.3g} (tolerance "
+                f"{FORCING_TOLERANCE:g}): "
+                "the law read along the path and the law read at the prefix alone disagree",
+                runner.case,
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": self.checked, "largest_tv": self.largest, "tolerance": FORCING_TOLERANCE}
+
+
 @dataclass
 class TokenStage:
     """The token test of one engine audit (module docstring)."""
@@ -48,6 +98,7 @@ class TokenStage:
     cases: dict[int, TokenCase]
     blocks: dict[int, bool]
     pending: dict[int, list[Observations]] = field(default_factory=dict)
+    forcing: ForcingCheck = field(default_factory=ForcingCheck)
 
     @classmethod
     def start(cls, runners: list[CaseRunner], alpha: float, seed: int, pooled: bool = True) -> TokenStage:
@@ -58,7 +109,9 @@ class TokenStage:
         for rn in runners:
             i = rn.case.index
             blocks[i] = "steps" in rn.offers and "sequential" in rn.offers
-            cases[i] = test.add_case(i, rn.case.tokens, draft="draft_law" in rn.offers, blocks=blocks[i])
+            cases[i] = test.add_case(
+                i, rn.case.tokens, draft="draft_law" in rn.offers, blocks=blocks[i], eos=rn.eos
+            )
         if pooled:
             test.pool()
         return cls(test, cases, blocks)
@@ -68,19 +121,21 @@ class TokenStage:
         have: the weights of a family without ``draft`` or ``block`` are shared among the rest)."""
         draft = any(c.family.draft for c in self.cases.values())
         blocks = any(self.blocks.values())
-        return power.plan_tokens(
-            tv, alpha, power_, len(self.cases), draft, blocks, self.test.pooled is not None
-        )
+        eos = any(c.family.eos for c in self.cases.values())
+        pooled = self.test.pooled is not None
+        return power.plan_tokens(tv, alpha, power_, len(self.cases), draft, blocks, pooled, eos)
 
     def add(self, runner: CaseRunner, index: int, g: Generation) -> bool:
         """Sample ``index`` of ``runner``'s case (samples come in index order); its laws are read
         now. Scored in blocks of :data:`BLOCK`; True when a block was scored and the audit's
         wealth crossed its threshold (the audit stops there)."""
         m = runner.horizon(g.tokens)
+        laws = runner.laws_along(g.tokens, checked=False)  # each row checked as it is scored
+        self.forcing.check(runner, index, g.tokens, laws, self.test.seed)
         sample = Sample(
             index,
             tuple(g.tokens[:m]),
-            runner.laws_along(g.tokens, checked=False),  # each row checked as it is scored
+            laws,
             block_indices(g.steps, m) if self.blocks[runner.case.index] else None,
             runner.draft_laws_along(g.tokens, checked=False),
         )
@@ -94,6 +149,10 @@ class TokenStage:
             return False
         return self.flush(runner.case.index)
 
+    def seen(self, case: int) -> int:
+        """Tokens of ``case`` scored so far, those pending their block included."""
+        return self.cases[case].tokens + sum(len(o) for o in self.pending.get(case, ()))
+
     def flush(self, case: int) -> bool:
         """Score what is pending for ``case`` (at a block, a look, or the end); True when the
         audit's wealth has crossed its threshold."""
@@ -106,7 +165,7 @@ class TokenStage:
         """The per-token TV each planned statistic detects at the tokens the case has seen, in
         that case's own family (a deviation confined to it)."""
         case = self.cases[index]
-        w = power.shares(case.family.draft, case.family.blocks)
+        w = power.shares(case.family.draft, case.family.blocks, case.family.eos)
         share = self._share("case")
         return {
             s: power.detectable(s, case.tokens, alpha, power_, len(self.cases), w, share)
@@ -120,7 +179,7 @@ class TokenStage:
         """What one case's own family detects at ``tokens`` of its tokens (a deviation confined to
         that case, as the plan states it)."""
         draft = all(c.family.draft for c in self.cases.values())
-        w = power.shares(draft, all(self.blocks.values()))
+        w = power.shares(draft, all(self.blocks.values()), all(c.family.eos for c in self.cases.values()))
         share = self._share("case")
         return {
             s: power.detectable(s, tokens, alpha, power_, len(self.cases), w, share)
@@ -131,7 +190,9 @@ class TokenStage:
         """Read and score one sample as :meth:`add` does, feeding nothing (the plan's probe)."""
         m = runner.horizon(g.tokens)
         scratch = TokenTest(self.test.alpha, self.test.seed)
-        case = scratch.add_case(runner.case.index, runner.case.tokens, draft="draft_law" in runner.offers)
+        case = scratch.add_case(
+            runner.case.index, runner.case.tokens, draft="draft_law" in runner.offers, eos=runner.eos
+        )
         laws = runner.laws_along(g.tokens, checked=False)
         drafts = runner.draft_laws_along(g.tokens, checked=False)
         try:
@@ -145,7 +206,7 @@ class TokenStage:
         fam = self.test.pooled
         if fam is None:
             return {}
-        w = power.shares(fam.draft, fam.blocks)
+        w = power.shares(fam.draft, fam.blocks, fam.eos)
         share = self._share("pooled")
         return {
             s: power.detectable(s, fam.tokens, alpha, power_, len(self.cases), w, share)
@@ -163,6 +224,7 @@ class TokenStage:
             "finding": t.finding(),
             "cases": {str(i): c.to_json() for i, c in self.cases.items()},
             **t.to_json(),
+            **({"teacher_forcing_checked": self.forcing.to_json()} if self.forcing.checked else {}),
         }
 
 

@@ -52,6 +52,7 @@ class TokenCase:
     horizon: int
     family: Family
     samples: int = 0
+    eos: int | None = None  # the case's end of sequence (the eos statistic reads it)
     impossible: dict[str, Any] | None = None  # the first token the law gave probability 0
 
     @property
@@ -91,8 +92,11 @@ class TokenTest:
     cases: list[TokenCase] = field(default_factory=list)
     pooled: Family | None = None
 
-    def add_case(self, index: int, horizon: int, draft: bool = False, blocks: bool = False) -> TokenCase:
-        case = TokenCase(index, horizon, Family(horizon, draft=draft, blocks=blocks))
+    def add_case(
+        self, index: int, horizon: int, draft: bool = False, blocks: bool = False, eos: int | None = None
+    ) -> TokenCase:
+        family = Family(horizon, draft=draft, blocks=blocks, eos=eos is not None)
+        case = TokenCase(index, horizon, family, eos=eos)
         self.cases.append(case)
         return case
 
@@ -105,6 +109,7 @@ class TokenTest:
                 max(f.horizon for f in fams),
                 draft=all(f.draft for f in fams),
                 blocks=all(f.blocks for f in fams),
+                eos=all(f.eos for f in fams),
             )
 
     @property
@@ -117,9 +122,9 @@ class TokenTest:
         probability 0 is recorded as the case's hard witness."""
         v = seeded_uniforms(self.seed, case.index, smp.index, len(smp.tokens))
         if isinstance(smp.laws, np.ndarray):
-            obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts)
+            obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts, case.eos)
         else:
-            obs = observe(smp.laws, smp.tokens, v, None if smp.drafts is None else list(smp.drafts))
+            obs = observe(smp.laws, smp.tokens, v, None if smp.drafts is None else list(smp.drafts), case.eos)
         if obs.impossible is not None and case.impossible is None:
             t = obs.impossible
             case.impossible = {

@@ -19,17 +19,29 @@ statistic      per token                                   catches
                                                            a perturbed logit), and sharpening
 ``draft``      ``q(x) - E_p q``, q the draft's law         drift toward the draft's law (a residual
                                                            off, a draft law taken from elsewhere)
-``serial``     ``4 (U_t - 1/2)(U_{t-1} - 1/2)``            consecutive tokens of a sample dependent
-                                                           (one uniform shared by a step's drafts)
+``serial``     ``4 (U_t - 1/2)(U_{t-1} - 1/2)``; and the   consecutive tokens of a sample dependent
+               same product for the tokens at one           (one uniform shared by a step's drafts);
+               position of consecutive samples              samples dependent (a random stream that
+                                                           outlives its seed)
 ``position``   ``uniform``, ``mean`` and ``surprisal``     a bug from some depth on (a KV crop, a
                on positions ``[2^j, 2^(j+1))``             stale page, a sliding window)
 ``block``      ``uniform`` and ``mean`` by the index of    a bug at one index of the speculative
-               the token in its speculative step           block (where the engine says its steps)
+               the token in its speculative step; the      block (where the engine says its steps);
+               product above for a token and the one at    randomness repeated every step (a
+               its index in the step before                generator rebuilt from the seed)
+``index``      the transform in the ids' order: 8 cells,  a sampler whose uniforms are reused (an
+               its mean, and (with steps) its product      inverse CDF over the ids fed the uniform
+               with the one at the same index in the       that drew a draft, a generator rebuilt
+               step before                                 from the seed every step)
+``eos``        ``[x = eos] - p(eos)``                      the end of sequence's mass moved (a draft
+                                                           loop that drops an end-of-sequence draft;
+                                                           where the audit has an end of sequence)
 =============  ==========================================  =========================================
 
 :data:`WEIGHTS` gives each family its share of the case's wealth (a family of several bettors
 splits its share evenly); a statistic the engine cannot feed (``draft`` without the draft's
-law, ``block`` without steps) is left out before any sampling and the shares renormalized. The
+law, ``block`` without steps, ``eos`` without an end of sequence) is left out before any sampling
+and the shares renormalized (:func:`shares`). The
 case's wealth is the weighted average of its bettors' (a test martingale), the audit's the average
 over its cases.
 """
@@ -55,6 +67,8 @@ WEIGHTS: dict[str, float] = {
     "serial": 0.10,
     "position": 0.20,
     "block": 0.05,
+    "index": 0.10,
+    "eos": 0.10,
 }
 #: what each statistic catches, for the reports
 DOCS: dict[str, str] = {
@@ -63,10 +77,25 @@ DOCS: dict[str, str] = {
     "greedy": "drift toward the argmax",
     "surprisal": "sharpening or flattening of the surprisal",
     "draft": "drift toward the draft's law",
-    "serial": "consecutive tokens of a sample dependent",
+    "serial": "consecutive tokens (of a sample, or at one position of consecutive samples) dependent",
     "position": "a deviation from some position on",
     "block": "a deviation at one index of the speculative block",
+    "index": "the transform in the ids' order moved (reused uniforms)",
+    "eos": "the end of sequence's mass moved",
 }
+#: the statistics that run only where the engine or the audit gives what they read
+OPTIONAL = ("draft", "block", "eos")
+
+
+def shares(draft: bool = False, blocks: bool = False, eos: bool = False) -> dict[str, float]:
+    """The weights of the statistics that apply (:data:`WEIGHTS` without the optional ones the
+    audit cannot feed), renormalized to sum to 1."""
+    fed = {"draft": draft, "block": blocks, "eos": eos}
+    use = {k: w for k, w in WEIGHTS.items() if k not in OPTIONAL or fed[k]}
+    total = sum(use.values())
+    return {k: w / total for k, w in use.items()}
+
+
 #: block indices told apart (the last gathers every later index)
 BLOCK_INDICES = 4
 
@@ -80,6 +109,43 @@ def position_bins(horizon: int) -> list[tuple[int, int]]:
         lo *= 2
     out.append((lo, horizon))
     return out
+
+
+def _across_samples(u: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``4 (U - 1/2)(U' - 1/2)`` for each token and the token at its position in the sample before
+    it (samples laid end to end, each starting at position 1; pairs only where both have the
+    position). Under the null, samples drawn with different seeds are independent: mean 0."""
+    starts = np.flatnonzero(pos == 1)
+    if len(starts) < 2:
+        return np.zeros(0)
+    lengths = np.diff(np.append(starts, len(u)))
+    sample = np.cumsum(pos == 1) - 1
+    t = np.flatnonzero(sample >= 1)
+    before = sample[t] - 1
+    ok = pos[t] <= lengths[before]
+    t = t[ok]
+    prev = starts[sample[t] - 1] + pos[t] - 1
+    return 4.0 * (u[t] - 0.5) * (u[prev] - 0.5)
+
+
+def _across_steps(u: np.ndarray, pos: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """``4 (U - 1/2)(U' - 1/2)`` for each token and the token at its index in the speculative step
+    before it, in the same sample. Under the null, for an engine whose every token's law given
+    everything before it is the target's, the transforms are independent: mean 0."""
+    n = len(u)
+    starts = np.flatnonzero(block == 0)  # the first token of each step
+    if len(starts) < 2:
+        return np.zeros(0)
+    lengths = np.diff(np.append(starts, n))
+    step = np.cumsum(block == 0) - 1
+    sample = np.cumsum(pos == 1) - 1
+    t = np.flatnonzero(step >= 1)
+    before = step[t] - 1
+    ok = block[t] < lengths[before]
+    t, before = t[ok], before[ok]
+    prev = starts[before] + block[t]
+    same = sample[prev] == sample[t]
+    return 4.0 * (u[t[same]] - 0.5) * (u[prev[same]] - 0.5)
 
 
 @dataclass
@@ -112,25 +178,30 @@ class Family:
 
     horizon: int
     draft: bool = False  # the engine tells the draft's law at each position
+    eos: bool = False  # the audit has an end of sequence (samples may end on it)
     blocks: bool = False  # the engine tells where each of its steps ends
     bets: list[Bet] = field(default_factory=list)
     tokens: int = 0
 
     def __post_init__(self) -> None:
-        use = {
-            k: w for k, w in WEIGHTS.items() if (k != "draft" or self.draft) and (k != "block" or self.blocks)
-        }
-        total = sum(use.values())
-        share = {k: w / total for k, w in use.items()}
+        share = shares(self.draft, self.blocks, self.eos)
         self.bets = [
             Bet("uniform", "uniform", share["uniform"], BinBettor()),
             Bet("mean", "mean", share["mean"], MeanBettor(0.5)),
             Bet("greedy", "greedy", share["greedy"], MeanBettor(1.0)),
             Bet("surprisal", "surprisal", share["surprisal"], MeanBettor(SURPRISAL_CLIP)),
-            Bet("serial", "serial", share["serial"], MeanBettor(1.0)),
+            Bet("serial", "serial", share["serial"] / 2, MeanBettor(1.0)),
+            Bet("serial.samples", "serial", share["serial"] / 2, MeanBettor(1.0)),
         ]
         if self.draft:
             self.bets.append(Bet("draft", "draft", share["draft"], MeanBettor(1.0)))
+        if self.eos:
+            self.bets.append(Bet("eos", "eos", share["eos"], MeanBettor(1.0)))
+        parts = 3 if self.blocks else 2
+        self.bets.append(Bet("index", "index", share["index"] / parts, BinBettor()))
+        self.bets.append(Bet("index.mean", "index", share["index"] / parts, MeanBettor(0.5)))
+        if self.blocks:
+            self.bets.append(Bet("index.repeat", "index", share["index"] / parts, MeanBettor(1.0)))
         bins = position_bins(self.horizon)
         for lo, hi in bins:
             w = share["position"] / (3 * len(bins))
@@ -138,11 +209,12 @@ class Family:
             self.bets.append(Bet(f"position[{lo}-{hi}].mean", "position", w, MeanBettor(0.5)))
             self.bets.append(Bet(f"position[{lo}-{hi}].surprisal", "position", w, MeanBettor(SURPRISAL_CLIP)))
         if self.blocks:
+            w = share["block"] / (2 * BLOCK_INDICES + 1)
             for b in range(BLOCK_INDICES):
-                w = share["block"] / (2 * BLOCK_INDICES)
                 label = f"block[{b}{'+' if b == BLOCK_INDICES - 1 else ''}]"
                 self.bets.append(Bet(f"{label}.uniform", "block", w, BinBettor()))
                 self.bets.append(Bet(f"{label}.mean", "block", w, MeanBettor(0.5)))
+            self.bets.append(Bet("block.repeat", "block", w, MeanBettor(1.0)))
         self._by_name = {b.name: b for b in self.bets}
 
     def update(
@@ -166,8 +238,18 @@ class Family:
         get["surprisal"].bettor.update(obs.surprisal - obs.expected_surprisal)
         follows = pos[1:] == pos[:-1] + 1  # consecutive tokens of one sample
         get["serial"].bettor.update((4.0 * (u[1:] - 0.5) * (u[:-1] - 0.5))[follows])
+        get["serial.samples"].bettor.update(_across_samples(u, pos))
         if self.draft and obs.q is not None and obs.expected_q is not None:
             get["draft"].bettor.update(obs.q - obs.expected_q)
+        if obs.u_id is not None:
+            known = ~np.isnan(obs.u_id)  # a censored law hides the smaller ids' mass
+            get["index"].bettor.update(obs.u_id[known])
+            get["index.mean"].bettor.update(obs.u_id[known] - 0.5)
+            if self.blocks and block is not None and known.all():
+                get["index.repeat"].bettor.update(_across_steps(obs.u_id, pos, np.asarray(block[:n])))
+        if self.eos and obs.p_eos is not None and obs.eos_hit is not None:
+            known = ~np.isnan(obs.p_eos)  # a censored law that hides the end's mass says nothing of it
+            get["eos"].bettor.update((obs.eos_hit.astype(np.float64) - obs.p_eos)[known])
         excess = obs.surprisal - obs.expected_surprisal
         for lo, hi in position_bins(self.horizon):
             sel = (pos >= lo) & (pos <= hi)
@@ -183,6 +265,7 @@ class Family:
                     label = f"block[{b}{'+' if b == BLOCK_INDICES - 1 else ''}]"
                     get[f"{label}.uniform"].bettor.update(u[sel])
                     get[f"{label}.mean"].bettor.update(u[sel] - 0.5)
+            get["block.repeat"].bettor.update(_across_steps(u, pos, np.asarray(block[:n])))
         self.tokens += n
 
     @property

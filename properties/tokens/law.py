@@ -98,6 +98,14 @@ class TokenLaw:
         """The partition's law, in the test's order (the tail last)."""
         return np.append(self.probs, self.tail) if self.censored else self.probs
 
+    def probability_of(self, token: int) -> float:
+        """The law's probability of ``token``: its own where it is a known id, 0 where the law is
+        known in full and it is not, NaN where a tail hides it (the tail's share of it is not known)."""
+        where = np.flatnonzero(self.ids == token)
+        if len(where):
+            return float(self.probs[where[0]])
+        return float("nan") if self.censored else 0.0
+
     def cell(self, token: int) -> int:
         """The emitted token's cell: its index among the known ids, ``len(ids)`` for the tail,
         or -1 when the law gives it probability 0 (not known, and no tail)."""

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.stats import norm
 
 from specproof.properties.tokens.eprocess import BINS, LEVELS
-from specproof.properties.tokens.family import WEIGHTS
+from specproof.properties.tokens.family import shares as family_shares
 from specproof.reference.errors import InternalError
 
 #: the statistics the plan is stated for
@@ -142,11 +142,9 @@ def log_threshold(
     return math.log(1 / (alpha * share)) - math.log(weights[statistic])
 
 
-def shares(draft: bool, blocks: bool) -> dict[str, float]:
-    """The family's weights over the statistics that apply (as :class:`.family.Family` sets them)."""
-    use = {k: w for k, w in WEIGHTS.items() if (k != "draft" or draft) and (k != "block" or blocks)}
-    total = sum(use.values())
-    return {k: w / total for k, w in use.items()}
+def shares(draft: bool, blocks: bool, eos: bool = False) -> dict[str, float]:
+    """The family's weights over the statistics that apply (:func:`.family.shares`)."""
+    return family_shares(draft, blocks, eos)
 
 
 def plan_tokens(
@@ -157,18 +155,17 @@ def plan_tokens(
     draft: bool = False,
     blocks: bool = False,
     pooled: bool = False,
+    eos: bool = False,
 ) -> int:
     """Tokens per case the plan asks for: the larger of the ``mean`` and ``greedy`` bettors'
     numbers at their shares (module docstring). With several cases and a ``pooled`` family, the
     plan is the pooled family's, shared evenly: a deviation shared by every case is detected at
     ``power`` from the cases' tokens together; a deviation in one case alone is detected at the
     size its own family reaches with its share (:func:`detectable`, said with every pass)."""
-    w = shares(draft, blocks)
-    if cases > 1 and pooled:
-        share = family_share(cases, True, "pooled")
-        total = max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w, share), power) for s in PLANNED)
-        return math.ceil(total / cases)
-    return max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w), power) for s in PLANNED)
+    w = shares(draft, blocks, eos)
+    share = family_share(cases, True, "pooled") if cases > 1 and pooled else None
+    total = max(tokens_needed(s, tv, log_threshold(alpha, cases, s, w, share), power) for s in PLANNED)
+    return math.ceil(total / cases) if share is not None else total
 
 
 def detectable(

@@ -47,6 +47,14 @@ class Observations:
     impossible: int | None = None
     #: each token's index in its speculative step, where the engine tells (None: not told)
     block: np.ndarray | None = None
+    #: where the audit has an end of sequence: its probability at each position (NaN where a
+    #: censored law hides it) and whether the token is it (None: no end of sequence)
+    p_eos: np.ndarray | None = None
+    eos_hit: np.ndarray | None = None
+    #: the transform in the order of the ids (``F_id(x) + v p(x)``, ``F_id`` the mass of the smaller
+    #: ids): uniform under the null too, it sees deviations tied to the ids' order (an inverse-CDF
+    #: sampler fed a uniform it already used); NaN where a censored law hides the smaller ids' mass
+    u_id: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.u)
@@ -69,14 +77,21 @@ def observe(
     tokens: Sequence[int],
     v: np.ndarray,
     drafts: Sequence[np.ndarray] | None = None,
+    eos: int | None = None,
 ) -> Observations:
     """The observations of one sample from its laws as :class:`TokenLaw` rows (module docstring);
-    ``drafts``: the draft's dense law at each position, where the engine tells it."""
+    ``drafts``: the draft's dense law at each position, where the engine tells it; ``eos``: the
+    audit's end of sequence, where it has one."""
     m = len(tokens)
     out = Observations(np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m))
     if drafts is not None:
         out.q, out.expected_q = np.zeros(m), np.zeros(m)
+    if eos is not None:
+        out.p_eos, out.eos_hit = np.zeros(m), np.asarray(tokens, dtype=np.int64) == eos
+    out.u_id = np.full(m, np.nan)
     for t, (law, x) in enumerate(zip(laws, tokens)):
+        if out.p_eos is not None:
+            out.p_eos[t] = law.probability_of(int(eos))  # type: ignore[arg-type]
         c = law.cell(int(x))
         if c < 0:
             out.impossible = t
@@ -84,6 +99,8 @@ def observe(
         cp = law.cell_probs
         before = float(cp[:c].sum())
         out.u[t] = before + v[t] * cp[c]
+        if not law.censored:
+            out.u_id[t] = float(law.probs[law.ids < int(x)].sum()) + v[t] * cp[c]
         out.p_first[t] = cp[0]
         out.surprisal[t] = _clip(cp[c : c + 1])[0]
         out.expected_surprisal[t] = float((cp * _clip(cp)).sum())
@@ -131,7 +148,11 @@ def _rows_checked(B: np.ndarray, which: str, first: int, values: np.ndarray | No
 
 
 def observe_dense(
-    laws: np.ndarray, tokens: Sequence[int], v: np.ndarray, drafts: np.ndarray | None = None
+    laws: np.ndarray,
+    tokens: Sequence[int],
+    v: np.ndarray,
+    drafts: np.ndarray | None = None,
+    eos: int | None = None,
 ) -> Observations:
     """:func:`observe` for laws given as a dense ``[M, V]`` array (each row a law, checked here and
     normalized by its sum: :class:`RowNotALaw` names a row that is not one), read in blocks of
@@ -153,6 +174,10 @@ def observe_dense(
     out = Observations(np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m))
     if Q is not None:
         out.q, out.expected_q = np.zeros(m), np.zeros(m)
+    if eos is not None:
+        out.p_eos, out.eos_hit = np.zeros(m), x == eos
+    out.u_id = np.zeros(m)
+    ids = np.arange(V)
     rows = max(1, BLOCK_BYTES // (8 * max(1, V)))
     for a in range(0, m, rows):
         b = min(m, a + rows)
@@ -174,9 +199,12 @@ def observe_dense(
             px = raw / s
             sl = slice(a, stop)
             out.u[sl] = above / s + v[a:stop] * px
+            out.u_id[sl] = np.einsum("ij,ij->i", B, ids < xb[:, None]) / s + v[a:stop] * px
             out.p_first[sl] = B.max(axis=1) / s
             out.surprisal[sl] = _clip(px)
             out.expected_surprisal[sl] = expected[:k]
+            if out.p_eos is not None:
+                out.p_eos[sl] = B[:, eos] / s
             if Q is not None:
                 D = Q[a:stop].astype(np.float64, copy=False)
                 sq = _rows_checked(D, "drafts", a)
@@ -209,12 +237,15 @@ def joined(parts: Sequence[Observations]) -> Observations:
 
     out = Observations(cat("u"), cat("p_first"), cat("surprisal"), cat("expected_surprisal"))  # type: ignore[arg-type]
     out.q, out.expected_q = cat("q"), cat("expected_q")
+    out.p_eos, out.eos_hit = cat("p_eos"), cat("eos_hit")
+    out.u_id = cat("u_id")
     return out
 
 
 def _cut(out: Observations, t: int) -> Observations:
     """The observations before position ``t`` (where the law gave the token probability 0)."""
-    for name in ("u", "p_first", "surprisal", "expected_surprisal", "q", "expected_q"):
+    names = ("u", "p_first", "surprisal", "expected_surprisal", "q", "expected_q", "p_eos", "eos_hit", "u_id")
+    for name in names:
         value = getattr(out, name)
         if value is not None:
             setattr(out, name, value[:t])

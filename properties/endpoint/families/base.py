@@ -141,6 +141,8 @@ class Profile(abc.ABC):
     #: whether :meth:`laws_along_request` has the server generate the path (read only from a
     #: speculation-off twin: the speculative server would draft it)
     along_generates: ClassVar[bool] = False
+    #: the likely cause, for this family, of a server whose answers say it never drafts
+    no_draft_hint: ClassVar[str] = ""
 
     def __init_subclass__(
         cls,

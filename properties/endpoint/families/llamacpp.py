@@ -64,6 +64,11 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
     banned: tuple[int, ...] | None = None
     #: the laws along a path are read by generating it (on a speculative server it would draft)
     along_generates: ClassVar[bool] = True
+    no_draft_hint: ClassVar[str] = (
+        "llama-server drafts only with a speculation type: start it with --spec-type draft-simple and its "
+        "draft model (-md DRAFT.gguf; a draft model alone does not make it draft), or --spec-type "
+        "ngram-simple"
+    )
     streams: ClassVar[bool] = True
     caches: ClassVar[bool] = True
     #: n completions a request: llama-server answers a list (completion j seeded by seed + j)
@@ -399,7 +404,7 @@ def _completed(si: StandIn, body: dict[str, Any], ask: wire.Ask, index: int) -> 
             _probabilities(si, x, p, shown, raw, post, n_probs)
             for x, p, shown, raw in zip(d.tokens, d.reported, d.shown, d.raw)
         ]
-    if body.get("stream"):
+    if body.get("stream") and si.streams:
         return _stream(si, out, d)
     return out
 

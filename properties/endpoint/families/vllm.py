@@ -53,6 +53,10 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
     #: n completions a request: vLLM's child requests, completion j seeded by seed + j (and no
     #: per-request metrics for the parent: the completions' counters are not observable)
     completions: ClassVar[str | None] = "n"
+    no_draft_hint: ClassVar[str] = (
+        "vllm serve drafts only with --speculative-config (a method and its num_speculative_tokens); and its "
+        "answers carry counters only with --per-request-spec-decode-metrics summary"
+    )
     #: vLLM's Prometheus page (its counters are summed over engines and models)
     metrics: ClassVar[tuple[str, str, str] | None] = (
         "/metrics",

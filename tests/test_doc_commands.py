@@ -1,0 +1,84 @@
+"""Every ``specproof ...`` command README.md and docs/ write parses with the real parser.
+
+The commands are read from the pages' shell blocks (```bash, ```sh, ```console and ``` without a
+language), a line at a time, a trailing backslash joining the next; the text after `` #`` is a
+comment. Each is split as a shell would and given to :func:`specproof.properties.cli.build_parser`
+(its ``parse_args``: nothing runs). A flag a page writes that the parser does not know, a value it
+refuses (a choice, a switch given a value) or a subcommand that does not exist fails here with the
+page, the line and argparse's own message. Inline commands (between backticks in the prose) that
+start ``specproof ``, give at least one flag and hold no placeholder are read too (prose that names
+a subcommand, `specproof replay`, is not a command line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import re
+import shlex
+
+import pytest
+
+from specproof.properties.cli import build_parser
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHELL = re.compile(r"^```(?:bash|sh|console|shell|)\n(?P<body>.*?)^```", re.S | re.M)
+INLINE = re.compile(r"`(specproof [^`]+)`")
+#: words that stand for something the reader supplies: an inline command holding one is not parsed
+PLACEHOLDER = re.compile(r"\.\.\.|[A-Z]{3,}(?![a-z])|<[^>]+>|\bN\b")
+
+
+def pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def commands(page: pathlib.Path) -> list[tuple[int, str]]:
+    """(line, command) for every specproof command of the page's shell blocks and prose."""
+    text = page.read_text()
+    out: list[tuple[int, str]] = []
+    for m in SHELL.finditer(text):
+        first = text[: m.start("body")].count("\n") + 1
+        lines = m.group("body").splitlines()
+        i = 0
+        while i < len(lines):
+            line, at = lines[i], first + i
+            while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = line.rstrip()[:-1] + " " + lines[i].strip()
+            i += 1
+            line = line.strip().removeprefix("$ ")
+            for part in re.split(r"\s(?:&&|\|\||;)\s", line):
+                part = part.split(" #", 1)[0].strip()
+                words = part.split()
+                # a line the command printed ("specproof e2e: ...") is output, not a command
+                if words[:1] == ["specproof"] and len(words) > 1 and not words[1].endswith(":"):
+                    out.append((at, part))
+    for m in INLINE.finditer(text):
+        command = m.group(1).strip()
+        if " --" in command and not PLACEHOLDER.search(command):
+            out.append((text[: m.start()].count("\n") + 1, command))
+    return out
+
+
+CASES = [(p, at, c) for p in pages() for at, c in commands(p)]
+
+
+def test_the_pages_write_commands():
+    assert len(CASES) > 40, len(CASES)
+
+
+@pytest.mark.parametrize(
+    ("page", "line", "command"),
+    CASES,
+    ids=[f"{p.relative_to(ROOT)}:{at}" for p, at, _ in CASES],
+)
+def test_every_documented_command_parses(page, line, command):
+    argv = shlex.split(command)[1:]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            build_parser().parse_args(argv)
+    except SystemExit as e:
+        if e.code not in (0, None):
+            pytest.fail(f"{page.relative_to(ROOT)}:{line}: {command}\n{err.getvalue().strip()}")
