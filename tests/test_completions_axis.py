@@ -73,7 +73,7 @@ def test_a_shared_generator_is_lossy_only_with_several_completions():
     assert not any(c.rejected for c in r.cases)  # each completion alone is a sample of the law
     assert r.factor.startswith("lossy only with 4 completions a request: its completions are not independent")
     t = r.completions.tests[0]
-    assert t.rejected and t.across == 0 and t.within >= 20, r.summary()
+    assert t.rejected and t.across == 0 and t.within >= 10, r.summary()  # the serial statistic stops it early
     assert t.first is not None and len({tuple(c) for c in t.first["completions"]}) == 1
     assert "NOT INDEPENDENT" in r.summary()
     law = next(i for i in r.to_json()["signoff"] if i["question"].startswith("the law holds"))

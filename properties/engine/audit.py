@@ -107,14 +107,14 @@ from specproof.properties.engine.token_stage import TokenStage, plan_detects, pl
 from specproof.properties.plan import Budget
 from specproof.properties.tokens.power import POOLED_SHARE
 from specproof.properties.verdicts import Verdict
-from specproof.reference.errors import UsageError
+from specproof.reference.errors import SpecproofError, UsageError
 
 #: samples of the probe that must all say nothing was drafted before the audit stops, before
 #: sampling, as ``no_speculation`` (:meth:`EngineAudit._drafts_at_all`)
 FAIL_FAST = 8
 
 
-class NotSpeculating(Exception):
+class NotSpeculating(SpecproofError):
     """The probe's samples all said nothing was drafted: the plan is not sampled (``no_speculation``)."""
 
     def __init__(self, samples: int, tokens: int, case: EngineCase, hint: str) -> None:
@@ -889,10 +889,9 @@ class EngineAudit:
         # unless the token test, which needs no cells, ran its plan
         untested = [r for r in res.cases if r.collapsed and self.tokens is None]
         load = res.load
-        res.factor = only_at(res.cases)
         dependent = res.completions is not None and bool(res.completions.rejected)
-        if dependent and not res.factor and res.completions is not None:
-            res.factor = res.completions.factor()
+        # dependent completions are the cause a law test at that level also sees: named first
+        res.factor = res.completions.factor() if dependent and res.completions else only_at(res.cases)
         seeds_bad = None if load is None else load.violation
         if (
             any(r.rejected for r in res.cases)

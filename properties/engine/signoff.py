@@ -46,6 +46,11 @@ def _law(r: EngineAuditResult) -> Item:
     q = "the law holds under the deployed parameters"
     settings = sorted({c.case.sampling.label for c in r.cases})
     if r.verdict == Verdict.LOSSY:
+        bad = r.completions.rejected if r.completions is not None else []
+        if bad:  # the cause is the dependence; a law test that also saw it follows
+            t = bad[0]
+            head = f"{t.case}: NOT INDEPENDENT (p = {t.pvalue:.3g})"
+            return Item(q, NO, f"{head}; {r.short_witness()}")
         return Item(q, NO, r.short_witness())
     if not r.cases or r.samples == 0:
         return Item(
