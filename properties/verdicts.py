@@ -29,7 +29,7 @@ acceptance_low      7     the law holds, but the engine accepts fewer drafts tha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -58,6 +58,29 @@ class Verdict(str, Enum):
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self]
+
+    @property
+    def severity(self) -> int:
+        """Its rank among an engine audit's verdicts (:data:`SEVERITY`; 0 for the others)."""
+        return SEVERITY.index(self) if self in SEVERITY else 0
+
+
+#: an engine audit's verdicts from the mildest to the most severe: its verdict is the most severe
+#: of what its law tests and side checks found (a deviation of the law before all else)
+SEVERITY: tuple[Verdict, ...] = (
+    Verdict.PASS,
+    Verdict.UNDERPOWERED,
+    Verdict.MISREPORTED,
+    Verdict.ACCEPTANCE_LOW,
+    Verdict.NO_SPECULATION,
+    Verdict.CONTRACT_VIOLATION,
+    Verdict.LOSSY,
+)
+
+
+def most_severe(verdicts: Iterable[Verdict]) -> Verdict:
+    """The most severe of ``verdicts`` (:data:`SEVERITY`); ``pass`` where there are none."""
+    return max(verdicts, key=lambda v: v.severity, default=Verdict.PASS)
 
 
 EXIT_CODES: dict[Verdict, int] = {

@@ -13,7 +13,8 @@ from specproof.properties.endpoint.standin_bugs import BUGS
 from specproof.properties.engine.audit import audit_engine
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import T1, EngineSpec
-from specproof.properties.engine.load import check_loads, only_at
+from specproof.properties.engine.axes import only_at
+from specproof.properties.engine.load import check_loads
 from specproof.properties.engine.loops import direct_engine
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError

@@ -40,12 +40,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specproof.properties.engine.axis_acceptance import AxisAcceptance
 from specproof.properties.engine.contract import Generation, Seq
+from specproof.properties.engine.plugin import Check, Finding
+from specproof.properties.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAudit
+    from specproof.properties.engine.case import EngineCaseResult
+    from specproof.properties.engine.runner import CaseRunner
 
 #: the rules whose acceptance the oracle predicts
 RULES = ("token_chain", "greedy_chain")
@@ -331,3 +338,59 @@ def _fold_greedy(acc: Acceptance, runner: Any, g: Generation, rule: Rule) -> Non
                 "counters": [g.drafted, g.accepted or 0],
                 "read_from_tokens": [drafted, accepted],
             }
+
+
+class AcceptanceCheck(Check):
+    """Acceptance, where it can be tested (module docstring): the oracle of a declared rule, or,
+    on a workload axis that compares acceptance (alone and loaded, cold and warm) of an engine with
+    counters, the comparison across it (:mod:`.axis_acceptance`); at
+    :data:`ACCEPTANCE_ALPHA_SHARE` of the audit's alpha where either runs."""
+
+    name = "acceptance"
+
+    def __init__(self) -> None:
+        self.accept = AcceptanceStart()
+        self.shares: dict[int, list[float]] = {}  # per case: each sample's accepted share
+
+    def alpha_share(self, audit: EngineAudit) -> float:
+        return ACCEPTANCE_ALPHA_SHARE if self.accept.runs else 0.0
+
+    def start(self, audit: EngineAudit) -> None:
+        on_axis = any(a.reference(v) for a, values in audit.axes for v in values)
+        self.accept = start_acceptance(audit.runners, audit.config.alpha * ACCEPTANCE_ALPHA_SHARE, on_axis)
+        audit.result.acceptance, audit.result.axis_acceptance = self.accept.oracle, self.accept.axis
+
+    def planned(self, audit: EngineAudit) -> None:
+        acc = audit.result.acceptance
+        if acc is not None:
+            cases = audit.result.cases
+            planned = sum(cases[i].planned for i in self.accept.cases) * audit.spec.tokens // 2
+            acc.lam = plan_lambda(acc.alpha, planned)
+
+    def sample(self, audit: EngineAudit, runner: CaseRunner, r: EngineCaseResult, g: Generation) -> None:
+        a = self.accept
+        if r.case.index in a.cases and a.oracle and a.rule:
+            fold(a.oracle, runner, g, a.rule)
+        if a.axis is not None and g.drafted:
+            self.shares.setdefault(r.case.index, []).append((g.accepted or 0) / g.drafted)
+
+    def findings(self, audit: EngineAudit) -> list[Finding]:
+        res = audit.result
+        if res.acceptance is not None:
+            res.acceptance.judge()
+        if res.axis_acceptance is not None and res.axis_acceptance.status == "not_run":
+            reference = {a.name: a for a, _ in audit.axes}
+
+            def is_base(r: EngineCaseResult) -> bool:
+                return any(axis.reference(value) for name, value, _, _ in r.case.places for axis in [reference[name]])
+
+            res.axis_acceptance.judge(res.cases, self.shares, is_base)
+        out = []
+        low = (res.acceptance is not None and res.acceptance.status == "low") or (
+            res.axis_acceptance is not None and res.axis_acceptance.status == "low"
+        )
+        if low:
+            out.append(Finding(Verdict.ACCEPTANCE_LOW))
+        if res.acceptance is not None and res.acceptance.contradicted:
+            out.append(Finding(Verdict.MISREPORTED))
+        return out

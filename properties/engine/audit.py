@@ -33,6 +33,11 @@ runs the stages in order:
    plan and ``underpowered`` when the budget stopped some case short; the result lists them and
    the TV each can vouch for. Ctrl-C ends the audit ``interrupted`` with what ran.
 
+Beside the law tests, the workload axes (the same cases at several places: alone and loaded, cold
+and warm, one completion a request and several) and the side checks (speculation, acceptance, the
+server's metrics, reported probabilities, streaming, the axes' own checks) are plug-ins
+(:mod:`.plugins`): this module runs them at their hooks and names none of them.
+
 Statistics and calibration: proofs_notes/engine_audit.md (measured false-alarm rate of this
 procedure at alpha 0.01 over 300 seeded audits of exact engines, and its power on the mutants).
 """
@@ -40,7 +45,6 @@ procedure at alpha 0.01 over 300 seeded audits of exact engines, and its power o
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,29 +54,9 @@ import torch
 
 from specproof.properties.audit import stats
 from specproof.properties.audit.sequences import check_sequences
-from specproof.properties.engine.acceptance import (
-    ACCEPTANCE_ALPHA_SHARE,
-    AcceptanceStart,
-    fold,
-    plan_lambda,
-    start_acceptance,
-)
-from specproof.properties.engine.capabilities import capabilities_of
-from specproof.properties.engine.checks import (
-    Control,
-    Reports,
-    Speculation,
-    compare_reports,
-    judge_reports,
-    tolerance_from,
-)
-from specproof.properties.engine.completions import (
-    COMPLETIONS_ALPHA_SHARE,
-    CompletionsResult,
-    check_completions,
-    independence_test,
-    whole_multiple,
-)
+from specproof.properties.engine import axes as axes_
+from specproof.properties.engine import planning, plugins, probe
+from specproof.properties.engine.case import EngineCase, EngineCaseResult
 from specproof.properties.engine.config import MAX_HORIZON, MAX_TOKENS, EngineAuditConfig
 from specproof.properties.engine.contract import (
     Engine,
@@ -84,16 +68,9 @@ from specproof.properties.engine.contract import (
 )
 from specproof.properties.engine.contract_checks import check_applied, check_room
 from specproof.properties.engine.drawing import DrawAhead, Drawer
-from specproof.properties.engine.load import (
-    BACKGROUND_ALPHA_SHARE,
-    LoadResult,
-    check_loads,
-    load_checks,
-    load_violation,
-    only_at,
-)
-from specproof.properties.engine.metrics import Tally, read_totals, stage_check
-from specproof.properties.engine.results import EngineAuditResult, EngineCase, EngineCaseResult
+from specproof.properties.engine.planning import EXTEND, look_schedule
+from specproof.properties.engine.plugin import Finding
+from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.engine.runner import (
     GROUP_BYTES,
     CaseRunner,
@@ -102,29 +79,13 @@ from specproof.properties.engine.runner import (
     check_seed_use,
     sample_seed,
 )
-from specproof.properties.engine.streaming import stream_check
-from specproof.properties.engine.token_stage import TokenStage, plan_detects, plan_limit
+from specproof.properties.engine.token_stage import TokenStage
 from specproof.properties.plan import Budget
-from specproof.properties.tokens.power import POOLED_SHARE
-from specproof.properties.verdicts import Verdict
-from specproof.reference.errors import SpecproofError, UsageError
+from specproof.properties.verdicts import Verdict, most_severe
+from specproof.reference.errors import UsageError
 
-#: samples of the probe that must all say nothing was drafted before the audit stops, before
-#: sampling, as ``no_speculation`` (:meth:`EngineAudit._drafts_at_all`)
-FAIL_FAST = 8
+__all__ = ["ENGINE_PACKAGES", "EngineAudit", "EngineAuditConfig", "audit_engine", "look_schedule", "sample_seed"]
 
-
-class NotSpeculating(SpecproofError):
-    """The probe's samples all said nothing was drafted: the plan is not sampled (``no_speculation``)."""
-
-    def __init__(self, samples: int, tokens: int, case: EngineCase, hint: str) -> None:
-        super().__init__(f"{samples} samples")
-        self.samples, self.tokens, self.case, self.hint = samples, tokens, case, hint
-
-
-#: a case whose samples end early is drawn at most this many times its planned samples to see its
-#: planned tokens (:meth:`EngineAudit._extend`)
-EXTEND = 16
 #: the packages whose versions an engine audit's JSON records
 ENGINE_PACKAGES = ("specproof", "torch", "transformers", "vllm", "sglang")
 
@@ -143,21 +104,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
-def look_schedule(n: int, looks: int) -> list[int]:
-    """The sample counts at which a case of ``n`` samples is tested: n/2^j, smallest first."""
-    return sorted({max(1, math.ceil(n / 2**j)) for j in range(looks)})
-
-
 ProgressFn = Callable[[str, float], None]
-
-
-def _idle(r: EngineCaseResult) -> bool:
-    """Whether a case shows speculation off: nothing drafted, or drafts never accepted where the
-    samples differ. A point-mass case (greedy decoding) draws one path again and again, so drafts
-    never accepted there are one observation repeated, not a sign that speculation is off: its
-    summary line says speculation was not tested in it, and the verdict does not turn on it."""
-    sp = r.speculation
-    return sp.status == "none" and not (r.point_mass and sp.idle == "drafts never accepted")
 
 
 class EngineAudit:
@@ -189,27 +136,14 @@ class EngineAudit:
         self.announce = announce
         self.clock = clock
         self.budget = Budget(config.budget_seconds, clock)
-        self.loads = check_loads(spec.loads)
-        levels: tuple[int | None, ...] = self.loads or (None,)
-        caches: tuple[str | None, ...] = ("cold", "warm") if spec.prefix_cache else (None,)
-        self.n_completions = check_completions(spec.completions, bool(self.loads or spec.prefix_cache))
-        counts: tuple[int | None, ...] = (1, self.n_completions) if self.n_completions > 1 else (None,)
-        self.cases = [
-            EngineCase(i, tuple(prompt), s, spec.tokens, level, cache, k)
-            for i, (s, prompt, level, cache, k) in enumerate(
-                (s, p, level, cache, k)
-                for s in spec.samplings
-                for p in spec.prompts
-                for level in levels
-                for cache in caches
-                for k in counts
-            )
-        ]
-        if not self.cases:
-            raise UsageError("an engine audit needs at least one prompt and one sampling setting")
+        #: the workload axes the spec asks for, each with its values (:mod:`.plugins`)
+        self.axes = axes_.asked(spec, plugins.AXES)
+        self.cases = axes_.cases(spec, self.axes)
         for s in spec.samplings:
             s.check_vocab(spec.vocab)  # ids a request names (logit bias, bad words, eos) exist
-        self._share_alpha(acceptance=False)
+        #: the side checks (:mod:`.plugins`), fresh for this audit
+        self.checks = plugins.checks()
+        self.variants = axes_.Variants(spec.name, self.axes)
         self.tokens: TokenStage | None = None
         self.planned_tokens = 0
         self.result = EngineAuditResult(
@@ -221,22 +155,35 @@ class EngineAudit:
             vocab=spec.vocab,
             expected=spec.expect,
         )
-        if self.loads:
-            self.result.load = LoadResult(self.loads)
-        if self.n_completions > 1:
-            self.result.completions = CompletionsResult(self.n_completions)
-        #: per case with n completions a request: (choice, tokens) of each sample, in order
-        self.choices: dict[int, list[tuple[int | None, Seq]]] = {}
+        self._share_alpha()
         self.runners: list[CaseRunner] = []
-        self._loaded: dict[tuple[Any, ...], Engine] = {}  # engines at a load level or warm
-        self.per_sample = 0.0  # seconds, estimated by the contract stage (only for the plan's estimate)
+        self.per_sample = 0.0  # seconds, estimated by the probe (only for the plan's estimate)
         self.stage = "contract"  # the stage running (named in a violation)
         self.probe_chunk = 1  # samples drawn at once when the time per sample was probed
         self.fit = ""  # where the plan does not fit the budget: what would (said in the plan)
         self.out_of_time = False
-        self.accept = AcceptanceStart()  # the acceptance tests (:mod:`.acceptance`), from the contract stage
-        self.shares: dict[int, list[float]] = {}  # per case: each sample's accepted share
-        self.tally = Tally()  # the counters of every answer the sample stage got (:mod:`.metrics`)
+
+    # -- what the plug-ins read ----------------------------------------------------------------
+
+    def values(self, axis: str) -> tuple[Any, ...]:
+        """The values asked on ``axis`` (empty: not asked)."""
+        return next((values for a, values in self.axes if a.name == axis), ())
+
+    def single(self, case: EngineCase) -> bool:
+        """Whether a request of ``case`` gives one sample of its seed (every axis says so)."""
+        return all(a.single(case.at(a.name)) for a, _ in self.axes)
+
+    def plain(self, case: EngineCase) -> bool:
+        """Whether ``case`` sits at every axis's plain place (where seed use is checked)."""
+        return all(a.base(case.at(a.name), values) for a, values in self.axes)
+
+    def groups(self, gens: list[Generation]) -> list[list[Generation]]:
+        """A chunk's samples in groups whose laws take at most :data:`.runner.GROUP_BYTES` (at
+        least one sample a group): what is held at once never grows with the chunk."""
+        per = max(1, GROUP_BYTES // (8 * self.spec.vocab * max(1, self.spec.tokens)))
+        return [gens[i : i + per] for i in range(0, len(gens), per)]
+
+    # -- the stages ----------------------------------------------------------------------------
 
     def run(self) -> EngineAuditResult:
         res = self.result
@@ -246,7 +193,7 @@ class EngineAudit:
                     ("contract", self.contract),
                     ("plan", self.plan),
                     ("sample", self.sample),
-                    ("checks", self.checks),
+                    ("checks", self.run_checks),
                     ("verdict", self.verdict),
                 )
                 for name, step in steps:
@@ -262,12 +209,8 @@ class EngineAudit:
             except EngineUnavailable as e:
                 res.fault = e.detail
                 self.verdict()
-            except NotSpeculating as n:
-                res.early = (
-                    f"stopped before sampling: none of the {n.samples} samples of {n.tokens} tokens the "
-                    f"probe drew in {n.case.name} drafted a token (the engine's own counters), so the law "
-                    "under speculation cannot be tested" + (f"; likely cause: {n.hint}" if n.hint else "")
-                )
+            except probe.NotSpeculating as n:
+                res.early = n.text()
                 res.verdict = Verdict.NO_SPECULATION
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
@@ -280,7 +223,8 @@ class EngineAudit:
         return res
 
     def contract(self) -> None:
-        """Build the engine per setting; seed use and determinism on the most random case."""
+        """Build the engine per setting (at each case's place on the axes); the checks start;
+        seed use and determinism on the most random plain case; the probe; each case's plan."""
         engines: dict[Sampling, Engine] = {}
         for case in self.cases:
             if case.sampling not in engines:
@@ -294,7 +238,7 @@ class EngineAudit:
                         "exception", f"building the engine raised {type(e).__name__}: {e}", case
                     ) from e
             self.runners.append(
-                CaseRunner(self._at_load(engines[case.sampling], case), case, self.spec.vocab)
+                CaseRunner(self.variants.at(engines[case.sampling], case), case, self.spec.vocab)
             )
         for rn in self.runners:
             check_applied(rn, engines, self.spec.build, self.result.notes)
@@ -305,7 +249,9 @@ class EngineAudit:
                     "engine's target_law takes no prompt_len: its law cannot know where the prompt ends "
                     "(a correct engine written so is judged against the law it gives)"
                 )
-        self._start_acceptance()
+        for check in self.checks:
+            check.start(self)
+        self._share_alpha()
         if self.tokens_on:
             # with the cells test beside it each case keeps its own plan (that test is per case);
             # alone, the token test pools the cases (proofs_notes/token_audit.md, claim 6)
@@ -317,257 +263,49 @@ class EngineAudit:
             )
         masses = [rn.point_mass() for rn in self.runners]
         first_max = [float(np.max(rn.law(()))) for rn in self.runners]
-        # seed use is checked here at the lowest level asked (the levels above: the checks stage)
-        low = [
-            i
-            for i, rn in enumerate(self.runners)
-            if rn.case.load == min(self.loads, default=None) and (rn.case.completions or 1) == 1
-        ]
+        # seed use is checked here at the axes' plain places (the others: the checks stage)
+        low = [i for i, rn in enumerate(self.runners) if self.plain(rn.case)]
         chosen = min(low or range(len(self.runners)), key=lambda i: first_max[i])
         self.say("contract checks", 0.0)
         times = check_seed_use(self.runners[chosen], self.config.seed, self.clock)
         self.per_sample = float(np.median(times))
-        self._probe_chunk(self.runners[chosen])
+        probe.probe_chunk(self, self.runners[chosen])
         for rn, pm in zip(self.runners, masses):
-            n = self._planned(pm)
+            n = planning.planned(self, pm)
             schedule = [n] if pm else look_schedule(n, self.config.looks)
-            k = rn.case.completions or 1
-            if k > 1:  # every request of the law test whole: k completions each
-                n, schedule = whole_multiple(n, k), sorted({whole_multiple(x, k) for x in schedule})
+            for axis, _ in self.axes:
+                n, schedule = axis.schedule(rn.case.at(axis.name), n, schedule)
             self.result.cases.append(EngineCaseResult(rn.case, n, schedule, point_mass=pm))
-        acc = self.result.acceptance
-        if acc is not None:
-            planned = sum(self.result.cases[i].planned for i in self.accept.cases) * self.spec.tokens // 2
-            acc.lam = plan_lambda(acc.alpha, planned)
+        for check in self.checks:
+            check.planned(self)
 
-    def _start_acceptance(self) -> None:
-        """The acceptance tests where they apply (:mod:`.acceptance`), with their share of the
-        family-wise alpha taken from the law tests'."""
-        on_axis = bool(self.loads or self.spec.prefix_cache)
-        self.accept = start_acceptance(self.runners, self.config.alpha * ACCEPTANCE_ALPHA_SHARE, on_axis)
-        self.result.acceptance, self.result.axis_acceptance = self.accept.oracle, self.accept.axis
-        if self.accept.runs:
-            self._share_alpha(acceptance=True)
-
-    def _share_alpha(self, acceptance: bool) -> None:
-        """The law tests' alpha: the audit's, less the background requests' token test's share
-        where a load axis is asked, an acceptance test's where one runs and the independence
-        tests' where a completions axis is asked (a quarter each); split between the
-        cells test and the token test where both run, and over the cases' looks."""
-        share = (
-            1
-            - BACKGROUND_ALPHA_SHARE * bool(self.loads)
-            - ACCEPTANCE_ALPHA_SHARE * acceptance
-            - COMPLETIONS_ALPHA_SHARE * (self.n_completions > 1)
-        )
+    def _share_alpha(self) -> None:
+        """The law tests' alpha: the audit's, less the side checks' shares (a quarter each for the
+        background requests' token test, an acceptance test and the independence tests where they
+        run); split between the cells test and the token test where both run, and over the cases'
+        looks."""
+        share = 1 - sum(check.alpha_share(self) for check in self.checks)
         main = self.config.alpha * share
         both = self.cells_on and self.tokens_on
         self.alpha_cells = main / 2 if both else main
         self.alpha_tokens = main / 2 if both else main
         self.alpha_look = self.alpha_cells / (len(self.cases) * self.config.looks)
 
-    def _at_load(self, engine: Engine, case: EngineCase) -> Engine:
-        """The case's engine at its load level (:mod:`.load`) or after a prefix-cache hit, built
-        once per setting and level."""
-        if case.cache == "warm":
-            why = "it cannot be asked to reuse a cached prompt (profile llamacpp can)"
-            return self._variant(engine, case, "prefix_cache", "at_cache", (), why)
-        if case.completions is not None and case.completions > 1:
-            why = "it cannot be asked for several completions a request (a served engine can)"
-            return self._variant(engine, case, "completions", "at_completions", (case.completions,), why)
-        if case.load is None:
-            return engine
-        why = "it cannot be audited with a given number of requests in flight (a served engine can)"
-        return self._variant(engine, case, "load", "at_load", (case.load,), why)
-
-    def _variant(
-        self, engine: Engine, case: EngineCase, capability: str, attr: str, args: tuple[Any, ...], why: str
-    ) -> Engine:
-        key = (case.sampling, attr, args)
-        if key not in self._loaded:
-            at = getattr(engine, attr, None) if capability in capabilities_of(engine) else None
-            if at is None:
-                option = "loads" if capability == "load" else capability
-                raise UsageError(f"{option}: {self.spec.name} offers no {attr}(): {why}")
-            try:
-                self._loaded[key] = at(*args)
-            except (UsageError, EngineUnavailable):
-                raise
-            except Exception as e:
-                call = f"{attr}({', '.join(map(str, args))})"
-                raise EngineViolation("exception", f"{call} raised {type(e).__name__}: {e}", case) from e
-        return self._loaded[key]
-
-    def _probe_chunk(self, rn: CaseRunner) -> None:
-        """Time one chunk drawn, its laws read and its tokens scored as sampling does it (many at
-        once where the engine draws many: one call at a time overstates the time of an engine
-        that serves many at once, a server at concurrency 8 announced 2,816 s for a run of 609 s;
-        two samples where it draws one at a time), on seeds of its own. Only the plan's estimate
-        reads it; no sample of the probe is tested."""
-        chunk = Drawer().chunk(rn)  # here, by the case's own engine: workers draw only the law test's
-        seeds = [sample_seed(self.config.seed, rn.case.index, 4 * 10**6 + j) for j in range(max(2, chunk))]
-        t0 = self.clock()
-        gens = rn.draw(seeds) if chunk > 1 else [g for s in seeds for g in rn.draw([s])]
-        for group in self._groups(gens):
-            rn.prefetch([g.tokens for g in group])
-            if self.tokens is not None:
-                for g in group:
-                    self.tokens.probe(rn, g)
-            rn.end_chunk()
-        self.per_sample = (self.clock() - t0) / len(seeds)
-        self.probe_chunk = len(seeds)
-        self._drafts_at_all(rn, gens)
-
-    def _drafts_at_all(self, rn: CaseRunner, gens: list[Generation]) -> None:
-        """Fail fast: where the engine's counters say that none of at least :data:`FAIL_FAST`
-        samples of the probe (more drawn where it drew fewer) drafted a token, at a horizon with
-        room for drafts and a law that is not a point mass, sampling the whole plan would end
-        ``no_speculation``: the audit stops here, before sampling, with the likely cause."""
-        if self.spec.tokens < 2 or rn.point_mass() or not gens or any(g.drafted is None for g in gens):
-            return
-        extra = 0
-        while not any(g.drafted for g in gens) and len(gens) < FAIL_FAST:
-            gens = gens + rn.draw([sample_seed(self.config.seed, rn.case.index, 5 * 10**6 + extra)])
-            extra += 1
-        if any(g.drafted for g in gens) or any(g.drafted is None for g in gens):
-            return
-        for g in gens:  # the evidence: the probe's counters (none of its samples is tested)
-            self.result.speculation.add(g)
-        raise NotSpeculating(
-            len(gens), self.spec.tokens, rn.case, str(getattr(rn.engine, "no_draft_hint", "") or "")
-        )
-
-    def _planned(self, point_mass: bool) -> int:
-        """Samples per case, from the statistics alone: a point mass needs enough tokens that any
-        deviation of per-token TV ``tv`` shows as a hard failure; else the token test's tokens per
-        case (in samples of M), or the cells test's plan where it runs alone."""
-        c, m = self.config, self.spec.tokens
-        if c.samples:
-            return c.samples
-        if point_mass:
-            per = m if self.tokens_on else 1
-            return max(2, math.ceil(math.log(1 - c.power) / (per * math.log(1 - c.tv))))
-        if self.tokens_on:
-            return max(2, math.ceil(self.planned_tokens / m))
-        return stats.plan_samples(c.tv, self.alpha_look / 2, c.power, c.max_cells - 1)
-
     def plan(self) -> None:
         """State the plan and its estimated time before any sampling (``announce``)."""
-        c, res, spec = self.config, self.result, self.spec
-        total = sum(r.planned for r in res.cases)
-        estimate = total * self.per_sample
-        lines = [
-            f"engine {spec.name}: {len(self.cases)} cases (prompts x settings), M = {spec.tokens} new "
-            f"tokens, V = {spec.vocab}; family-wise alpha {c.alpha:g}",
-        ]
-        if self.tokens_on:
-            lines += self._token_plan_lines()
-        if self.cells_on:
-            lines.append(
-                f"  cells test of the joint law: on up to {c.max_cells} cells of the first M tokens, alpha "
-                f"{self.alpha_cells:g}, {c.looks} looks at level {self.alpha_look:.3g} each"
-            )
-        for r in res.cases:
-            what = "point mass: any deviation is a hard failure" if r.point_mass else f"looks at {r.schedule}"
-            lines.append(f"    {r.case.name}: {r.planned:,} samples ({what})")
-        lines += [f"  note: {n}" for n in res.notes]
-        lines.append(
-            f"  probe: {1000 * self.per_sample:.1f} ms per sample ({self.probe_chunk} drawn, their laws "
-            f"read and scored as sampling does it) -> about {estimate:.0f} s (budget {c.budget_seconds:g} s)"
-        )
-        self.fit = self._fit(estimate)
-        if self.fit:
-            lines.append(
-                "  the plan does not fit the budget: unless a deviation is found first, the audit will end "
-                f"underpowered; {self.fit}"
-            )
+        res = self.result
+        res.plan_text = planning.plan_text(self)
         res.fit = self.fit
-        res.plan_text = "\n".join(lines)
         if self.announce:
             self.announce(res.plan_text)
 
-    def _fit(self, estimate: float) -> str:
-        """Where the plan's estimate exceeds the budget: the per-token TV whose plan would fit it
-        and the budget that would fit this plan (empty where it fits, or the plan is a fixed size)."""
-        c = self.config
-        if estimate <= c.budget_seconds or c.samples or estimate <= 0:
-            return ""
-        budget = math.ceil(1.25 * estimate / 60) * 60  # with a margin, in whole minutes
-        tv = self._tv_fitting(c.budget_seconds / estimate) if self.tokens is not None else None
-        words = f"--budget-seconds {budget:g} fits it"
-        if tv is not None:
-            words = f"--tv {tv:.2g} would fit the budget ({c.tv:g} asked), or " + words
-        return words
-
-    def _tv_fitting(self, ratio: float) -> float | None:
-        """The smallest per-token TV of two significant digits (on a 5 % grid above the plan's)
-        whose token plan is at most ``ratio`` times the plan's, or None below 0.45."""
-        assert self.tokens is not None
-        c, now, tv = self.config, self.planned_tokens, self.config.tv
-        while True:
-            step = 10.0 ** (math.floor(math.log10(tv * 1.05)) - 1)
-            tv = math.ceil(tv * 1.05 / step - 1e-9) * step
-            if tv > 0.45:
-                return None
-            if self.tokens.plan_tokens(tv, self.alpha_tokens, c.power) <= ratio * now:
-                return float(f"{tv:.2g}")
-
-    def _token_plan_lines(self) -> list[str]:
-        c, stage = self.config, self.tokens
-        if stage is None:
-            return []
-        n = self.planned_tokens
-        cases = len(self.cases)
-        pooled = stage.test.pooled is not None
-        what = (
-            f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
-        )
-        if pooled and not c.samples:
-            what += " shared by every case"
-        lines = [
-            f"  token test (every token against the law at its own prefix; anytime-valid, alpha "
-            f"{self.alpha_tokens:g}): {n:,} tokens per case {what} (sharpening or flattening, drift to "
-            "the argmax: the plan's statistics)",
-        ]
-        if pooled:
-            alone = stage.alone_detects(n, self.alpha_tokens, c.power)
-            lines.append(
-                f"    pooled: one family of statistics fed every case's tokens holds {POOLED_SHARE:g} of the "
-                f"wealth, the cases' own the rest; a deviation in one case alone is detected at a per-token "
-                f"TV of {alone['mean']:.3g} (sharpening) or {alone['greedy']:.3g} (to the argmax) by its "
-                f"{n:,} tokens"
-            )
-        if not c.samples:
-            detects = plan_detects(n * cases if pooled else n, self.alpha_tokens, c.power, cases, pooled)
-            limit = plan_limit(c.tv, self.alpha_tokens, c.power)
-            lines.append(
-                f"    at that size the cells of the transform detect a TV of {detects:.3g}; the most "
-                f"powerful test of the plan's deviation needs {limit:,} tokens (the information limit)"
-            )
-        if not c.samples and any(rn.ends for rn in self.runners):
-            lines.append(
-                "    samples may end early (an end of sequence, a stop string): a case then draws more until "
-                f"it has scored its planned tokens (at most {EXTEND} times its planned samples)"
-            )
-        if not all(stage.blocks.values()):
-            told = [rn for rn in self.runners if "steps" in rn.offers and "sequential" not in rn.offers]
-            if told:
-                lines.append(
-                    "    the index in the speculative step is not tested: the engine tells its steps but "
-                    "does not declare its verification sequential"
-                )
-        return lines
-
     def sample(self) -> None:
-        """The law test's samples (:meth:`_sample`), with the server's own metrics read before and
-        after where the engine offers them (:mod:`.metrics`)."""
-        meter = next((rn for rn in self.runners if "metrics" in rn.offers), None)
-        before = read_totals(meter)
+        """The law test's samples (:meth:`_sample`), between the checks' hooks around it."""
+        for check in self.checks:
+            check.before_sampling(self)
         self._sample()
-        why = "the load axis's background requests draft too" if self.loads else ""
-        if self.result.fault:
-            why = "a fault: requests whose answers never came may have been counted"
-        self.result.metrics = stage_check(meter, before, read_totals(meter), self.tally, why)
+        for check in self.checks:
+            check.after_sampling(self)
 
     def _sample(self) -> None:
         """Round-robin over the cases, one look at a time; test each case at its look. Samples are
@@ -583,22 +321,7 @@ class EngineAudit:
                 for i, (runner, r) in enumerate(zip(self.runners, res.cases)):
                     if r.rejected or look >= len(r.schedule):
                         continue
-                    t0 = self.clock()
-                    while r.n < r.schedule[look] and not r.rejected and not res.token_rejected:
-                        if self.budget.exhausted():
-                            self.out_of_time = True
-                            break
-                        if not self._draw(runner, r, seqs[i], chunks.take(i, r.n)):
-                            break
-                        self.say(r.case.name, min(1.0, self.result.samples / total))
-                    r.seconds += self.clock() - t0
-                    if self.tokens is not None and self.tokens.flush(r.case.index):
-                        res.token_rejected = True
-                    if self.cells_on and not r.rejected and r.n >= 2 and not r.point_mass:
-                        if r.n == r.schedule[look] or self.out_of_time or res.fault or res.token_rejected:
-                            self._test(r, runner, seqs[i])
-                    stop = r.rejected or res.token_rejected
-                    if (stop and c.stop_early) or self.out_of_time or res.fault:
+                    if self._look(i, look, runner, r, seqs[i], chunks, total):
                         return
             self._extend(seqs)
         except KeyboardInterrupt:
@@ -607,7 +330,31 @@ class EngineAudit:
         finally:
             if not interrupted:
                 for g in chunks.settle():  # asked for ahead, not used: still the server's answers
-                    self.tally.add(g.drafted, g.accepted)
+                    for check in self.checks:
+                        check.answer(self, g)
+
+    def _look(
+        self, i: int, look: int, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], chunks: DrawAhead, total: int
+    ) -> bool:
+        """Case ``i``'s samples up to its look ``look``, then its tests there; True where the
+        audit stops (a rejection with ``stop_early``, the budget, a fault)."""
+        res, c = self.result, self.config
+        t0 = self.clock()
+        while r.n < r.schedule[look] and not r.rejected and not res.token_rejected:
+            if self.budget.exhausted():
+                self.out_of_time = True
+                break
+            if not self._draw(runner, r, seqs, chunks.take(i, r.n)):
+                break
+            self.say(r.case.name, min(1.0, self.result.samples / total))
+        r.seconds += self.clock() - t0
+        if self.tokens is not None and self.tokens.flush(r.case.index):
+            res.token_rejected = True
+        if self.cells_on and not r.rejected and r.n >= 2 and not r.point_mass:
+            if r.n == r.schedule[look] or self.out_of_time or res.fault or res.token_rejected:
+                self._test(r, runner, seqs)
+        stop = r.rejected or res.token_rejected
+        return bool((stop and c.stop_early) or self.out_of_time or res.fault)
 
     def _extend(self, seqs: list[list[Seq]]) -> None:
         """The token test's plan counts tokens scored, not samples: where samples that ended early
@@ -652,8 +399,9 @@ class EngineAudit:
             gens = e.done
             self.result.fault = f"{e.detail} (after {r.n + len(gens)} samples of {r.case.name})"
         for g in gens:
-            self.tally.add(g.drafted, g.accepted)
-        for group in self._groups(gens):
+            for check in self.checks:
+                check.answer(self, g)
+        for group in self.groups(gens):
             try:
                 runner.prefetch([g.tokens for g in group])  # the group's laws, read at once
             except EngineUnavailable as e:
@@ -667,12 +415,6 @@ class EngineAudit:
             finally:
                 runner.end_chunk()  # the group is scored: its deep laws are let go
         return self.result.fault is None
-
-    def _groups(self, gens: list[Generation]) -> list[list[Generation]]:
-        """A chunk's samples in groups whose laws take at most :data:`.runner.GROUP_BYTES` (at
-        least one sample a group): what is held at once never grows with the chunk."""
-        per = max(1, GROUP_BYTES // (8 * self.spec.vocab * max(1, self.spec.tokens)))
-        return [gens[i : i + per] for i in range(0, len(gens), per)]
 
     def _score(
         self, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], group: list[Generation]
@@ -698,14 +440,8 @@ class EngineAudit:
         seq = g.tokens
         if g.forwards is not None:
             r.forwards[g.forwards] += 1
-        r.speculation.add(g)
-        self.result.speculation.add(g)
-        if r.case.index in self.accept.cases and self.accept.oracle and self.accept.rule:
-            fold(self.accept.oracle, runner, g, self.accept.rule)
-        if (r.case.completions or 1) > 1:
-            self.choices.setdefault(r.case.index, []).append((g.choice, g.tokens))
-        if self.result.axis_acceptance is not None and g.drafted:
-            self.shares.setdefault(r.case.index, []).append((g.accepted or 0) / g.drafted)
+        for check in self.checks:
+            check.sample(self, runner, r, g)
         r.n += 1
         if not self.cells_on:
             return  # the token test scores every token, an impossible one included (and keeps none)
@@ -726,103 +462,14 @@ class EngineAudit:
         r.pvalue, r.rejected = 0.0, True
         r.looks.append((r.n, 0.0))
 
-    def checks(self) -> None:
-        """Beside the law (:mod:`.checks`): the control on the speculation-off twin, then the
-        probabilities the engine reports, checked against the law within the control's tolerance.
-        Seeds of their own (never those of the law test), a fixed number per case."""
+    def run_checks(self) -> None:
+        """The checks stage: each side check's own run (:mod:`.plugins`), in the table's order, with
+        seeds of their own (never those of the law test), a fixed number per case."""
         c, res = self.config, self.result
         if c.report_samples == 0 or res.fault or res.verdict == Verdict.INTERRUPTED:
             return
-        self._reports_and_control()
-        if not res.fault:
-            self._stream_check()
-        if res.load is not None and not res.fault:
-            self._load_checks(res.load)
-        if res.completions is not None:
-            self._independence(res.completions)
-
-    def _independence(self, out: CompletionsResult) -> None:
-        """Each n-completion case's independence test (:mod:`.completions`), Bonferroni over them."""
-        cases = [r for r in self.result.cases if (r.case.completions or 1) > 1]
-        alpha = self.config.alpha * COMPLETIONS_ALPHA_SHARE / max(1, len(cases))
-        for r in cases:
-            seen = self.choices.get(r.case.index, [])
-            out.tests.append(independence_test(seen, alpha, r.case.name, out.completions))
-
-    def _stream_check(self) -> None:
-        """Streamed answers against whole ones (:func:`.streaming.stream_check`)."""
-        stream_check(self.runners, self.config, self.result, self.say)
-
-    def _reports_and_control(self) -> None:
-        c, res = self.config, self.result
-        # the control compares a seed's samples with and without speculation: one completion a request
-        twins = [rn.optional("twin") if (rn.case.completions or 1) == 1 else None for rn in self.runners]
-        if any(t is not None for t in twins):
-            res.control = self._control(twins)
-        offered = [rn for rn in self.runners if rn.optional("reports", False)]
-        if not offered:
-            return
-        res.reports.tolerance, res.reports.tolerance_from = tolerance_from(res.control)
-        counts = Speculation()
-        for rn in offered:
-            seeds = [sample_seed(c.seed, rn.case.index, 10**6 + j) for j in range(c.report_samples)]
-            self.say(f"reports {rn.case.name}", 1.0)
-            try:
-                gens = rn.draw(seeds, report=True)
-            except EngineUnavailable as e:
-                res.fault = f"{e.detail} (while drawing samples with probabilities requested)"
-                res.reports.stop(res.fault)
-                return
-            except EngineViolation as v:
-                res.reports.stop(f"[{v.kind}] {v.detail}")
-                raise
-            for g in gens:
-                counts.add(g)
-            compare_reports(gens, rn.law, res.reports, rn.end)
-        res.speculation.reported = {
-            "samples": counts.samples,
-            "counted": counts.counted,
-            "drafted": counts.drafted,
-            "accepted": counts.accepted,
-        }
-        judge_reports(res.reports)
-
-    def _load_checks(self, load: LoadResult) -> None:
-        """The load axis's checks (:func:`.load.load_checks`)."""
-        load_checks(self.runners, self.config, self.spec.vocab, load, self.say)
-
-    def _control(self, twins: list[Engine | None]) -> Control:
-        """The twin's reported probabilities against the recipe's laws (the numerical tolerance),
-        and the same seeds with and without speculation (the seed-coupled share)."""
-        c, control = self.config, Control()
-        diffs = Reports()
-        for rn, twin in zip(self.runners, twins):
-            if twin is None:
-                continue
-            twin_runner = CaseRunner(twin, rn.case, rn.vocab)
-            self.say(f"control {rn.case.name}", 1.0)
-            try:
-                if twin_runner.optional("reports", False):
-                    seeds = [
-                        sample_seed(c.seed, rn.case.index, 2 * 10**6 + j) for j in range(c.report_samples)
-                    ]
-                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs, rn.end)
-                seeds = [sample_seed(c.seed, rn.case.index, 3 * 10**6 + j) for j in range(c.report_samples)]
-                ours, theirs = rn.draw(seeds), twin_runner.draw(seeds)
-            except EngineUnavailable as e:
-                control.notes.append(f"{rn.case.name}: the control stopped: {e.detail}")
-                continue
-            control.coupled += len(seeds)
-            control.identical += sum(a.tokens == b.tokens for a, b in zip(ours, theirs))
-            same = sum(x == y for a, b in zip(ours, theirs) for x, y in zip(a.tokens, b.tokens))
-            control.identical_tokens = (control.identical_tokens or 0.0) + same
-        if control.coupled:
-            control.identical_tokens = (control.identical_tokens or 0.0) / (
-                control.coupled * self.spec.tokens
-            )
-        if diffs.checked:
-            control.samples, control.tolerance = diffs.samples, diffs.max_error
-        return control
+        for check in self.checks:
+            check.run(self)
 
     def _test(self, r: EngineCaseResult, runner: CaseRunner, seqs: list[Seq]) -> None:
         c = self.config
@@ -843,17 +490,28 @@ class EngineAudit:
             r.rejected = True
 
     def verdict(self) -> None:
-        """Bonferroni over each case's looks, Holm over the cases (module docstring, stage 4);
-        then, when the law held: ``no_speculation`` when the engine's counters show nothing
-        drafted or accepted, ``acceptance_low`` when it accepted fewer drafts than its declared
-        rule predicts (:mod:`.acceptance`), ``misreported`` when its reported probabilities are not
-        the law's (or its own metrics not its answers' counters: :mod:`.metrics`),
-        ``underpowered`` when a case ran short (the budget or a fault), else ``pass``."""
+        """Bonferroni over each case's looks, Holm over the cases (module docstring, stage 4); the
+        token test's reading; then the verdict: the most severe of the law tests' finding and the
+        side checks' (:func:`~specproof.properties.verdicts.most_severe`: ``lossy``, a contract
+        violation, ``no_speculation``, ``acceptance_low``, ``misreported``, ``underpowered`` where a
+        case ran short, else ``pass``), the first violation found stated, and the factor a deviation
+        lives on."""
+        res = self.result
+        findings = [f for check in self.checks for f in check.findings(self)]
+        findings.append(self._law_finding())
+        # a check that names the cause (dependent completions) is stated before the level the law
+        # tests located it at
+        res.factor = next((f.factor for f in findings if f.factor), "") or axes_.only_at(res.cases)
+        res.verdict = most_severe([f.verdict for f in findings])
+        ranked = sorted(findings, key=lambda f: -f.verdict.severity)
+        for f in ranked:
+            if f.violation is not None and res.violation is None:
+                res.violation = f.violation
+
+    def _law_finding(self) -> Finding:
+        """The law tests' finding (``lossy``, ``underpowered`` where a case ran short or a fault
+        stopped sampling, else ``pass``), each case's power read."""
         res, c = self.result, self.config
-        if res.acceptance is not None:
-            res.acceptance.judge()
-        if res.axis_acceptance is not None and res.axis_acceptance.status == "not_run":
-            res.axis_acceptance.judge(res.cases, self.shares)
         for r in res.cases:
             seen_short = (
                 self.tokens is not None
@@ -873,67 +531,32 @@ class EngineAudit:
         if self.cells_on:
             for r, rej in zip(res.cases, stats.holm([r.pvalue for r in res.cases], self.alpha_cells)):
                 r.rejected = r.rejected or rej
-        if self.tokens is not None:
-            res.token_test = self.tokens.to_json()
-            res.token_test["planned_tokens_per_case"] = self.planned_tokens
-            if "pooled" in res.token_test:
-                res.token_test["pooled"]["detects_per_token_tv"] = self.tokens.pooled_detects(
-                    self.alpha_tokens, c.power
-                )
-            res.token_rejected = self.tokens.test.rejected
-            if res.token_rejected:
-                lead = self.tokens.test.finding()
-                if lead is not None:
-                    res.cases[lead["case"]].token_finding = lead
+        self._read_tokens()
         # a case whose joint test had one cell tested nothing of the joint law: said; not a pass
         # unless the token test, which needs no cells, ran its plan
         untested = [r for r in res.cases if r.collapsed and self.tokens is None]
-        load = res.load
-        dependent = res.completions is not None and bool(res.completions.rejected)
-        # dependent completions are the cause a law test at that level also sees: named first
-        res.factor = res.completions.factor() if dependent and res.completions else only_at(res.cases)
-        seeds_bad = None if load is None else load.violation
-        if (
-            any(r.rejected for r in res.cases)
-            or res.token_rejected
-            or (load and load.background_lossy)
-            or dependent
-        ):
-            res.verdict = Verdict.LOSSY
-            if seeds_bad is not None and res.violation is None:
-                res.violation = load_violation(seeds_bad)
-        elif seeds_bad is not None:
-            res.violation = load_violation(seeds_bad)
-            res.verdict = Verdict.CONTRACT_VIOLATION
-        elif res.streaming.status == "differs":
-            f = res.streaming.first or {}
-            res.violation = {
-                "kind": "stream_differs",
-                "detail": (
-                    f"{res.streaming.hard} of {res.streaming.samples} seeds answered other tokens or text "
-                    f"streamed than whole; seed {f.get('seed')}: {f.get('what')}"
-                ),
-                "case": self.cases[0].name,
-                "stage": "checks",
-            }
-            res.verdict = Verdict.CONTRACT_VIOLATION
-        elif res.speculation.status == "none" or any(_idle(r) for r in res.cases):
-            res.verdict = Verdict.NO_SPECULATION
-        elif (res.acceptance is not None and res.acceptance.status == "low") or (
-            res.axis_acceptance is not None and res.axis_acceptance.status == "low"
-        ):
-            res.verdict = Verdict.ACCEPTANCE_LOW
-        elif (
-            res.reports.status in ("wrong", "absent")
-            or res.streaming.status == "reports_differ"
-            or (res.acceptance is not None and res.acceptance.contradicted)
-            or res.metrics.status == "differ"
-        ):
-            res.verdict = Verdict.MISREPORTED
-        elif res.fault is not None or untested or any(r.budget_limited for r in res.cases):
-            res.verdict = Verdict.UNDERPOWERED
-        else:
-            res.verdict = Verdict.PASS
+        if any(r.rejected for r in res.cases) or res.token_rejected:
+            return Finding(Verdict.LOSSY)
+        if res.fault is not None or untested or any(r.budget_limited for r in res.cases):
+            return Finding(Verdict.UNDERPOWERED)
+        return Finding(Verdict.PASS)
+
+    def _read_tokens(self) -> None:
+        """The token test's reading into the result (and its finding, onto the case it names)."""
+        res = self.result
+        if self.tokens is None:
+            return
+        res.token_test = self.tokens.to_json()
+        res.token_test["planned_tokens_per_case"] = self.planned_tokens
+        if "pooled" in res.token_test:
+            res.token_test["pooled"]["detects_per_token_tv"] = self.tokens.pooled_detects(
+                self.alpha_tokens, self.config.power
+            )
+        res.token_rejected = self.tokens.test.rejected
+        if res.token_rejected:
+            lead = self.tokens.test.finding()
+            if lead is not None:
+                res.cases[lead["case"]].token_finding = lead
 
     def _law_rejected(self) -> bool:
         """Whether some look already rejected the law (Holm at the verdict can only add to it)."""

@@ -24,21 +24,15 @@ counters, and no declared rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specproof.properties.engine.results import CACHE_NAMES, EngineCaseResult, level_name
+from specproof.properties.engine.case import EngineCaseResult
 
 
 def _where(r: EngineCaseResult) -> str:
-    if r.case.cache is not None:
-        return CACHE_NAMES[r.case.cache].strip()
-    return level_name(r.case.load).strip()
-
-
-def _is_base(r: EngineCaseResult) -> bool:
-    return r.case.cache == "cold" or r.case.load == 1
+    return r.case.where or ""
 
 
 @dataclass
@@ -50,12 +44,19 @@ class AxisAcceptance:
     why: str = ""
     pairs: list[dict[str, Any]] = field(default_factory=list)
 
-    def judge(self, cases: Sequence[EngineCaseResult], shares: dict[int, list[float]]) -> None:
+    def judge(
+        self,
+        cases: Sequence[EngineCaseResult],
+        shares: dict[int, list[float]],
+        is_base: Callable[[EngineCaseResult], bool],
+    ) -> None:
+        """Compare each case's accepted share with its base's (``is_base``: the place the axis
+        compares others with: alone, cold)."""
         groups: dict[tuple[Any, ...], list[EngineCaseResult]] = {}
         for r in cases:
             groups.setdefault((r.case.prompt, r.case.sampling), []).append(r)
         for rs in groups.values():
-            base = next((r for r in rs if _is_base(r)), None)
+            base = next((r for r in rs if is_base(r)), None)
             for r in rs:
                 if base is None or r is base:
                     continue

@@ -31,13 +31,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specproof.properties.engine.contract import Generation, Seq
+from specproof.properties.engine.contract import EngineSpec, Generation, Seq
+from specproof.properties.engine.plugin import Axis, Check, Finding
+from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAudit
+    from specproof.properties.engine.case import EngineCaseResult
+    from specproof.properties.engine.runner import CaseRunner
 
 __all__ = [
     "COMPLETIONS_ALPHA_SHARE",
+    "CompletionsAxis",
+    "CompletionsCheck",
     "MAX_COMPLETIONS",
     "check_completions",
     "CompletionsResult",
@@ -212,3 +221,77 @@ def whole_multiple(n: int, k: int) -> int:
 def choices_of(gens: Sequence[Generation]) -> list[tuple[int | None, Seq]]:
     """(choice, tokens) of each generation."""
     return [(g.choice, g.tokens) for g in gens]
+
+
+class CompletionsAxis(Axis):
+    """One completion a request, then ``n`` (``--completions N``): the engine's
+    ``at_completions(n)`` (module docstring)."""
+
+    name, capability, attr, option = "completions", "completions", "at_completions", "completions"
+    why = "it cannot be asked for several completions a request (a served engine can)"
+
+    def values(self, spec: EngineSpec) -> tuple[Any, ...]:
+        n = check_completions(spec.completions)
+        return (1, n) if n > 1 else ()
+
+    def exclusive(self, asked: Sequence[Axis]) -> None:
+        if any(a is not self for a in asked):
+            check_completions(2, other_axis=True)
+
+    def suffix(self, value: Any) -> str:
+        return completions_name(value)
+
+    def args(self, value: Any) -> tuple[Any, ...] | None:
+        return (value,) if value > 1 else None
+
+    def base(self, value: Any, values: tuple[Any, ...]) -> bool:
+        return bool(value == 1)
+
+    def single(self, value: Any) -> bool:
+        return bool(value == 1)
+
+    def schedule(self, value: Any, planned: int, looks: list[int]) -> tuple[int, list[int]]:
+        if value <= 1:
+            return planned, looks
+        # every request of the law test whole: ``value`` completions each
+        return whole_multiple(planned, value), sorted({whole_multiple(x, value) for x in looks})
+
+
+class CompletionsCheck(Check):
+    """The completions axis's check: in each case with n completions a request, that a request's
+    completions are independent (:func:`independence_test`), Bonferroni over those cases, at
+    :data:`COMPLETIONS_ALPHA_SHARE` of the audit's alpha."""
+
+    name = "completions"
+
+    def __init__(self) -> None:
+        #: per case with n completions a request: (choice, tokens) of each sample, in order
+        self.choices: dict[int, list[tuple[int | None, Seq]]] = {}
+
+    def alpha_share(self, audit: EngineAudit) -> float:
+        return COMPLETIONS_ALPHA_SHARE if audit.values("completions") else 0.0
+
+    def start(self, audit: EngineAudit) -> None:
+        values = audit.values("completions")
+        if values:
+            audit.result.completions = CompletionsResult(max(values))
+
+    def sample(self, audit: EngineAudit, runner: CaseRunner, r: EngineCaseResult, g: Generation) -> None:
+        if (r.case.completions or 1) > 1:
+            self.choices.setdefault(r.case.index, []).append((g.choice, g.tokens))
+
+    def run(self, audit: EngineAudit) -> None:
+        out = audit.result.completions
+        if out is None:
+            return
+        cases = [r for r in audit.result.cases if (r.case.completions or 1) > 1]
+        alpha = audit.config.alpha * COMPLETIONS_ALPHA_SHARE / max(1, len(cases))
+        for r in cases:
+            seen = self.choices.get(r.case.index, [])
+            out.tests.append(independence_test(seen, alpha, r.case.name, out.completions))
+
+    def findings(self, audit: EngineAudit) -> list[Finding]:
+        out = audit.result.completions
+        if out is None or not out.rejected:
+            return []
+        return [Finding(Verdict.LOSSY, factor=out.factor())]

@@ -149,6 +149,9 @@ class EngineSpec:
     #: audit every case with one completion a request and with this many (the engine's
     #: ``at_completions``; 1: no such axis)
     completions: int = 1
+    #: the values asked of other workload axes, by axis name (an axis of :mod:`.plugins` without a
+    #: field of its own reads them here)
+    axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         ok, why = self.available()

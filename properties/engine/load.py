@@ -35,29 +35,64 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specproof.properties.engine.completions import completions_name
 from specproof.properties.engine.config import MAX_LOAD, EngineAuditConfig, check_loads
-from specproof.properties.engine.contract import EngineUnavailable, Seq
-from specproof.properties.engine.results import CACHE_NAMES, EngineCaseResult, level_name
+from specproof.properties.engine.contract import EngineSpec, EngineUnavailable, Seq
+from specproof.properties.engine.plugin import Axis, Check, Finding
 from specproof.properties.engine.runner import CaseRunner, sample_seed
 from specproof.properties.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAudit
 
 __all__ = [
     "BACKGROUND_ALPHA_SHARE",
     "MAX_LOAD",
+    "LoadAxis",
+    "LoadCheck",
     "LoadResult",
     "LoadSeeds",
     "background_test",
     "load_checks",
     "load_violation",
     "check_loads",
-    "only_at",
+    "level_name",
 ]
 
 #: the share of the audit's alpha the background requests' token test spends when loads are asked
 BACKGROUND_ALPHA_SHARE = 0.25
+
+
+def level_name(level: int | None) -> str:
+    """How a case's load level reads in its name (empty without a load axis)."""
+    if level is None:
+        return ""
+    return " alone" if level == 1 else f" with {level} in flight"
+
+
+class LoadAxis(Axis):
+    """Every case at each number of requests in flight asked (``--load N``, repeatable): the engine's
+    ``at_load(level)``."""
+
+    name, capability, attr, option = "load", "load", "at_load", "loads"
+    why = "it cannot be audited with a given number of requests in flight (a served engine can)"
+    extra_requests = "the load axis's background requests draft too"
+
+    def values(self, spec: EngineSpec) -> tuple[Any, ...]:
+        return check_loads(spec.loads)
+
+    def exclusive(self, asked: Sequence[Axis]) -> None:
+        return None  # the axes asked beside it refuse it themselves
+
+    def suffix(self, value: Any) -> str:
+        return level_name(value)
+
+    def base(self, value: Any, values: tuple[Any, ...]) -> bool:
+        return bool(value == min(values))
+
+    def reference(self, value: Any) -> bool:
+        return bool(value == 1)
 
 
 @dataclass
@@ -126,40 +161,6 @@ class LoadResult:
             "background_lossy": self.background_lossy,
             "stopped": self.stopped,
         }
-
-
-def _where(case: Any) -> str | None:
-    """A case's place on the workload axes, as its name ends (None: no axis)."""
-    if case.completions is not None:
-        return completions_name(case.completions).strip()
-    if case.cache is not None:
-        return CACHE_NAMES[case.cache].strip()
-    return None if case.load is None else level_name(case.load).strip()
-
-
-def only_at(cases: Sequence[EngineCaseResult]) -> str:
-    """ "lossy only with 8 in flight (the same prompt and setting held alone)" where every rejected
-    case has a place on a workload axis (a load level, cold or after a prefix-cache hit) and the
-    same prompt and setting were tested elsewhere on it without a rejection; empty otherwise (no
-    axis, or a deviation everywhere)."""
-    bad = [r for r in cases if (r.rejected or r.token_finding) and _where(r.case) is not None]
-    if not bad or len(bad) < len([r for r in cases if r.rejected or r.token_finding]):
-        return ""
-    keys = {(r.case.prompt, r.case.sampling) for r in bad}
-    held = [
-        r
-        for r in cases
-        if (r.case.prompt, r.case.sampling) in keys and not (r.rejected or r.token_finding) and r.n > 0
-    ]
-    if not held:
-        return ""
-    at = list(dict.fromkeys(str(_where(r.case)) for r in sorted(bad, key=_order)))
-    fine = list(dict.fromkeys(str(_where(r.case)) for r in sorted(held, key=_order)))
-    return f"lossy only {' and '.join(at)} (the same prompt and setting held {' and '.join(fine)})"
-
-
-def _order(r: EngineCaseResult) -> tuple[int, str, int]:
-    return (r.case.load or 0, r.case.cache or "", r.case.completions or 0)
 
 
 LawsAlong = Callable[[Seq, Seq, Any], Any]
@@ -248,3 +249,34 @@ def background_test(records: Sequence[Any], laws: LawsAlong, vocab: int, config:
 
     share = dataclasses.replace(config, alpha=config.alpha * BACKGROUND_ALPHA_SHARE)
     return audit_traffic(records, laws, vocab, share, source="background requests")
+
+
+class LoadCheck(Check):
+    """The load axis's checks (module docstring): seed use per level and the background requests'
+    token test, at :data:`BACKGROUND_ALPHA_SHARE` of the audit's alpha where loads are asked."""
+
+    name = "load"
+
+    def alpha_share(self, audit: EngineAudit) -> float:
+        return BACKGROUND_ALPHA_SHARE if audit.values("load") else 0.0
+
+    def start(self, audit: EngineAudit) -> None:
+        levels = audit.values("load")
+        if levels:
+            audit.result.load = LoadResult(levels)
+
+    def run(self, audit: EngineAudit) -> None:
+        res = audit.result
+        if res.load is not None and not res.fault:
+            load_checks(audit.runners, audit.config, audit.spec.vocab, res.load, audit.say)
+
+    def findings(self, audit: EngineAudit) -> list[Finding]:
+        load = audit.result.load
+        if load is None:
+            return []
+        out = []
+        if load.background_lossy:
+            out.append(Finding(Verdict.LOSSY))
+        if load.violation is not None:
+            out.append(Finding(Verdict.CONTRACT_VIOLATION, violation=load_violation(load.violation)))
+        return out

@@ -24,9 +24,16 @@ is using (the report says so beside a difference). Nothing here is timed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["MetricsCheck", "Tally", "metrics_check", "read_totals", "stage_check"]
+from specproof.properties.engine.plugin import Check, Finding
+from specproof.properties.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAudit
+    from specproof.properties.engine.contract import Generation
+
+__all__ = ["MetricsCheck", "MetricsPlugin", "Tally", "metrics_check", "read_totals", "stage_check"]
 
 
 @dataclass
@@ -155,3 +162,31 @@ def stage_check(
     if meter is not None and (before is None or after is None):
         return MetricsCheck(why="server_metrics() gave none (a llama-server started without --metrics)")
     return metrics_check(before, after, tally, why_not)
+
+
+class MetricsPlugin(Check):
+    """The server's totals read before and after the sample stage, against the counters of every
+    answer it got (module docstring); ``misreported`` where they differ."""
+
+    name = "metrics"
+
+    def __init__(self) -> None:
+        self.tally = Tally()
+        self.meter: Any = None
+        self.before: dict[str, int] | None = None
+
+    def before_sampling(self, audit: EngineAudit) -> None:
+        self.meter = next((rn for rn in audit.runners if "metrics" in rn.offers), None)
+        self.before = read_totals(self.meter)
+
+    def answer(self, audit: EngineAudit, g: Generation) -> None:
+        self.tally.add(g.drafted, g.accepted)
+
+    def after_sampling(self, audit: EngineAudit) -> None:
+        why = "; ".join(a.extra_requests for a, _ in audit.axes if a.extra_requests)
+        if audit.result.fault:
+            why = "a fault: requests whose answers never came may have been counted"
+        audit.result.metrics = stage_check(self.meter, self.before, read_totals(self.meter), self.tally, why)
+
+    def findings(self, audit: EngineAudit) -> list[Finding]:
+        return [Finding(Verdict.MISREPORTED)] if audit.result.metrics.status == "differ" else []

@@ -6,14 +6,12 @@ JSON). They hold what :class:`~.audit.EngineAudit` found; nothing here samples o
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specproof.properties.audit.sequences import SequenceTest
+from specproof.properties.engine.case import EngineCase, EngineCaseResult
 from specproof.properties.engine.checks import Control, Reports, Speculation, Streaming
-from specproof.properties.engine.completions import CompletionsResult, completions_name
-from specproof.properties.engine.contract import Sampling, Seq
+from specproof.properties.engine.completions import CompletionsResult
 from specproof.properties.engine.metrics import MetricsCheck
 from specproof.properties.verdicts import Verdict
 
@@ -22,113 +20,6 @@ if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.engine.axis_acceptance import AxisAcceptance
     from specproof.properties.engine.load import LoadResult
-
-
-@dataclass(frozen=True)
-class EngineCase:
-    index: int
-    prompt: Seq
-    sampling: Sampling
-    tokens: int
-    #: requests in flight while its samples are drawn (:mod:`.load`); None: the engine's own way
-    load: int | None = None
-    #: the prefix-cache axis: "cold", or "warm" (after a prefix-cache hit); None: no such axis
-    cache: str | None = None
-    #: completions a request (:mod:`.completions`); None: no such axis
-    completions: int | None = None
-
-    @property
-    def name(self) -> str:
-        prompt = " ".join(map(str, self.prompt))
-        where = level_name(self.load) + CACHE_NAMES[self.cache] + completions_name(self.completions)
-        return f"{self.sampling.label} after [{prompt}]{where}"
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"prompt": list(self.prompt), "sampling": self.sampling.to_json(), "tokens": self.tokens}
-        if self.load is not None:
-            out["load"] = self.load
-        if self.cache is not None:
-            out["cache"] = self.cache
-        if self.completions is not None:
-            out["completions"] = self.completions
-        return out
-
-
-#: how a case's place on the prefix-cache axis reads in its name
-CACHE_NAMES = {None: "", "cold": " cold", "warm": " after a prefix-cache hit"}
-
-
-def level_name(level: int | None) -> str:
-    """How a case's load level reads in its name (empty without a load axis)."""
-    if level is None:
-        return ""
-    return " alone" if level == 1 else f" with {level} in flight"
-
-
-@dataclass
-class EngineCaseResult:
-    case: EngineCase
-    planned: int
-    schedule: list[int]
-    n: int = 0
-    looks: list[tuple[int, float]] = field(default_factory=list)  # (samples, p) at each look
-    test: SequenceTest | None = None
-    pvalue: float = 1.0
-    rejected: bool = False
-    hard_failure: dict[str, Any] | None = None
-    point_mass: bool = False
-    seconds: float = 0.0
-    budget_limited: bool = False
-    #: its joint-law test had one cell: it tested nothing of the joint law (never a pass of it)
-    collapsed: bool = False
-    #: the token test: the tokens it scored, the per-token TV each planned statistic detects at
-    #: them, and what it found where the case moved its wealth across the threshold
-    observed_tokens: int = 0
-    token_detects: dict[str, float] = field(default_factory=dict)
-    token_finding: dict[str, Any] | None = None
-    #: samples drawn past the planned ones because samples ended early (the token test's plan is in
-    #: tokens), and whether the case hit the cap on them before seeing its planned tokens
-    extended: int = 0
-    short_of_tokens: bool = False
-    forwards: Counter[int] = field(default_factory=Counter)  # target forwards per call
-    power: float = 0.0
-    detectable_tv: float = 1.0
-    speculation: Speculation = field(default_factory=Speculation)
-
-    def to_json(self) -> dict[str, Any]:
-        t = self.test
-        return {
-            "case": self.case.to_json(),
-            "name": self.case.name,
-            "planned_samples": self.planned,
-            "schedule": self.schedule,
-            "samples": self.n,
-            "looks": [{"samples": n, "pvalue": p} for n, p in self.looks],
-            "pvalue": self.pvalue,
-            "rejected": self.rejected,
-            "hard_failure": self.hard_failure,
-            "point_mass": self.point_mass,
-            "power_at_tv": self.power,
-            "detectable_tv": self.detectable_tv,
-            "cells": None if t is None else t.cells,
-            "unresolved_mass": None if t is None else t.unresolved,
-            "uncovered": None if t is None else t.uncovered,
-            "test": None if t is None else t.to_json(),
-            "description": None if t is None else t.summary(),
-            "target_forwards_per_call": {str(k): v for k, v in sorted(self.forwards.items())},
-            "seconds": self.seconds,
-            "budget_limited": self.budget_limited,
-            "speculation": self.speculation.to_json(),
-            **({"collapsed": True} if self.collapsed else {}),
-            **(
-                {"tokens": self.observed_tokens, "detects_per_token_tv": self.token_detects}
-                if self.token_detects
-                else {}
-            ),
-            **({"token_finding": self.token_finding} if self.token_finding else {}),
-            **({"extended_samples": self.extended} if self.extended else {}),
-            **({"short_of_tokens": True} if self.short_of_tokens else {}),
-        }
 
 
 @dataclass

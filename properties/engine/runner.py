@@ -25,7 +25,7 @@ from specproof.properties.engine.capabilities import (
     takes_prompt_len,
 )
 from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, NotStreamed, Seq
-from specproof.properties.engine.results import EngineCase
+from specproof.properties.engine.case import EngineCase
 from specproof.reference.errors import SpecproofError, UsageError
 
 

@@ -6,12 +6,18 @@ the streamed ones are checked against the law too."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from specproof.properties.engine.checks import compare_reports, judge_reports
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import EngineUnavailable, NotStreamed
-from specproof.properties.engine.results import EngineAuditResult
+from specproof.properties.engine.plugin import Check, Finding
 from specproof.properties.engine.runner import CaseRunner, sample_seed
+from specproof.properties.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAudit
+    from specproof.properties.engine.results import EngineAuditResult
 
 
 def stream_check(
@@ -24,7 +30,7 @@ def stream_check(
     offered = [r for r in runners if "stream" in r.offers]
     if not offered:
         return
-    rn = min(offered, key=lambda r: (r.case.load or 0, r.case.index))
+    rn = min(offered, key=lambda r: (r.case.order, r.case.index))  # the plainest place first
     report = bool(rn.optional("reports", False))
     seeds = [sample_seed(config.seed, rn.case.index, 6 * 10**6 + j) for j in range(config.report_samples)]
     say(f"streaming {rn.case.name}", 1.0)
@@ -45,3 +51,32 @@ def stream_check(
         compare_reports(streamed, rn.law, out, rn.end)
         judge_reports(out)
     res.streaming.judge()
+
+
+class StreamingCheck(Check):
+    """Streamed answers against whole ones (:func:`stream_check`): tokens or text that differ are a
+    contract violation (``stream_differs``), reported probabilities that differ ``misreported``."""
+
+    name = "streaming"
+
+    def run(self, audit: EngineAudit) -> None:
+        if not audit.result.fault:
+            stream_check(audit.runners, audit.config, audit.result, audit.say)
+
+    def findings(self, audit: EngineAudit) -> list[Finding]:
+        st = audit.result.streaming
+        if st.status == "differs":
+            f = st.first or {}
+            violation = {
+                "kind": "stream_differs",
+                "detail": (
+                    f"{st.hard} of {st.samples} seeds answered other tokens or text streamed than whole; "
+                    f"seed {f.get('seed')}: {f.get('what')}"
+                ),
+                "case": audit.result.cases[0].case.name if audit.result.cases else "",
+                "stage": "checks",
+            }
+            return [Finding(Verdict.CONTRACT_VIOLATION, violation=violation)]
+        if st.status == "reports_differ":
+            return [Finding(Verdict.MISREPORTED)]
+        return []

@@ -84,7 +84,7 @@ class EngineWorker:
         return None
 
     def draw(self, case: Any, vocab: int, seeds: np.ndarray) -> tuple[Any, ...]:
-        from specproof.properties.engine.audit import CaseRunner, EngineViolation
+        from specproof.properties.engine.runner import CaseRunner, EngineViolation
         from specproof.properties.engine.contract import EngineUnavailable
 
         try:

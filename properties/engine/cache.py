@@ -1,0 +1,48 @@
+"""The prefix-cache axis of an engine audit: every case cold and after a prefix-cache hit.
+
+A server that caches prompts serves a warm request from another state than a cold one: the
+target's and the draft model's KV for the shared prefix come from an earlier request, and a defect
+there shows only on a hit. An engine that offers ``at_cache()`` (capability ``prefix_cache``) gives
+the same engine with every generation asking the server to reuse its cached prompt; with
+``EngineSpec.prefix_cache`` (``--prefix-cache``) every case runs cold and warm, seed use is checked
+cold, and a deviation only after a hit reads "lossy only after a prefix-cache hit (the same prompt
+and setting held cold)". proofs_notes/endpoint_audit.md states it; docs/endpoint-audit.md shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from specproof.properties.engine.contract import EngineSpec
+from specproof.properties.engine.plugin import Axis
+from specproof.reference.errors import UsageError
+
+#: how a case's place on the axis reads in its name
+CACHE_NAMES = {None: "", "cold": " cold", "warm": " after a prefix-cache hit"}
+
+
+class CacheAxis(Axis):
+    """Cold, then after a prefix-cache hit: the engine's ``at_cache()`` (module docstring)."""
+
+    name, capability, attr, option = "cache", "prefix_cache", "at_cache", "prefix_cache"
+    why = "it cannot be asked to reuse a cached prompt (profile llamacpp can)"
+
+    def values(self, spec: EngineSpec) -> tuple[Any, ...]:
+        return ("cold", "warm") if spec.prefix_cache else ()
+
+    def exclusive(self, asked: Sequence[Axis]) -> None:
+        if any(a.name == "load" for a in asked):
+            raise UsageError("prefix_cache: audit the prefix-cache axis and the load axis in two audits")
+
+    def suffix(self, value: Any) -> str:
+        return CACHE_NAMES[value]
+
+    def args(self, value: Any) -> tuple[Any, ...] | None:
+        return () if value == "warm" else None
+
+    def base(self, value: Any, values: tuple[Any, ...]) -> bool:
+        return True  # seed use on the likeliest case, cold before warm where their laws are one
+
+    def reference(self, value: Any) -> bool:
+        return value == "cold"
