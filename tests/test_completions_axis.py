@@ -61,6 +61,8 @@ def test_the_correct_stand_in_passes_with_one_and_with_four_completions_a_reques
     assert not t.rejected and t.requests == 51 and t.pairs == 25
     assert t.alpha == pytest.approx(1e-3 / 4)
     assert r.factor == "" and "completions: 1 and 4 a request" in r.summary()
+    item = next(i for i in r.to_json()["signoff"] if i["question"].startswith("several completions"))
+    assert item["answer"] == "yes" and "independent" in item["detail"], item
     js = r.to_json()
     assert js["completions"]["tests"][0]["pairs"] == 25 and js["cases"][1]["case"]["completions"] == 4
     # the control ran on one completion a request only (a seed's completions are the server's to seed)
@@ -78,6 +80,8 @@ def test_a_shared_generator_is_lossy_only_with_several_completions():
     assert "NOT INDEPENDENT" in r.summary()
     law = next(i for i in r.to_json()["signoff"] if i["question"].startswith("the law holds"))
     assert law["answer"] == "no" and "NOT INDEPENDENT" in law["detail"]
+    item = next(i for i in r.to_json()["signoff"] if i["question"].startswith("several completions"))
+    assert item["answer"] == "no" and "not independent" in item["detail"]
 
 
 def test_the_vllm_profile_asks_for_n_and_reads_its_choices():

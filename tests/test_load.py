@@ -11,9 +11,9 @@ from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import InProcess, StandIn
 from specproof.properties.endpoint.standin_bugs import BUGS
 from specproof.properties.engine.audit import audit_engine
+from specproof.properties.engine.axes import only_at
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import T1, EngineSpec
-from specproof.properties.engine.axes import only_at
 from specproof.properties.engine.load import check_loads
 from specproof.properties.engine.loops import direct_engine
 from specproof.properties.verdicts import Verdict

@@ -24,11 +24,11 @@ import torch
 from specproof.properties.audit.battery import build_models, chain_battery
 from specproof.properties.audit.stages import AuditConfig, Caller, Runner, audit
 from specproof.properties.conformance.backends import REGISTRY, Backend, TargetError
-from specproof.properties.engine.runner import CaseRunner, sample_seed
 from specproof.properties.engine.contract import T1, EngineSpec, Generation
 from specproof.properties.engine.loops import REFERENCE_PROMPTS, direct_engine
 from specproof.properties.engine.registry import resolve_engine, spec_from_object
 from specproof.properties.engine.results import EngineCase
+from specproof.properties.engine.runner import CaseRunner, sample_seed
 from specproof.properties.shard.recipe import (
     BackendRecipe,
     EngineRecipe,

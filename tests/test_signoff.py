@@ -32,7 +32,7 @@ def _answers(res) -> dict[str, str]:
 def test_a_correct_server_under_load_signs_off_every_item_it_tested(tmp_path):
     res = _audit(None, (1, 8))
     items = signoff(res)
-    assert len(items) == 12 and all(i.answer in (YES, NO, NOT_TESTED) and i.detail for i in items)
+    assert len(items) == 13 and all(i.answer in (YES, NO, NOT_TESTED) and i.detail for i in items)
     a = _answers(res)
     for q in (
         "speculation ran",
@@ -50,6 +50,9 @@ def test_a_correct_server_under_load_signs_off_every_item_it_tested(tmp_path):
     assert "a prefix-cache hit behaves as a cold request" in not_tested
     assert "--param eos" in not_tested["stops inside an accepted block end the answer where the law says"]
     assert "grammar" in not_tested["constrained decoding keeps its law"]
+    assert (
+        "--completions" in not_tested["several completions of a request are independent samples of the law"]
+    )
     assert [j["answer"] for j in res.to_json()["signoff"]] == [i.answer for i in items]
     out = tmp_path / "report.md"
     write_report(str(out), [res])

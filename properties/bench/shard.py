@@ -31,10 +31,10 @@ import numpy as np
 
 from specproof.properties.bench.kernels import Row
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
-from specproof.properties.engine.runner import CaseRunner
 from specproof.properties.engine.contract import T1, Generation
 from specproof.properties.engine.drawing import Drawer
 from specproof.properties.engine.registry import resolve_engine, with_options
+from specproof.properties.engine.runner import CaseRunner
 
 ENGINE = "reference.draft.token"
 PROMPT = (0, 6)

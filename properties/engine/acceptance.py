@@ -346,6 +346,11 @@ class AcceptanceCheck(Check):
     counters, the comparison across it (:mod:`.axis_acceptance`); at
     :data:`ACCEPTANCE_ALPHA_SHARE` of the audit's alpha where either runs."""
 
+    docs = "docs/engine-audit.md#the-acceptance-oracle"
+    bug = "stale_after_hit"
+    signoff = "acceptance as the rule predicts"
+    calibration = "docs/measurements/acceptance-calibration.md"
+
     name = "acceptance"
 
     def __init__(self) -> None:
@@ -382,7 +387,9 @@ class AcceptanceCheck(Check):
             reference = {a.name: a for a, _ in audit.axes}
 
             def is_base(r: EngineCaseResult) -> bool:
-                return any(axis.reference(value) for name, value, _, _ in r.case.places for axis in [reference[name]])
+                return any(
+                    axis.reference(value) for name, value, _, _ in r.case.places for axis in [reference[name]]
+                )
 
             res.axis_acceptance.judge(res.cases, self.shares, is_base)
         out = []

@@ -84,7 +84,14 @@ from specproof.properties.plan import Budget
 from specproof.properties.verdicts import Verdict, most_severe
 from specproof.reference.errors import UsageError
 
-__all__ = ["ENGINE_PACKAGES", "EngineAudit", "EngineAuditConfig", "audit_engine", "look_schedule", "sample_seed"]
+__all__ = [
+    "ENGINE_PACKAGES",
+    "EngineAudit",
+    "EngineAuditConfig",
+    "audit_engine",
+    "look_schedule",
+    "sample_seed",
+]
 
 #: the packages whose versions an engine audit's JSON records
 ENGINE_PACKAGES = ("specproof", "torch", "transformers", "vllm", "sglang")
@@ -334,7 +341,14 @@ class EngineAudit:
                         check.answer(self, g)
 
     def _look(
-        self, i: int, look: int, runner: CaseRunner, r: EngineCaseResult, seqs: list[Seq], chunks: DrawAhead, total: int
+        self,
+        i: int,
+        look: int,
+        runner: CaseRunner,
+        r: EngineCaseResult,
+        seqs: list[Seq],
+        chunks: DrawAhead,
+        total: int,
     ) -> bool:
         """Case ``i``'s samples up to its look ``look``, then its tests there; True where the
         audit stops (a rejection with ``stop_early``, the budget, a fault)."""

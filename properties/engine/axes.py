@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specproof.properties.engine.capabilities import capabilities_of
+from specproof.properties.engine.capabilities import CAPABILITIES, capabilities_of
 from specproof.properties.engine.case import EngineCase, EngineCaseResult
 from specproof.properties.engine.contract import Engine, EngineSpec, EngineUnavailable
 from specproof.properties.engine.plugin import Axis
@@ -17,7 +17,12 @@ from specproof.reference.errors import UsageError
 
 
 def asked(spec: EngineSpec, axes: Sequence[Axis]) -> list[tuple[Axis, tuple[Any, ...]]]:
-    """The axes ``spec`` asks for, each with its values, checked against one another."""
+    """The axes ``spec`` asks for, each with its values, checked against one another; an axis
+    named in ``spec.axes`` that no plug-in of ``axes`` is, a :class:`UsageError`."""
+    known = [a.name for a in axes]
+    for name, _ in spec.axes:
+        if name not in known:
+            raise UsageError(f"axes: no workload axis is named {name!r} (known: {', '.join(known)})")
     out = [(a, a.values(spec)) for a in axes]
     out = [(a, v) for a, v in out if v]
     for a, _ in out:
@@ -41,9 +46,13 @@ def cases(spec: EngineSpec, axes: Sequence[tuple[Axis, tuple[Any, ...]]]) -> lis
     return out
 
 
-def plain(case: EngineCase, axes: Sequence[tuple[Axis, tuple[Any, ...]]]) -> bool:
-    """Whether ``case`` sits at every axis's plain place (where seed use and the checks run)."""
-    return all(a.base(case.at(a.name)) for a, _ in axes)
+def offered(engine: Engine, axis: Axis) -> bool:
+    """Whether ``engine`` offers ``axis``: through its capability where it is one of
+    :data:`~.capabilities.CAPABILITIES` (declared, or found from its attributes), else where the
+    engine has the axis's attribute (a new axis needs no capability entry to run)."""
+    if axis.capability in CAPABILITIES:
+        return axis.capability in capabilities_of(engine)
+    return callable(getattr(engine, axis.attr, None))
 
 
 class Variants:
@@ -62,7 +71,7 @@ class Variants:
             attr, args = how
             key = (case.sampling, attr, args)
             if key not in self._made:
-                at = getattr(engine, attr, None) if axis.capability in capabilities_of(engine) else None
+                at = getattr(engine, attr, None) if offered(engine, axis) else None
                 if at is None:
                     raise UsageError(f"{axis.option}: {self.spec_name} offers no {attr}(): {axis.why}")
                 try:

@@ -25,6 +25,11 @@ CACHE_NAMES = {None: "", "cold": " cold", "warm": " after a prefix-cache hit"}
 class CacheAxis(Axis):
     """Cold, then after a prefix-cache hit: the engine's ``at_cache()`` (module docstring)."""
 
+    docs = "docs/endpoint-audit.md#after-a-prefix-cache-hit---prefix-cache"
+    bug = "prefix_poison"
+    signoff = "a prefix-cache hit behaves as a cold request"
+    calibration = "docs/measurements/prefix-calibration.md"
+
     name, capability, attr, option = "cache", "prefix_cache", "at_cache", "prefix_cache"
     why = "it cannot be asked to reuse a cached prompt (profile llamacpp can)"
 

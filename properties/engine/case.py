@@ -46,7 +46,7 @@ class EngineCase:
 
     @property
     def cache(self) -> str | None:
-        """"cold" or "warm" (after a prefix-cache hit) on the prefix-cache axis (None: not asked)."""
+        """ "cold" or "warm" (after a prefix-cache hit) on the prefix-cache axis (None: not asked)."""
         return self.at("cache")
 
     @property

@@ -227,6 +227,11 @@ class CompletionsAxis(Axis):
     """One completion a request, then ``n`` (``--completions N``): the engine's
     ``at_completions(n)`` (module docstring)."""
 
+    docs = "docs/endpoint-audit.md#several-completions-a-request---completions-n"
+    bug = "fork_rows"
+    signoff = "several completions of a request are independent samples of the law"
+    calibration = "docs/measurements/completions-calibration.md"
+
     name, capability, attr, option = "completions", "completions", "at_completions", "completions"
     why = "it cannot be asked for several completions a request (a served engine can)"
 
@@ -261,6 +266,11 @@ class CompletionsCheck(Check):
     """The completions axis's check: in each case with n completions a request, that a request's
     completions are independent (:func:`independence_test`), Bonferroni over those cases, at
     :data:`COMPLETIONS_ALPHA_SHARE` of the audit's alpha."""
+
+    docs = "docs/endpoint-audit.md#several-completions-a-request---completions-n"
+    bug = "shared_choices"
+    signoff = "several completions of a request are independent samples of the law"
+    calibration = "docs/measurements/completions-calibration.md"
 
     name = "completions"
 

@@ -75,6 +75,11 @@ class LoadAxis(Axis):
     """Every case at each number of requests in flight asked (``--load N``, repeatable): the engine's
     ``at_load(level)``."""
 
+    docs = "docs/endpoint-audit.md#under-load---load-1---load-8"
+    bug = "batch_rows"
+    signoff = "the same law alone and at production concurrency"
+    calibration = "docs/measurements/load-calibration.md"
+
     name, capability, attr, option = "load", "load", "at_load", "loads"
     why = "it cannot be audited with a given number of requests in flight (a served engine can)"
     extra_requests = "the load axis's background requests draft too"
@@ -254,6 +259,11 @@ def background_test(records: Sequence[Any], laws: LawsAlong, vocab: int, config:
 class LoadCheck(Check):
     """The load axis's checks (module docstring): seed use per level and the background requests'
     token test, at :data:`BACKGROUND_ALPHA_SHARE` of the audit's alpha where loads are asked."""
+
+    docs = "docs/endpoint-audit.md#under-load---load-1---load-8"
+    bug = "seed_in_flight"
+    signoff = "seeds are honoured with other requests in flight"
+    calibration = "docs/measurements/load-calibration.md"
 
     name = "load"
 

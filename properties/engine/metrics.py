@@ -168,6 +168,11 @@ class MetricsPlugin(Check):
     """The server's totals read before and after the sample stage, against the counters of every
     answer it got (module docstring); ``misreported`` where they differ."""
 
+    docs = "docs/endpoint-audit.md#what-it-checks"
+    bug = "averaged_metric"
+    signoff = "acceptance as the rule predicts"
+    calibration = "exact: two sums of integer counters compared for equality"
+
     name = "metrics"
 
     def __init__(self) -> None:

@@ -108,9 +108,7 @@ def token_plan_lines(audit: EngineAudit) -> list[str]:
     n = audit.planned_tokens
     cases = len(audit.cases)
     pooled = stage.test.pooled is not None
-    what = (
-        f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
-    )
+    what = f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
     if pooled and not c.samples:
         what += " shared by every case"
     lines = [
@@ -146,4 +144,3 @@ def token_plan_lines(audit: EngineAudit) -> list[str]:
                 "does not declare its verification sequential"
             )
     return lines
-

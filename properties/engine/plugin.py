@@ -59,6 +59,15 @@ class Axis:
     #: why the server's own totals cannot be compared with the answers' counters where the axis is
     #: asked (the load axis's background requests draft too); empty: they can
     extra_requests: str = ""
+    #: what every plug-in shows, required by tests/test_plugins.py: the docs section that explains
+    #: it ("docs/endpoint-audit.md#under-load---load-1---load-8"), a planted bug of the stand-in
+    #: server that it flags (:data:`~specproof.properties.endpoint.standin_bugs.BUGS`), its
+    #: sign-off question (:mod:`.signoff`), and its calibration: a measurement page under
+    #: docs/measurements, or "exact: why" for a check with no statistic to calibrate
+    docs: str = ""
+    bug: str = ""
+    signoff: str = ""
+    calibration: str = ""
 
     def values(self, spec: EngineSpec) -> tuple[Any, ...]:
         """The values ``spec`` asks for (empty: the axis is not asked): by default those its
@@ -69,7 +78,9 @@ class Axis:
         """A :class:`UsageError` where this axis cannot be combined with the others asked."""
         others = [a.name for a in asked if a is not self]
         if others:
-            raise UsageError(f"{self.option}: audit the {self.name} axis and the {others[0]} axis in two audits")
+            raise UsageError(
+                f"{self.option}: audit the {self.name} axis and the {others[0]} axis in two audits"
+            )
 
     def suffix(self, value: Any) -> str:
         """How a case's name reads at ``value`` (" with 8 in flight")."""
@@ -114,6 +125,15 @@ class Check:
 
     #: the check's name, as the table lists it
     name: str = ""
+    #: what every plug-in shows, required by tests/test_plugins.py: the docs section that explains
+    #: it ("docs/endpoint-audit.md#under-load---load-1---load-8"), a planted bug of the stand-in
+    #: server that it flags (:data:`~specproof.properties.endpoint.standin_bugs.BUGS`), its
+    #: sign-off question (:mod:`.signoff`), and its calibration: a measurement page under
+    #: docs/measurements, or "exact: why" for a check with no statistic to calibrate
+    docs: str = ""
+    bug: str = ""
+    signoff: str = ""
+    calibration: str = ""
 
     def alpha_share(self, audit: EngineAudit) -> float:
         """The share of the audit's alpha it takes (0: none; asked after :meth:`start`)."""
@@ -143,5 +163,3 @@ class Check:
     def findings(self, audit: EngineAudit) -> list[Finding]:
         """What it concluded, at the verdict."""
         return []
-
-

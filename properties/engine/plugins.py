@@ -2,8 +2,8 @@
 the audit runs them, names the cases, and reports them (:mod:`.plugin` says what each is).
 
 A new axis or check is a module of its own and one line here (docs/adding-an-axis-or-check.md);
-tests/test_plugins.py requires of each a planted bug that only it flags, a calibration row, a
-sign-off item and a docs section.
+tests/test_plugins.py requires of each a docs section, a planted bug of the stand-in server that
+it flags, a sign-off item and a calibration (or why it has none).
 """
 
 from __future__ import annotations

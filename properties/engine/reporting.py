@@ -39,6 +39,11 @@ class SpeculationCheck(Check):
     """The engine's own draft and acceptance counters over the law test's samples, per case and in
     all; ``no_speculation`` where nothing was drafted or accepted."""
 
+    docs = "docs/endpoint-audit.md#what-it-checks"
+    bug = "no_speculation"
+    signoff = "speculation ran"
+    calibration = "exact: the engine's draft and acceptance counters compared with zero"
+
     name = "speculation"
 
     def sample(self, audit: EngineAudit, runner: CaseRunner, r: EngineCaseResult, g: Generation) -> None:
@@ -56,6 +61,14 @@ class ReportsCheck(Check):
     """The control on the speculation-off twin (the numerical tolerance; the same seeds with and
     without speculation), then the probabilities the engine reports, checked against the law
     within the control's tolerance; ``misreported`` where they are wrong or missing."""
+
+    docs = "docs/endpoint-audit.md#what-it-checks"
+    bug = "zero_logprobs"
+    signoff = "reported probabilities are the law's"
+    calibration = (
+        "exact: each reported probability against the law within the tolerance the "
+        "speculation-off control measures"
+    )
 
     name = "reports"
 

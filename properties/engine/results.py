@@ -9,10 +9,11 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specproof.properties.engine.case import EngineCase, EngineCaseResult
+from specproof.properties.engine.case import EngineCase, EngineCaseResult  # noqa: F401 (re-exported)
 from specproof.properties.engine.checks import Control, Reports, Speculation, Streaming
 from specproof.properties.engine.completions import CompletionsResult
 from specproof.properties.engine.metrics import MetricsCheck
+from specproof.properties.engine.signoff import signoff
 from specproof.properties.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class EngineAuditResult:
     factor: str = ""
     #: the completions axis's independence tests (:mod:`.completions`; None: no such axis)
     completions: CompletionsResult | None = None
+    #: what a plug-in without a field of its own reports, by its name: an object with ``line()``
+    #: (its summary line), ``to_json()`` and ``item()`` (its sign-off question, answer and detail)
+    plugins: dict[str, Any] = field(default_factory=dict)
     #: where the plan did not fit the budget, what would (said before sampling, and again where the
     #: audit ran short): a per-token TV, a budget
     fit: str = ""
@@ -245,6 +249,7 @@ class EngineAuditResult:
             lines += [f"  {line}" for line in self.load.lines()]
         if self.completions is not None:
             lines += [f"  {line}" for line in self.completions.lines()]
+        lines += [f"  {rep.line()}" for rep in self.plugins.values()]
         c = self.config
         lines.append(
             f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
@@ -371,11 +376,12 @@ class EngineAuditResult:
             out["early"] = self.early
         if self.load is not None:
             out["load"] = self.load.to_json()
-        if self.load is not None or self.completions is not None:
+        if self.factor or self.load is not None or self.completions is not None:
             out["factor"] = self.factor
         if self.completions is not None:
             out["completions"] = self.completions.to_json()
-        from specproof.properties.engine.signoff import signoff  # it reads this result
+        if self.plugins:
+            out["plugins"] = {name: rep.to_json() for name, rep in self.plugins.items()}
 
         out["signoff"] = [item.to_json() for item in signoff(self)]
         if self.token_test is not None:

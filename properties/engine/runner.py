@@ -24,8 +24,8 @@ from specproof.properties.engine.capabilities import (
     capabilities_of,
     takes_prompt_len,
 )
-from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, NotStreamed, Seq
 from specproof.properties.engine.case import EngineCase
+from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, NotStreamed, Seq
 from specproof.reference.errors import SpecproofError, UsageError
 
 

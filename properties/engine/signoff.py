@@ -13,19 +13,24 @@ again. The items, in order:
 6. streaming equals the whole answer;
 7. constrained decoding (a grammar) keeps its law;
 8. a prefix-cache hit behaves as a cold request;
-9. reported probabilities are the law's;
-10. acceptance as the rule predicts;
-11. the tolerance comes from a speculation-off control;
-12. the engine keeps the contract (same seed, same tokens; ids and lengths).
+9. several completions of a request are independent samples of the law (``--completions N``);
+10. reported probabilities are the law's;
+11. acceptance as the rule predicts;
+12. the tolerance comes from a speculation-off control;
+13. the engine keeps the contract (same seed, same tokens; ids and lengths).
+
+Each plug-in of the audit (:mod:`.plugins`) names its item (``signoff``), a test requires it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.results import EngineAuditResult
 
 YES, NO, NOT_TESTED = "yes", "no", "not tested"
 
@@ -175,8 +180,10 @@ def signoff(r: EngineAuditResult) -> list[Item]:
         _streaming(r),
         _grammar(r),
         _prefix_cache(r),
+        _completions(r),
         _reports(r),
         _acceptance(r),
+        *(Item(*rep.item()) for rep in r.plugins.values()),
         _control(r),
         _contract(r),
     ]
@@ -195,6 +202,24 @@ def _prefix_cache(r: EngineAuditResult) -> Item:
         return Item(q, NO, r.violation_text())
     drawn = sum(c.n for c in warm)
     return Item(q, YES, f"{len(warm)} cases after a prefix-cache hit, {drawn} samples: the law held, as cold")
+
+
+def _completions(r: EngineAuditResult) -> Item:
+    q = "several completions of a request are independent samples of the law"
+    c = r.completions
+    if c is None:
+        return Item(q, NOT_TESTED, "no completions axis asked (--completions N)")
+    if c.rejected:
+        return Item(q, NO, f"{c.factor()}: {r.short_witness()}")
+    several = [x for x in r.cases if (x.case.completions or 1) > 1]
+    if any(x.rejected or x.token_finding for x in several):
+        return Item(q, NO, f"lossy with {c.completions} completions a request: {r.short_witness()}")
+    if r.verdict in (Verdict.UNDERPOWERED, Verdict.INTERRUPTED) or r.short or not c.tests:
+        return Item(q, NOT_TESTED, "the completions axis ran short of its plan")
+    drawn = sum(x.n for x in several)
+    return Item(
+        q, YES, f"{c.completions} completions a request, {drawn} samples: independent, and the law held"
+    )
 
 
 def _acceptance(r: EngineAuditResult) -> Item:

@@ -57,6 +57,11 @@ class StreamingCheck(Check):
     """Streamed answers against whole ones (:func:`stream_check`): tokens or text that differ are a
     contract violation (``stream_differs``), reported probabilities that differ ``misreported``."""
 
+    docs = "docs/endpoint-audit.md#what-it-checks"
+    bug = "stream_step_tail"
+    signoff = "a streamed answer equals the whole answer"
+    calibration = "exact: the tokens, text and counters of a seed streamed and whole compared for equality"
+
     name = "streaming"
 
     def run(self, audit: EngineAudit) -> None:

@@ -84,8 +84,8 @@ class EngineWorker:
         return None
 
     def draw(self, case: Any, vocab: int, seeds: np.ndarray) -> tuple[Any, ...]:
-        from specproof.properties.engine.runner import CaseRunner, EngineViolation
         from specproof.properties.engine.contract import EngineUnavailable
+        from specproof.properties.engine.runner import CaseRunner, EngineViolation
 
         try:
             engine = self._engine(case.sampling)
