@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("specproof.properties.shard",),
     ("specproof.properties.run",),  # the one way in: the audits run from the doors' values
     ("specproof.properties.bench",),
+    ("specproof.properties.integrations",),  # the table of third-party systems, parts named by module
     ("specproof.properties.cli", "specproof.properties.pytest_plugin"),
     ("specproof",),
 ]

@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_e2e_parser(sub)
     tools.add_conform_parser(sub)
     tools.add_llamacpp_parser(sub)
+    serving.add_env_parser(sub)
     serving.add_vllm_parser(sub)
     serving.add_openvino_parser(sub)
     serving.add_mistralrs_parser(sub)

@@ -21,6 +21,40 @@ from specproof.properties.cli.common import (
 from specproof.reference.errors import UsageError
 
 
+def add_env_parser(sub: Any) -> None:
+    from specproof.properties.integrations import INTEGRATIONS
+
+    pinned = [i.name for i in INTEGRATIONS if i.environment]
+    g = sub.add_parser(
+        "env",
+        help="the pinned environments of the engines audited in environments of their own",
+        description="install NAME: make NAME's environment, cached outside the clone (a second call "
+        "reuses it); info NAME: where it is and whether it is installed; list: every integration and "
+        f"its parts (properties/integrations.py). NAME: {', '.join(pinned)}.",
+    )
+    g.add_argument("action", choices=("install", "info", "list"))
+    g.add_argument("name", nargs="?", help="the integration (install, info)")
+    g.set_defaults(func=cmd_env)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from specproof.properties import integrations
+
+    if args.action == "list":
+        rows = [{k: v for k, v in vars(i).items() if v not in ("", ())} for i in integrations.INTEGRATIONS]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not args.name:
+        raise UsageError(f"env {args.action}: name an integration ({', '.join(integrations.BY_NAME)})")
+    if args.action == "install":
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        print(integrations.install(args.name, say))
+        return 0
+    info = integrations.info(args.name)
+    print(json.dumps(info, indent=2))
+    return 0 if info.get("installed") else 1
+
+
 def add_vllm_parser(sub: Any) -> None:
     g = sub.add_parser(
         "vllm",
