@@ -254,6 +254,8 @@ def test_a_prefix_cache_hit_keeps_the_law(files, llamacpp_bin):
     assert not any(c.rejected or c.token_finding for c in r.cases) and r.factor == "", r.summary()
     assert all(c.speculation.accepted > 0 for c in r.cases), r.summary()
     assert r.verdict == Verdict.MISREPORTED, r.summary()  # its known misreport, nothing else
+    hits = r.to_json()["plugins"]["cache"]  # every warm answer says its cache_n; hits counted
+    assert hits["counted"] == hits["warm"] > 0 and hits["hits"] > 0, hits
     body = {"prompt": [1, 2], "n_predict": 4, "temperature": 1.0, "seed": 3, "return_tokens": True}
     with llamacpp.start_server(llamacpp_bin, files["target"], draft=files["draft"]) as url:
         client = Client([url])

@@ -210,6 +210,22 @@ def test_the_prefix_cache_axis_audits_each_case_cold_and_warm(correct, twin):
     assert r.cases[1].case.name.endswith("after a prefix-cache hit")
     (item,) = [i for i in signoff(r) if i.question == "a prefix-cache hit behaves as a cold request"]
     assert item.answer == "yes", item
+    hits = r.to_json()["plugins"]["cache"]  # counted from the answers' timings.cache_n
+    assert hits["warm"] == r.cases[1].n and hits["counted"] == hits["warm"] and hits["hits"] > 0, hits
+    assert f"{hits['hits']} of {hits['counted']} warm requests counted as hits" in item.detail
+
+
+def test_a_server_that_never_hits_its_cache_is_not_signed_off_for_it(twin):
+    """ignores_cache: cache_prompt never honoured (cache_n 0): the law holds cold and "warm" alike,
+    and the sign-off's prefix-cache item reads not tested, never yes."""
+    from specproof.properties.engine.signoff import signoff
+
+    with StandIn("ignores_cache", loop="laws") as si:
+        r = audit(si.url, "llamacpp", twin.url, endpoint_options={"prefix_cache": True})
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert r.to_json()["plugins"]["cache"]["hits"] == 0 and "prefix cache: 0 of" in r.summary()
+    (item,) = [i for i in signoff(r) if i.question == "a prefix-cache hit behaves as a cold request"]
+    assert item.answer == "not tested" and "cache_n" in item.detail, item
 
 
 def test_the_prefix_cache_axis_needs_a_family_that_caches_and_no_load_axis(correct):

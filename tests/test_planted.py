@@ -111,7 +111,7 @@ def _audit_bug(bug: str) -> Verdict:
                 twin=twin.url,
                 concurrency=4,
                 retries=retries,
-                prefix_cache=bug in ("prefix_poison", "stale_after_hit"),
+                prefix_cache=bug in ("prefix_poison", "stale_after_hit", "ignores_cache"),
                 completions=4 if bug in ("shared_choices", "fork_rows") else 1,
             ),
             transports=transports,

@@ -321,7 +321,10 @@ class StandIn:
         m, s, bug = self.model, ask.sampling, self.bug
         # a prefix-cache hit: the prompt asks for the cache and shares its start with the prompt
         # of the request served before it (the one slot's cache)
-        hit = ask.cache_prompt and bool(self._slot) and self._slot[:1] == ask.prompt[:1]
+        prev = self._slot
+        hit = ask.cache_prompt and bool(prev) and prev[:1] == ask.prompt[:1]
+        if bug == "ignores_cache":
+            hit = False  # bug: ignores_cache
         self._slot = ask.prompt
         law = functools.partial(m.law, s=s, joint=ask.joint, adapter=ask.adapter)
         adapted = any(scale for _, scale in ask.adapter)  # a LoRA adapter moves the target's law
@@ -335,6 +338,12 @@ class StandIn:
             out = list(ask.forced)[: ask.tokens]
             speculate = False
         drawn = Drawn(out)
+        if hit:  # the shared start is served from the cache; the last prompt token is run again
+            same = next(
+                (i for i, (a, b) in enumerate(zip(prev, ask.prompt)) if a != b),
+                min(len(prev), len(ask.prompt)),
+            )
+            drawn.cached = max(0, min(same, len(ask.prompt) - 1))
         rest = ask.tokens - len(out)
         if rest > 0 and speculate:
             rule = "greedy" if s.greedy else "token"

@@ -52,6 +52,9 @@ stale_after_hit      acceptance_low        after a prefix-cache hit the drafts c
 prefix_poison        lossy                 after a prefix-cache hit (``cache_prompt`` and the
                                            prompt of the request served before), verification
                                            is given that request's draft rows; exact cold
+ignores_cache        pass                  cache_prompt never honoured: every request cold
+                                           (cache_n 0); the sign-off's prefix-cache item
+                                           reads not tested
 shared_choices       lossy                 the completions of a request for several
                                            (``n_cmpl``) share one generator: each is a sample
                                            of the law, but they are all equal (the
@@ -182,6 +185,12 @@ BUGS: dict[str, Planted] = planted(
         "after a prefix-cache hit the draft model's cache is not refilled (drafts after the context's "
         "first token alone) and the verifier is told their law: the law holds, fewer drafts are "
         "accepted than cold (the prefix-cache axis's acceptance comparison flags it)",
+    ),
+    Planted(
+        "ignores_cache",
+        Verdict.PASS,
+        "cache_prompt accepted but never honoured: every request is served cold (timings.cache_n 0), "
+        "so --prefix-cache tests nothing of the cache and its sign-off item reads not tested",
     ),
     Planted(
         "shared_choices",

@@ -12,11 +12,17 @@ and setting held cold)". proofs_notes/endpoint_audit.md states it; docs/endpoint
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from specproof.properties.engine.contract import EngineSpec
-from specproof.properties.engine.plugin import Axis
+from specproof.properties.engine.contract import EngineSpec, Generation
+from specproof.properties.engine.plugin import Axis, Check
 from specproof.reference.errors import UsageError
+
+if TYPE_CHECKING:
+    from specproof.properties.engine.audit import EngineAudit
+    from specproof.properties.engine.case import EngineCaseResult
+    from specproof.properties.engine.runner import CaseRunner
 
 #: how a case's place on the axis reads in its name
 CACHE_NAMES = {None: "", "cold": " cold", "warm": " after a prefix-cache hit"}
@@ -51,3 +57,51 @@ class CacheAxis(Axis):
 
     def reference(self, value: Any) -> bool:
         return value == "cold"
+
+
+@dataclass
+class CacheHits:
+    """The warm requests whose answers said how many prompt tokens the cache served
+    (``Generation.cached``), and those that hit it (at least one token)."""
+
+    warm: int = 0
+    counted: int = 0
+    hits: int = 0
+
+    def line(self) -> str:
+        if not self.counted:
+            return (
+                f"prefix cache: no hit counted in {self.warm} warm requests (the server reports no cached "
+                "prompt tokens)"
+            )
+        return (
+            f"prefix cache: {self.hits} of {self.counted} warm requests hit the cache (the prompt tokens "
+            "the server said it served from it)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"warm": self.warm, "counted": self.counted, "hits": self.hits}
+
+
+class CacheCheck(Check):
+    """Counts the prefix-cache hits of the warm requests (:class:`CacheHits`): the sign-off's
+    prefix-cache item says "yes" only where hits were counted."""
+
+    name = "cache"
+    docs = "docs/endpoint-audit.md#after-a-prefix-cache-hit---prefix-cache"
+    bug = "ignores_cache"
+    signoff = "a prefix-cache hit behaves as a cold request"
+    calibration = "exact: counts of the prompt tokens the server says it served from its cache"
+
+    def start(self, audit: EngineAudit) -> None:
+        self.hits: CacheHits | None = None
+        if audit.values(self.name):
+            self.hits = audit.result.plugins[self.name] = CacheHits()
+
+    def sample(self, audit: EngineAudit, runner: CaseRunner, r: EngineCaseResult, g: Generation) -> None:
+        if self.hits is None or r.case.at(self.name) != "warm":
+            return
+        self.hits.warm += 1
+        if g.cached is not None:
+            self.hits.counted += 1
+            self.hits.hits += g.cached > 0

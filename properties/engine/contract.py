@@ -88,6 +88,9 @@ class Generation:
     text: str | None = None
     #: its index among the completions of one request (the completions axis), where asked for n
     choice: int | None = None
+    #: prompt tokens the server served from its prompt cache (llama-server's ``timings.cache_n``),
+    #: where it says: the prefix-cache axis counts its hits from it
+    cached: int | None = None
 
 
 # --------------------------------------------------------------------------- sampling settings

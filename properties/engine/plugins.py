@@ -9,7 +9,7 @@ it flags, a sign-off item and a calibration (or why it has none).
 from __future__ import annotations
 
 from specproof.properties.engine.acceptance import AcceptanceCheck
-from specproof.properties.engine.cache import CacheAxis
+from specproof.properties.engine.cache import CacheAxis, CacheCheck
 from specproof.properties.engine.completions import CompletionsAxis, CompletionsCheck
 from specproof.properties.engine.load import LoadAxis, LoadCheck
 from specproof.properties.engine.metrics import MetricsPlugin
@@ -32,4 +32,5 @@ def checks() -> list[Check]:
         StreamingCheck(),
         LoadCheck(),
         CompletionsCheck(),
+        CacheCheck(),
     ]

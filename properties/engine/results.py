@@ -70,7 +70,8 @@ class EngineAuditResult:
     #: the completions axis's independence tests (:mod:`.completions`; None: no such axis)
     completions: CompletionsResult | None = None
     #: what a plug-in without a field of its own reports, by its name: an object with ``line()``
-    #: (its summary line), ``to_json()`` and ``item()`` (its sign-off question, answer and detail)
+    #: (its summary line), ``to_json()`` and, where it asks a sign-off question of its own, ``item()``
+    #: (the question, answer and detail)
     plugins: dict[str, Any] = field(default_factory=dict)
     #: where the plan did not fit the budget, what would (said before sampling, and again where the
     #: audit ran short): a per-token TV, a budget

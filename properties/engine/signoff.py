@@ -185,7 +185,7 @@ def signoff(r: EngineAuditResult) -> list[Item]:
         _reports(r),
         _acceptance(r),
         _acceptance_axis(r),
-        *(Item(*rep.item()) for rep in r.plugins.values()),
+        *(Item(*rep.item()) for rep in r.plugins.values() if hasattr(rep, "item")),
         _control(r),
         _contract(r),
     ]
@@ -203,7 +203,20 @@ def _prefix_cache(r: EngineAuditResult) -> Item:
     if r.violation is not None and "cache" in str(r.violation.get("case", "")):
         return Item(q, NO, r.violation_text())
     drawn = sum(c.n for c in warm)
-    return Item(q, YES, f"{len(warm)} cases after a prefix-cache hit, {drawn} samples: the law held, as cold")
+    hits = r.plugins.get("cache")
+    if hits is None or not hits.hits:
+        return Item(
+            q,
+            NOT_TESTED,
+            f"the law held in {drawn} warm samples, but no request was counted as a cache hit (the "
+            "server's cached prompt tokens, llama-server's timings.cache_n): was cache_prompt honoured?",
+        )
+    return Item(
+        q,
+        YES,
+        f"{len(warm)} cases after a prefix-cache hit, {drawn} samples ({hits.hits} of {hits.counted} warm "
+        "requests counted as hits): the law held, as cold",
+    )
 
 
 def _completions(r: EngineAuditResult) -> Item:

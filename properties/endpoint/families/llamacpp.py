@@ -221,7 +221,8 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
             ) + (None,) * max(0, len(ids) - len(probs))
         drafted = int(timings.get("draft_n", 0))
         text = answer.get("content") if isinstance(answer.get("content"), str) else None
-        return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported, None, text)
+        accepted = int(timings.get("draft_n_accepted", 0))
+        return Generation(ids, drafted, accepted, None, reported, None, text, cached=_cached(timings))
 
     def read_completions(self, answer: Any, report: bool) -> list[Generation]:
         """``n_cmpl`` > 1: a list of answers, each with its ``index``; 1: one answer."""
@@ -263,7 +264,8 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
                 (float(p["prob"]) if isinstance(p, dict) and "prob" in p else None) for p in probs
             ) + (None,) * max(0, len(ids) - len(probs))
         drafted = int(timings.get("draft_n", 0))
-        return Generation(ids, drafted, int(timings.get("draft_n_accepted", 0)), None, reported, None, text)
+        accepted = int(timings.get("draft_n_accepted", 0))
+        return Generation(ids, drafted, accepted, None, reported, None, text, cached=_cached(timings))
 
     def read_law(self, answer: Any, s: Sampling, vocab: int) -> list[float]:
         try:
@@ -395,7 +397,11 @@ def _completed(si: StandIn, body: dict[str, Any], ask: wire.Ask, index: int) -> 
         "stop_type": "word" if d.stopped_by else "limit",
         "stopping_word": d.stopped_by or "",
         "truncated": False,
-        "timings": {"prompt_n": len(ask.prompt), "predicted_n": len(d.tokens)},
+        "timings": {
+            "cache_n": d.cached,
+            "prompt_n": len(ask.prompt) - d.cached,
+            "predicted_n": len(d.tokens),
+        },
     }
     if si.speculative:
         out["timings"].update(draft_n=d.drafted, draft_n_accepted=d.accepted)
@@ -447,3 +453,9 @@ def _probabilities(si: StandIn, x: int, p: float, shown: Any, raw: Any, post: bo
 
 #: the paths the stand-in answers in this family's shape
 ROUTES: dict[str, wire.Answer] = {"/completion": completion}
+
+
+def _cached(timings: dict[str, Any]) -> int | None:
+    """The prompt tokens served from the cache (``timings.cache_n``), None where not said."""
+    n = timings.get("cache_n")
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None

@@ -71,6 +71,7 @@ class Drawn:
     #: tokens emitted by each step, in order (the first token is a step of its own)
     steps: list[int] = field(default_factory=list)
     stopped_by: str | None = None  # the stop string that ended it
+    cached: int = 0  # prompt tokens served from the prompt cache (a prefix-cache hit)
 
 
 class Events(list[Any]):
