@@ -177,3 +177,21 @@ def test_the_command_line_audits_a_traffic_file(tmp_path, capsys):
     assert "no file" in capsys.readouterr().err  # checked before any server is reached
     assert main(["audit", "traffic", "--progress", "off"]) == 4
     assert "TRAFFIC: missing" in capsys.readouterr().err
+
+
+def test_the_command_line_writes_a_traffic_report_in_the_format_its_ending_names(tmp_path, capsys):
+    from specproof.properties.cli import main
+
+    with StandIn(loop="laws", listen=False) as served:
+        path = _write(tmp_path, _serve(served, 40))
+    with StandIn(speculative=False, loop="laws") as twin:
+        for name in ("r.html", "r.md"):
+            out = tmp_path / name
+            args = ["audit", "traffic", path, "--twin", twin.url, "--tv", "0.05", "--progress", "off"]
+            assert main([*args, "--report", str(out)]) == Verdict.UNDERPOWERED.exit_code
+            text = out.read_text()
+            if name.endswith(".html"):
+                assert text.lstrip().lower().startswith("<!doctype html") and "```" not in text
+            else:
+                assert text.startswith("# specproof traffic audit") and "```" in text
+    capsys.readouterr()

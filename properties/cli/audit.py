@@ -456,7 +456,10 @@ def cmd_audit_traffic(args: argparse.Namespace) -> int:
     print(res.summary())
     write_json_to(args.json, res.to_json())
     if args.report:
-        write_text(args.report, "# specproof traffic audit\n\n```\n" + res.summary() + "\n```")
+        from specproof.properties.audit.report import write_blocks
+
+        # Markdown or HTML by the file's ending, as every other report
+        write_blocks(args.report, [("h1", "specproof traffic audit"), ("pre", res.summary())])
     return res.exit_code
 
 
