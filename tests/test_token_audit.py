@@ -18,6 +18,7 @@ from specproof.properties.engine.contract import T07, T1, EngineSpec, Sampling
 from specproof.properties.engine.loops import DirectEngine, engine_target
 from specproof.properties.engine.registry import resolve_engine, with_options
 from specproof.properties.engine.token_stage import block_indices
+from specproof.properties.tokens.family import direction
 from specproof.properties.verdicts import Verdict
 from specproof.reference.transformer import TransformerLM
 
@@ -48,6 +49,20 @@ def test_the_token_test_alone_flags_the_mutant_loops(name, prompt, setting, tv):
     assert "token test" in r.short_witness() and "e-value" in r.witness_text()
     f = r.token_test["finding"]
     assert f["statistic"] and f["tokens"] > 0
+    assert (
+        f["direction"] == direction(f["statistic"], f["drift"]) and f"({f['direction']})" in r.witness_text()
+    )
+
+
+def test_a_drift_reads_which_way_it_leans():
+    """The sign of each statistic's drift, in words (the table of properties/tokens/family.py)."""
+    assert direction("mean", -0.03) == "toward likely tokens (sharpening)"
+    assert direction("position[8-16].mean", 0.02) == "toward unlikely tokens (flattening)"
+    assert direction("greedy", 0.1) == "toward the argmax"
+    assert direction("surprisal", 0.2).startswith("tokens more surprising")
+    assert direction("serial.samples", 0.3) == "consecutive samples moving together"
+    assert direction("index.mean", -0.1) == "toward lower token ids"
+    assert direction("block[3+].uniform", 0.05).startswith("mass moved between cells")
 
 
 def test_where_the_cells_test_is_stronger_the_report_says_which_test_found_it():

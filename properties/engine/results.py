@@ -139,6 +139,7 @@ class EngineAuditResult:
         text = (
             f"token test, {case}: statistic {f['statistic']} ({f['what']}), e-value {e:.3g} >= 1/alpha = "
             f"{1 / self.token_test['alpha']:.3g} after {f['tokens']:,} tokens; its drift {f['drift']:+.3g}"
+            + (f" ({f['direction']})" if f.get("direction") else "")
         )
         return text if not short else text.split("; its drift")[0]
 

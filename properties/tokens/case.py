@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.tokens import power
-from specproof.properties.tokens.family import DOCS, Family
+from specproof.properties.tokens.family import DOCS, Family, direction
 from specproof.properties.tokens.law import TokenLaw
 from specproof.properties.tokens.transform import (
     Observations,
@@ -222,6 +222,7 @@ class TokenTest:
             "what": DOCS[lead.family],
             "log_wealth": lead.log_wealth,
             "drift": lead.bettor.drift,
+            "direction": direction(lead.name, lead.bettor.drift),
             "tokens": lead.bettor.n,
         }
         if pooled:

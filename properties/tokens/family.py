@@ -83,6 +83,41 @@ DOCS: dict[str, str] = {
     "index": "the transform in the ids' order moved (reused uniforms)",
     "eos": "the end of sequence's mass moved",
 }
+#: which way a statistic's drift leans, in words: (negative, positive), by the last part of its name
+#: (``position[8-16].mean`` reads as ``mean``); cells (``uniform``) have no single direction
+_WAYS: dict[str, tuple[str, str]] = {
+    "mean": ("toward likely tokens (sharpening)", "toward unlikely tokens (flattening)"),
+    "greedy": ("away from the argmax", "toward the argmax"),
+    "surprisal": (
+        "tokens less surprising than the law says (sharpening)",
+        "tokens more surprising than the law says (another law, or flattening)",
+    ),
+    "draft": ("away from the draft's law", "toward the draft's law"),
+    "serial": ("consecutive transforms moving apart", "consecutive transforms moving together"),
+    "samples": ("consecutive samples moving apart", "consecutive samples moving together"),
+    "repeat": ("a step's transforms moving apart from the step before", "a step repeating the step before"),
+    "eos": (
+        "the end of sequence less often than the law says",
+        "the end of sequence more often than the law says",
+    ),
+}
+_INDEX = ("toward lower token ids", "toward higher token ids")
+
+
+def direction(statistic: str, drift: float) -> str:
+    """Which way ``statistic``'s ``drift`` (its running mean) leans, in words (:data:`DOCS` says what
+    it measures; the sign is defined in the module docstring's table)."""
+    last = statistic.rsplit(".", 1)[-1].split("[")[0]
+    if last == "uniform" or statistic == "index":
+        return "mass moved between cells of the transform (no single direction)"
+    if drift == 0:
+        return "no lean yet"
+    ways = _INDEX if statistic == "index.mean" else _WAYS.get(last)
+    if ways is None:
+        return "see the statistic"
+    return ways[drift > 0]
+
+
 #: the statistics that run only where the engine or the audit gives what they read
 OPTIONAL = ("draft", "block", "eos")
 
