@@ -53,11 +53,16 @@ def _literal(x: Any) -> str:
 
 def replay_source(data: dict[str, Any], backend: str | None = None, target: str | None = None) -> str:
     """The pytest module reproducing the witness of ``data`` (an audit's JSON)."""
+    if "engine" in data and "group" in data and "kind" not in data:  # an engine or endpoint audit
+        return engine_replay_source(data)
     entry = _pick(data, backend)
     target = str(target or entry.get("target") or entry.get("backend"))
     kind = entry.get("kind")
     if kind not in ("chain", "tree"):
-        raise ReplayError(f"kind {kind!r}: only chain and tree audits can be replayed")
+        raise ReplayError(
+            f"kind {kind!r}: what replays is a chain or tree audit (specproof audit chain|tree --json), "
+            "a main job's backend (--backend), or an engine audit of a registered or importable engine"
+        )
     verdict = entry.get("verdict")
     seed = int(entry.get("seed", entry.get("config", {}).get("seed", 0)))
     alpha = float(entry.get("alpha", 1e-6))
@@ -216,3 +221,57 @@ def test_the_witness_case_passes_its_plan():
 
 def _comment(text: str) -> str:
     return "\n".join("# " + line for line in text.splitlines()[:40])
+
+
+#: the verdicts a replayed engine audit must not give once the engine is fixed
+_FAILING = ("lossy", "contract_violation", "no_speculation", "misreported", "acceptance_low")
+
+
+def engine_replay_source(data: dict[str, Any]) -> str:
+    """The pytest module that runs an engine audit again, as it ran: the same engine, cases, horizon
+    and plan, the same seed, so the same samples in the same order (sample ``i`` of case ``c`` is
+    drawn with a seed from (seed, c, i) alone). It fails while the engine still gives the witness
+    and passes once it is fixed. A served engine's audit replays against its server: refused, with
+    the command to run."""
+    name, group = str(data["engine"]), str(data["group"])
+    if group == "endpoint" or name.startswith("endpoint "):
+        raise ReplayError(
+            f"{name}: an endpoint audit replays against its server: run specproof audit endpoint again "
+            f"with --seed {data.get('seed')} (its samples are the same for the same seed and plan)"
+        )
+    config = data.get("config")
+    if not isinstance(config, dict):
+        raise ReplayError(
+            'an engine audit\'s JSON without its plan ("config"): written by an older specproof'
+        )
+    cases = [c["case"] for c in data.get("cases", [])]
+    prompts = list(dict.fromkeys(tuple(c["prompt"]) for c in cases))
+    labels = list(dict.fromkeys(c["name"].split(" after ")[0] for c in data.get("cases", [])))
+    witness = str(data.get("short_witness") or data.get("witness_text") or "")
+    return f'''"""Replay of the engine audit of {name} (written by specproof replay).
+
+The audit found ({data.get("verdict")}): {witness[:300]}
+
+It runs the audit again as it ran (engine, cases, horizon, plan and seed): the same samples in the
+same order. It fails while the engine gives the witness and passes once the engine is fixed.
+"""
+
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+from specproof.properties.engine.registry import resolve_engine, with_options
+
+ENGINE = {name!r}
+PROMPTS = {_literal(prompts)}
+#: the sampling settings the audit ran, by label (the engine's own, in its order)
+SETTINGS = {_literal(labels)}
+TOKENS = {int(data["tokens"])}
+CONFIG = EngineAuditConfig(**{_literal(config)})
+
+
+def test_replay_the_engine_audit():
+    spec = resolve_engine(ENGINE)
+    samplings = [s for label in SETTINGS for s in spec.samplings if s.label == label]
+    assert len(samplings) == len(SETTINGS), "the engine no longer offers the settings audited"
+    spec = with_options(spec, prompts=PROMPTS, samplings=samplings, tokens=TOKENS)
+    r = audit_engine(spec, CONFIG)
+    assert r.verdict.value not in {_FAILING!r}, r.summary()
+'''

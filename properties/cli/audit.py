@@ -491,7 +491,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             data = json.load(f)
         source = replay_source(data, backend=args.backend, target=args.target)
     except (json.JSONDecodeError, ReplayError) as e:
-        raise UsageError(f"AUDIT.json: {e}") from e
+        raise UsageError(f"{args.json}: {e}") from e
     if args.output:
         write_text(args.output, source)
         print(f"wrote {args.output}; run: python -m pytest {args.output}")

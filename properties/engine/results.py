@@ -5,6 +5,7 @@ JSON). They hold what :class:`~.audit.EngineAudit` found; nothing here samples o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -385,6 +386,7 @@ class EngineAuditResult:
         if self.plugins:
             out["plugins"] = {name: rep.to_json() for name, rep in self.plugins.items()}
 
+        out["config"] = dataclasses.asdict(self.config)  # the whole plan, as a replay needs it
         out["signoff"] = [item.to_json() for item in signoff(self)]
         if self.token_test is not None:
             out["token_test"] = self.token_test
