@@ -26,7 +26,6 @@ from pathlib import Path
 
 from specproof.properties.servers import gguf_models as gm
 from specproof.properties.servers import tiny_hf, venvs
-from specproof.reference.errors import SpecproofError
 
 VERSION = "0.6.0"
 WORKER = Path(__file__).with_name("mistralrs_worker.py")
@@ -35,7 +34,7 @@ MODES = ("draft", "plain")
 DRAFT_TOKENS = 3
 
 
-class MistralRSError(SpecproofError, RuntimeError):
+class MistralRSError(venvs.WorkerFault):
     """mistral.rs's environment cannot be built, or its worker failed."""
 
 
@@ -135,5 +134,7 @@ class Worker(venvs.JsonLinesWorker):
         cmd = [str(python()), str(WORKER), "serve", "--hf", str(models_dir()), "--mode", mode]
         cmd += ["--gamma", str(draft_tokens), "--prefix-cache", str(prefix_cache)]
         self.mode, self.draft_tokens = mode, draft_tokens
-        # mistral.rs logs to stdout and stderr alike: the JSON lines are read, the rest skipped
-        super().__init__(cmd, MistralRSError, f"mistral.rs ({mode})", tail_stderr=False)
+        # mistral.rs logs to stdout and stderr alike: the JSON lines are read and the rest skipped
+        # (its last lines kept); stderr goes to the log, whose tail a crash quotes
+        log = venvs.worker_log(cache_root() / "logs", mode)
+        super().__init__(cmd, MistralRSError, f"mistral.rs ({mode})", log=log)

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from typing import Any
 
 #: the tiny vocabulary (properties/servers/gguf_models.py's VOCAB): id -> text
@@ -93,7 +94,8 @@ def serve(hf: str, mode: str, gamma: int, prefix_cache: int) -> None:
             if req.get("op") == "quit":
                 break
             answer = generate(r, req)
-        except Exception as e:  # said to the caller, who decides
+        except Exception as e:  # said to the caller, who decides; the traceback to the log
+            traceback.print_exc()
             answer = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(answer), flush=True)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specproof.properties.servers import tiny_hf, venvs
-from specproof.reference.errors import SpecproofError
+
 
 VERSION = "2026.4.1"
 OPTIMUM_INTEL = "2.2.0"
@@ -34,7 +34,7 @@ MODES = ("draft", "lookup", "plain")
 DRAFT_TOKENS = 3
 
 
-class OpenVINOError(SpecproofError, RuntimeError):
+class OpenVINOError(venvs.WorkerFault):
     """OpenVINO GenAI's environment cannot be built, or its worker failed."""
 
 
@@ -142,4 +142,5 @@ class Worker(venvs.JsonLinesWorker):
         cmd = [str(python()), str(WORKER), "serve", "--ir", str(ir), "--mode", mode]
         cmd += ["--assistant", str(draft_tokens)]
         self.mode, self.draft_tokens = mode, draft_tokens
-        super().__init__(cmd, OpenVINOError, f"OpenVINO GenAI ({mode})")
+        log = venvs.worker_log(cache_root() / "logs", mode)
+        super().__init__(cmd, OpenVINOError, f"OpenVINO GenAI ({mode})", log=log)

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
 # optimum-intel declares torchvision; the registry's build does not match the CPU torch and
@@ -125,7 +126,8 @@ def serve(ir: str, mode: str, assistant: int) -> None:
             if req.get("op") == "quit":
                 break
             answer = generate(pipe, mode, assistant, req)
-        except Exception as e:  # said to the caller, who decides
+        except Exception as e:  # said to the caller, who decides; the traceback to the log
+            traceback.print_exc()
             answer = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(answer), flush=True)
 

@@ -1,16 +1,37 @@
 """What the engines kept in environments of their own share: where each lives (under the cache,
 outside the clone, or where an environment variable says), its Python, the version of a
-distribution installed there, and pip run in it with a log."""
+distribution installed there, pip run in it with a log, and the workers that run there
+(:class:`JsonLinesWorker`: every worker's stderr kept in a log file of its own, whose tail a
+failure quotes; :class:`WorkerFault`: what a failed worker raises)."""
 
 from __future__ import annotations
 
 import atexit
+import collections
+import contextlib
+import itertools
 import json
 import os
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from specproof.reference.errors import ArgumentTypeError, SpecproofError
+
+#: worker logs kept per folder (the newest; older ones are removed when a worker starts)
+KEEP_LOGS = 64
+#: lines of a worker's stderr (and of its stdout that was not JSON) quoted when it fails
+TAIL_LINES = 25
+
+
+class WorkerFault(SpecproofError, RuntimeError):
+    """A tier's environment or worker failed: it could not be built or started, the worker
+    exited, or it answered an error. Never an answer of the engine it drives: the engine audit
+    ends ``error`` on it, with this message quoted, and that verdict never agrees with a declared
+    expectation (a crashed worker once read as the ``contract_violation`` an engine was declared
+    to have). Each tier's error class derives from it (``MistralRSError``, ``OpenVINOError``,
+    ``VLLMError``)."""
 
 
 def cache_root(folder: str) -> Path:
@@ -37,6 +58,38 @@ def dist_version(py: Path, dist: str) -> tuple[str | None, str]:
     return (text if out.returncode == 0 else None), text[-200:]
 
 
+def worker_log(folder: Path, tag: str) -> Path:
+    """A new log file for one worker's stderr: ``FOLDER/TAG-PID-N.log`` (N counts this process's
+    workers), the folder made; logs beyond the newest :data:`KEEP_LOGS` there are removed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    old = sorted(folder.glob("*.log"), key=_mtime, reverse=True)
+    for stale in old[KEEP_LOGS - 1 :]:
+        stale.unlink(missing_ok=True)
+    return folder / f"{tag}-{os.getpid()}-{next(_LOG_SEQ)}.log"
+
+
+_LOG_SEQ = itertools.count(1)
+
+
+def _mtime(path: Path) -> float:
+    """When ``path`` was last written (0 for one another process removed meanwhile)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def tail(path: Path | None, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of the file at ``path`` ('' when absent), read from its end."""
+    if path is None or not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 64 * 1024))
+        text = f.read().decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def pip(py: Path, args: Sequence[str], log: Path, error: type[Exception]) -> None:
     """``pip ARGS`` in the environment of ``py``, its output appended to ``log``; ``error``
     raised with the log's tail when it fails."""
@@ -45,14 +98,13 @@ def pip(py: Path, args: Sequence[str], log: Path, error: type[Exception]) -> Non
         f.flush()
         done = subprocess.run([str(py), "-m", "pip", *args], stdout=f, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-25:])
-        raise error(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail}")
+        raise error(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail(log)}")
 
 
 class WorkerPool:
-    """Workers of another environment kept for the process by key (a pipeline, a runner: each
-    costs seconds to start), closed when the process exits or by :meth:`close`. Close them when
-    done: an idle worker may still take a core (mistral.rs's runner spins while it waits)."""
+    """Workers of another environment kept by key (a pipeline, a runner: each costs seconds to
+    start), closed by :meth:`close` or when the process exits. Close them when done: an idle
+    worker may still take a core (mistral.rs's runner spins while it waits)."""
 
     def __init__(self) -> None:
         self.workers: dict[Any, JsonLinesWorker] = {}
@@ -75,27 +127,30 @@ class JsonLinesWorker:
     """A worker process of another environment that answers one JSON object a line: ``cmd``
     started, its first JSON line (``{"ready": true, ...}``) kept as ``identity``; ``request``
     writes one request and reads its answer (lines that are not JSON objects, a native library's
-    log, are skipped); an answer with ``error`` raises ``error`` (a project error class) named
-    ``what``. ``tail_stderr``: read the worker's stderr into the message when it exits (else it is
-    discarded); ``log``: a file its stderr is written to instead (a worker that logs a lot), whose
-    tail the message quotes; ``env``: its environment (this process's by default). Use as a
-    context manager, or :meth:`close` (``{"op": "quit"}``, then a kill)."""
+    log, are skipped; the last :data:`TAIL_LINES` are kept); ``env``: its environment (this
+    process's by default). Use as a context manager, or :meth:`close` (``{"op": "quit"}``, then a
+    kill).
+
+    The worker's stderr goes to the file ``log`` (:func:`worker_log` makes one), kept after it
+    ends. Every failure raises ``error`` (a :class:`WorkerFault` class), named ``what``: a worker
+    that did not start or exited, with its exit code, the tail of its stderr's log and the last
+    lines of its stdout that were not JSON; an answer with ``error``, quoted, with the same log's
+    tail (the worker scripts print the traceback there)."""
 
     def __init__(
         self,
         cmd: Sequence[str],
-        error: type[Exception],
+        error: type[WorkerFault],
         what: str,
-        tail_stderr: bool = True,
-        log: Path | None = None,
+        log: Path,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.error, self.what, self.log = error, what, log
-        err: Any = subprocess.PIPE if tail_stderr else subprocess.DEVNULL
-        if log is not None:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            err = open(log, "w")  # the child holds its own descriptor; ours is closed below
-        try:
+        if not (isinstance(error, type) and issubclass(error, WorkerFault)):
+            raise ArgumentTypeError(f"error: {error!r} is not a WorkerFault class (a tier's error class)")
+        self.error, self.what, self.log = error, what, Path(log)
+        self.stdout_tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "w") as err:  # the child holds its own descriptor
             self.proc = subprocess.Popen(
                 list(cmd),
                 stdin=subprocess.PIPE,
@@ -105,14 +160,27 @@ class JsonLinesWorker:
                 bufsize=1,
                 env=env,
             )
-        finally:
-            if log is not None:
-                err.close()
-        ready = self._read()
+        try:
+            ready = self._read()
+        except WorkerFault as e:
+            raise error(f"the {what} worker did not start: {e}") from e
         if not ready.get("ready"):
             self.close()
-            raise error(f"the {what} worker did not start: {ready}")
+            raise error(f"the {what} worker did not start: {ready}{self._quoted()}")
         self.identity = ready
+
+    def _quoted(self) -> str:
+        """The tail of the worker's stderr log and its last stdout lines that were not JSON, as
+        the end of an error message."""
+        out = ""
+        said = tail(self.log)
+        if said:
+            out += f"\n--- the tail of its stderr ({self.log}):\n{said}"
+        else:
+            out += f"\n--- its stderr ({self.log}) is empty"
+        if self.stdout_tail:
+            out += "\n--- its last stdout lines that were not JSON:\n" + "\n".join(self.stdout_tail)
+        return out
 
     def _read(self) -> dict[str, Any]:
         out: IO[str] | None = self.proc.stdout
@@ -120,27 +188,35 @@ class JsonLinesWorker:
         while True:
             line = out.readline()
             if not line:
-                err = self.proc.stderr.read() if self.proc.stderr else ""
-                if self.log is not None and self.log.exists():
-                    err = self.log.read_text(errors="replace")
-                raise self.error(
-                    f"the {self.what} worker exited (code {self.proc.wait()}) {err[-2000:]}".rstrip()
-                )
+                try:
+                    code: int | str = self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # stdout closed, the process still there
+                    self.proc.kill()
+                    code = f"none: it closed its stdout and was killed, {self.proc.wait()}"
+                raise self.error(f"the {self.what} worker exited (code {code}){self._quoted()}")
             if line.startswith("{"):
-                answer: dict[str, Any] = json.loads(line)
-                return answer
+                try:
+                    answer: dict[str, Any] = json.loads(line)
+                    return answer
+                except json.JSONDecodeError:  # a log line that starts with a brace
+                    pass
+            self.stdout_tail.append(line.rstrip("\n"))
 
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
         stdin = self.proc.stdin
         assert stdin is not None
-        stdin.write(json.dumps(req) + "\n")
-        stdin.flush()
+        try:
+            stdin.write(json.dumps(req) + "\n")
+            stdin.flush()
+        except (BrokenPipeError, OSError):  # it is gone: say how it ended
+            pass
         answer = self._read()
         if "error" in answer:
-            raise self.error(f"{self.what}: {answer['error']}")
+            raise self.error(f"{self.what} answered an error: {answer['error']}{self._quoted()}")
         return answer
 
     def close(self) -> None:
+        """Ask the worker to quit (10 s), else kill it; its pipes are closed, its log kept."""
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
@@ -149,6 +225,11 @@ class JsonLinesWorker:
                 self.proc.wait(timeout=10)
             except Exception:
                 self.proc.kill()
+                self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
     def __enter__(self) -> JsonLinesWorker:
         return self

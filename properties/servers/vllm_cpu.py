@@ -43,7 +43,7 @@ from typing import Any
 
 from specproof.properties.servers import tiny_hf, venvs
 from specproof.properties.servers.llamacpp import free_port
-from specproof.reference.errors import SpecproofError, UsageError
+from specproof.reference.errors import UsageError
 
 VERSION = "0.32.0"
 TORCH = "torch==2.13.0"
@@ -104,7 +104,7 @@ NOT_RUNNABLE = {
 }
 
 
-class VLLMError(SpecproofError, RuntimeError):
+class VLLMError(venvs.WorkerFault):
     """vLLM's environment cannot be built, or its server did not start or answer."""
 
 
@@ -394,7 +394,7 @@ class LLMWorker(venvs.JsonLinesWorker):
         self.method, self.fixes = method, tuple(fixes)
         tag = method.replace("[", "-").replace("]", "") + ("-fixed" if fixes else "-stock")
         env = vllm_env(method, fixes)
-        log = cache_root() / "logs" / f"llm-{tag}-{os.getpid()}-{id(self)}.log"
+        log = venvs.worker_log(cache_root() / "logs", f"llm-{tag}")
         super().__init__(cmd, VLLMError, f"vllm.LLM ({method})", log=log, env=env)
 
     def log_text(self) -> str:

@@ -273,7 +273,10 @@ def worker(target: str, speculative: dict[str, Any] | None) -> None:
                     "speculation": grew,
                 }
             )
-        except Exception as e:  # the worker answers and goes on
+        except Exception as e:  # the worker answers and goes on; the traceback to its log
+            import traceback
+
+            traceback.print_exc()
             say({"error": f"{type(e).__name__}: {e}"})
 
 
