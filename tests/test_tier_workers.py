@@ -1,9 +1,15 @@
-"""The tiers' worker processes (properties/servers/venvs.py), on a stand-in worker: a Python
-script of a few lines run with this interpreter, which speaks the workers' JSON lines and fails on
-purpose by mode (it never starts; it exits in the middle of a request, as mistral.rs's speculative
-runner panics; it answers an error, as the mistral.rs worker did with a TypeError). Nothing of a
-tier is installed; every outcome is fixed. Every worker's stderr is kept in a log file of its own,
-and a failure quotes its tail (once a crash read only "exited (code 1)").
+"""The tiers' worker processes (properties/servers/venvs.py) and what the engine audit makes of
+their failures, on a stand-in worker: a Python script of a few lines run with this interpreter,
+which speaks the workers' JSON lines and fails on purpose by mode (it never starts; it exits in
+the middle of a request, as mistral.rs's speculative runner panics; it answers an error, as the
+mistral.rs worker did with a TypeError), or answers the same tokens whatever the seed (a real
+contract violation, the control). Nothing of a tier is installed; every outcome is fixed.
+
+* every worker's stderr is kept in a log file of its own, and a failure quotes its tail (once a
+  crash read only "exited (code 1)");
+* a worker's failure ends the engine audit ``error``, quoting the worker, and never agrees with a
+  declared verdict, where the same engine declared ``contract_violation`` once read as agreeing;
+  an engine group with such an engine exits 1.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
+from specproof.properties.engine.contract import EngineSpec, Sampling
+from specproof.properties.engine.signoff import YES, signoff
 from specproof.properties.servers import venvs
+from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import ArgumentTypeError
 
 #: the stand-in worker: ``SCRIPT MODE``; modes no-start, crash, raise, else the same tokens always
@@ -44,6 +54,7 @@ for line in sys.stdin:
         continue
     print(json.dumps({"tokens": [1, 2, 3, 1]}), flush=True)
 """
+V, M = 4, 4
 
 
 class StandInError(venvs.WorkerFault):
@@ -120,3 +131,102 @@ def test_worker_logs_keep_the_newest(tmp_path):
     kept = sorted(p.name for p in folder.glob("*.log"))
     assert len(kept) == venvs.KEEP_LOGS and new.name in kept
     assert "old-0.log" not in kept and f"old-{venvs.KEEP_LOGS + 4}.log" in kept  # the oldest went first
+
+
+# --------------------------------------------------------------------------- the engine audit
+
+
+class StandInTier:
+    """A tier adapter in small: one worker per mode in a pool, closed by :meth:`close`;
+    ``alive_at_build`` records, each time an engine is built, its mode and which workers were
+    still running."""
+
+    def __init__(self, script: Path) -> None:
+        self.script, self.pool = script, venvs.WorkerPool()
+        self.started: list[venvs.JsonLinesWorker] = []
+        self.alive_at_build: list[tuple[str, list[str]]] = []
+
+    def worker(self, mode: str) -> venvs.JsonLinesWorker:
+        def make() -> venvs.JsonLinesWorker:
+            self.started.append(_worker(self.script, mode))
+            return self.started[-1]
+
+        w: venvs.JsonLinesWorker = self.pool.get(mode, make)
+        return w
+
+    def build(self, mode: str, sampling: Sampling) -> StandInEngine:
+        self.alive_at_build.append((mode, [w.what for w in self.started if w.proc.poll() is None]))
+        return StandInEngine(self, mode)
+
+    def spec(self, mode: str, expect: str = "contract_violation") -> EngineSpec:
+        return EngineSpec(
+            f"stand-in.{mode}",
+            "stand-in-tier",
+            f"a worker of mode {mode}",
+            lambda s: self.build(mode, s),
+            V,
+            ((1, 2),),
+            (Sampling(1.0),),
+            expect=expect,
+            tokens=M,
+        )
+
+
+class StandInEngine:
+    capabilities: frozenset[str] = frozenset()
+    vocab = V
+
+    def __init__(self, tier: StandInTier, mode: str) -> None:
+        self.tier, self.mode = tier, mode
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
+        return list(self.tier.worker(self.mode).request({"op": "generate", "seed": seed})["tokens"])
+
+    def target_law(self, context: list[int]) -> list[float]:
+        return [1 / V] * V
+
+
+CONFIG = EngineAuditConfig(samples=16, seed=0)
+#: the command line that audits the stand-in tier's group
+GROUP = ["audit", "engine", "--engine-group", "stand-in-tier", "--samples", "16", "--progress", "off"]
+
+
+def test_the_control_a_seed_ignored_is_the_declared_contract_violation(script):
+    tier = StandInTier(script)
+    r = audit_engine(tier.spec("same-tokens"), CONFIG)
+    assert r.verdict == Verdict.CONTRACT_VIOLATION and (r.violation or {}).get("kind") == "ignores_seed"
+    assert r.agrees is True and r.worker_fault is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "quoted"),
+    [
+        ("raise", "TypeError: CompletionRequest() got an unexpected keyword 'seed'"),
+        ("crash", "panicked at speculative.rs:42"),
+    ],
+)
+def test_a_worker_fault_is_stated_and_never_agrees(script, mode, quoted):
+    tier = StandInTier(script)
+    r = audit_engine(tier.spec(mode, expect="contract_violation"), CONFIG)
+    assert r.verdict == Verdict.ERROR and r.exit_code == 4
+    assert r.agrees is False  # where it once read contract_violation, agreeing with the declaration
+    assert r.worker_fault is not None and quoted in r.worker_fault and "StandInError" in r.worker_fault
+    assert quoted in r.summary() and "never the declared one" in r.summary()
+    assert r.to_json()["agrees"] is False and quoted in r.to_json()["worker_fault"]
+    assert r.short_witness().startswith("[fault] ")
+    assert not [item for item in signoff(r) if item.answer == YES]
+
+
+def test_an_engine_group_with_a_crashed_worker_exits_1(script, monkeypatch, capsys):
+    from specproof.properties.cli import main
+    from specproof.properties.engine.registry import ENGINES, ensure_registered
+
+    ensure_registered()
+    tier = StandInTier(script)
+    for spec in (tier.spec("same-tokens"), tier.spec("raise")):
+        monkeypatch.setitem(ENGINES, spec.name, spec)
+    code = main(GROUP)
+    out = capsys.readouterr().out
+    assert "DISAGREES: stand-in.raise: error, declared contract_violation" in out, out
+    assert "DISAGREES: stand-in.same-tokens" not in out
+    assert code == 1

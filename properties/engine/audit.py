@@ -65,6 +65,7 @@ from specproof.properties.engine.contract import (
     Generation,
     Sampling,
     Seq,
+    WorkerFault,
 )
 from specproof.properties.engine.contract_checks import check_applied, check_room
 from specproof.properties.engine.drawing import DrawAhead, Drawer
@@ -219,6 +220,10 @@ class EngineAudit:
             except probe.NotSpeculating as n:
                 res.early = n.text()
                 res.verdict = Verdict.NO_SPECULATION
+            except WorkerFault as e:
+                # the audit's own side failed, not the engine: stated, and never the declared verdict
+                res.worker_fault = f"{type(e).__name__} in the {self.stage} stage: {e}"
+                res.verdict = Verdict.ERROR
             except KeyboardInterrupt:
                 res.verdict = Verdict.INTERRUPTED
         drawn = sum(r.seconds for r in res.cases)
@@ -238,7 +243,7 @@ class EngineAudit:
                 self.say(f"building {case.sampling.label}", 0.0)
                 try:
                     engines[case.sampling] = self.spec.build(case.sampling)
-                except (UsageError, EngineUnavailable):
+                except (UsageError, EngineUnavailable, WorkerFault):
                     raise
                 except Exception as e:
                     raise EngineViolation(

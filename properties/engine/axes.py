@@ -10,7 +10,7 @@ from typing import Any
 
 from specproof.properties.engine.capabilities import CAPABILITIES, capabilities_of
 from specproof.properties.engine.case import EngineCase, EngineCaseResult
-from specproof.properties.engine.contract import Engine, EngineSpec, EngineUnavailable
+from specproof.properties.engine.contract import Engine, EngineSpec, EngineUnavailable, WorkerFault
 from specproof.properties.engine.plugin import Axis
 from specproof.properties.engine.runner import EngineViolation
 from specproof.reference.errors import UsageError
@@ -76,7 +76,7 @@ class Variants:
                     raise UsageError(f"{axis.option}: {self.spec_name} offers no {attr}(): {axis.why}")
                 try:
                     self._made[key] = at(*args)
-                except (UsageError, EngineUnavailable):
+                except (UsageError, EngineUnavailable, WorkerFault):
                     raise
                 except Exception as e:
                     call = f"{attr}({', '.join(map(str, args))})"

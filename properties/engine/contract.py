@@ -32,6 +32,12 @@ What an engine may offer beyond the two calls (each optional, read when present)
 
 An :class:`EngineSpec` says how to build an engine for each :class:`Sampling` setting, which
 prompts and settings to audit it under, and what verdict its authors claim.
+
+Two ways an engine's call can fail without a verdict on the engine: :class:`EngineUnavailable`
+(a server down: the audit ends ``underpowered`` with what it drew) and :class:`WorkerFault` (the
+worker process an adapter drives in another environment crashed or answered an error: the audit
+ends ``error``, the worker's error quoted, and never agrees with a declared verdict). Any other
+exception an engine raises is the engine's own: a contract violation.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from specproof.properties.servers.venvs import WorkerFault as WorkerFault  # re-exported
 from specproof.reference.errors import SpecproofError
 from specproof.reference.sampling import Sampling as ReferenceSampling
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specproof.properties.engine.contract import Engine, Sampling
+from specproof.properties.engine.contract import Engine, Sampling, WorkerFault
 from specproof.properties.engine.results import EngineCase
 from specproof.properties.engine.runner import CaseRunner, EngineViolation
 
@@ -45,6 +45,8 @@ def check_applied(
     if bare not in engines:
         try:
             engines[bare] = build(bare)
+        except WorkerFault:  # the audit's own side failed: not a finding about the engine
+            raise
         except Exception as e:  # an engine built for this setting only: nothing to compare with
             notes.append(
                 f"{rn.case.name}: whether the engine applies its request parameters was not checked: "

@@ -95,7 +95,9 @@ def _power(results: Sequence[EngineAuditResult]) -> list[Any]:
             [
                 r.engine,
                 str(r.samples),
-                f"{max(det):.3f}" if det and r.verdict != Verdict.CONTRACT_VIOLATION else "",
+                f"{max(det):.3f}"
+                if det and r.verdict not in (Verdict.CONTRACT_VIOLATION, Verdict.ERROR)
+                else "",
                 r.speculation.status,
                 r.reports.status,
                 "" if r.control is None or r.control.tolerance is None else f"{r.control.tolerance:.2g}",
@@ -119,6 +121,9 @@ def _details(r: EngineAuditResult) -> list[Any]:
                 f"drawn: {r.samples:,} ({r.per_sample_text()}).",
             )
         )
+    if r.worker_fault is not None:  # the audit's own side failed: nothing below is a finding
+        out.append(("p", f"The audit's own side failed (never the declared verdict): {r.worker_fault}"))
+        return out
     if r.violation:
         out.append(("p", r.violation_text()))
         if r.verdict == Verdict.CONTRACT_VIOLATION:

@@ -54,6 +54,10 @@ class EngineAuditResult:
     metrics: MetricsCheck = field(default_factory=MetricsCheck)
     #: why sampling stopped before the plan when the engine stopped answering
     fault: str | None = None
+    #: the audit's own side failed (a worker of another environment crashed or answered an error,
+    #: :class:`~specproof.properties.servers.venvs.WorkerFault`), quoted: the verdict is ``error``,
+    #: which never agrees with a declared one
+    worker_fault: str | None = None
     #: what the engine says about how it was reached (a server's profile, recipe, identity)
     description: dict[str, Any] = field(default_factory=dict)
     #: what the audit could not check or had to assume, said before sampling (never silent)
@@ -86,6 +90,11 @@ class EngineAuditResult:
 
     @property
     def agrees(self) -> bool | None:
+        """Whether the verdict is the declared one (None: none declared). An audit that ended on
+        a fault of its own side (``error``: a worker crashed) never agrees, whatever was declared:
+        a crash is no evidence for any verdict."""
+        if self.verdict == Verdict.ERROR or self.worker_fault is not None:
+            return False
         return None if self.expected is None else self.expected == self.verdict.value
 
     @property
@@ -180,6 +189,8 @@ class EngineAuditResult:
     def short_witness(self) -> str:
         """The witness in one short line: the case, p, and where the law deviates (the prefix and
         the next-token counts observed vs expected), or the violation."""
+        if self.worker_fault is not None:
+            return f"[fault] {self.worker_fault.splitlines()[0]}"
         if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             return f"[{self.violation['kind']}] {self.violation['detail']}"
         w = self.witness
@@ -219,6 +230,10 @@ class EngineAuditResult:
         lines = [head]
         if self.early:
             lines.append(f"  {self.early}")
+        if self.worker_fault is not None:
+            lines.append("  the audit's own side failed (no verdict on the engine; never the declared one):")
+            lines += [f"    {line}" for line in self.worker_fault.splitlines()]
+            return "\n".join(lines)
         if self.violation and self.verdict == Verdict.CONTRACT_VIOLATION:
             lines.append(f"  {self.violation_text()}")
             if self.violation.get("stage") != "checks":  # found before the law was tested
@@ -358,6 +373,7 @@ class EngineAuditResult:
             "plan": self.plan_text,
             "violation": self.violation,
             "fault": self.fault,
+            "worker_fault": self.worker_fault,
             "speculation": self.speculation.to_json(),
             "reports": self.reports.to_json(),
             "control": None if self.control is None else self.control.to_json(),

@@ -25,7 +25,14 @@ from specproof.properties.engine.capabilities import (
     takes_prompt_len,
 )
 from specproof.properties.engine.case import EngineCase
-from specproof.properties.engine.contract import Engine, EngineUnavailable, Generation, NotStreamed, Seq
+from specproof.properties.engine.contract import (
+    Engine,
+    EngineUnavailable,
+    Generation,
+    NotStreamed,
+    Seq,
+    WorkerFault,
+)
 from specproof.reference.errors import SpecproofError, UsageError
 
 
@@ -192,7 +199,7 @@ class CaseRunner:
                 got = law_of(context, prompt_len=len(self.case.prompt))
             else:
                 got = self.engine.target_law(context)
-        except (EngineViolation, EngineUnavailable, UsageError):
+        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
         except Exception as e:
             raise EngineViolation("exception", f"target_law raised {type(e).__name__}: {e}", self.case) from e
@@ -243,7 +250,7 @@ class CaseRunner:
                 rows = along(list(self.case.prompt), list(seq[:m]), prompt_len=len(self.case.prompt))
             else:
                 rows = along(list(self.case.prompt), list(seq[:m]))
-        except (EngineViolation, EngineUnavailable, UsageError):
+        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
         except Exception as e:
             raise EngineViolation(
@@ -265,7 +272,7 @@ class CaseRunner:
                 rows = along(list(self.case.prompt), list(seq[:m]))
             else:
                 rows = [as_rows(draft(list(self.case.prompt + seq[:d]))) for d in range(m)]
-        except (EngineViolation, EngineUnavailable, UsageError):
+        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
         except Exception as e:
             raise EngineViolation("exception", f"{what} raised {type(e).__name__}: {e}", self.case) from e
@@ -330,7 +337,7 @@ class CaseRunner:
                 rows = many(contexts, prompt_len=len(self.case.prompt))
             else:
                 rows = many(contexts)
-        except (EngineUnavailable, UsageError):
+        except (EngineUnavailable, WorkerFault, UsageError):
             raise
         except Exception as e:
             raise EngineViolation(
@@ -363,7 +370,7 @@ class CaseRunner:
         """One sample of M tokens, checked against the contract."""
         try:
             out = self.engine.generate(list(self.case.prompt), self.case.tokens, seed)
-        except EngineUnavailable:
+        except (EngineUnavailable, WorkerFault):
             raise
         except Exception as e:
             raise EngineViolation("exception", f"generate raised {type(e).__name__}: {e}", self.case) from e
@@ -404,7 +411,7 @@ class CaseRunner:
             return Pending(seeds, lambda: self.draw(seeds), started=False)
         try:
             handle = fn(list(self.case.prompt), self.case.tokens, seeds)
-        except (EngineUnavailable, EngineViolation):
+        except (EngineUnavailable, EngineViolation, WorkerFault):
             raise
         except Exception as e:
             raise EngineViolation(
@@ -432,7 +439,7 @@ class CaseRunner:
         """``fn(prompt, M, seeds, report=...)``'s samples, one a seed, or the violation it is."""
         try:
             gens = list(fn(list(self.case.prompt), self.case.tokens, seeds, report=report))
-        except (EngineUnavailable, EngineViolation, NotStreamed):
+        except (EngineUnavailable, EngineViolation, NotStreamed, WorkerFault):
             raise
         except Exception as e:
             raise EngineViolation("exception", f"{name} raised {type(e).__name__}: {e}", self.case) from e

@@ -172,7 +172,16 @@ def _contract(r: EngineAuditResult) -> Item:
 
 
 def signoff(r: EngineAuditResult) -> list[Item]:
-    """The checklist of one audit (module docstring)."""
+    """The checklist of one audit (module docstring); after a fault of the audit's own side (a
+    worker crashed: verdict ``error``) no answer is yes, each says what stopped it."""
+    items = _items(r)
+    if r.verdict != Verdict.ERROR:
+        return items
+    why = f"the audit ended on a fault of its own side: {(r.worker_fault or 'error').splitlines()[0]}"
+    return [Item(i.question, NOT_TESTED, why) if i.answer == YES else i for i in items]
+
+
+def _items(r: EngineAuditResult) -> list[Item]:
     return [
         _speculation(r),
         _law(r),

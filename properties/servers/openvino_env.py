@@ -24,7 +24,6 @@ from pathlib import Path
 
 from specproof.properties.servers import tiny_hf, venvs
 
-
 VERSION = "2026.4.1"
 OPTIMUM_INTEL = "2.2.0"
 TORCH = "torch==2.13.0"

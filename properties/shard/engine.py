@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.engine.contract import EngineSpec, EngineUnavailable, Generation
+from specproof.properties.engine.contract import EngineSpec, EngineUnavailable, Generation, WorkerFault
 from specproof.properties.engine.drawing import Drawer
 from specproof.properties.engine.runner import CaseRunner, EngineViolation
 from specproof.properties.shard.pool import PoolClient, PoolFailure
@@ -101,6 +101,8 @@ class RayDrawer(PoolClient, Drawer):
                     out += unpack_generations(answer[1])
                 elif tag == "violation":
                     raise EngineViolation(answer[1], answer[2], case)
+                elif tag == "fault":  # the engine's worker failed on the actor: the audit's own side
+                    raise WorkerFault(f"{answer[1]} (on a worker)")
                 elif tag == "unavailable":
                     out += unpack_generations(answer[2])
                     raise EngineUnavailable(f"{answer[1]} (on a worker)", out)

@@ -84,16 +84,20 @@ class EngineWorker:
         return None
 
     def draw(self, case: Any, vocab: int, seeds: np.ndarray) -> tuple[Any, ...]:
-        from specproof.properties.engine.contract import EngineUnavailable
+        from specproof.properties.engine.contract import EngineUnavailable, WorkerFault
         from specproof.properties.engine.runner import CaseRunner, EngineViolation
 
         try:
             engine = self._engine(case.sampling)
+        except WorkerFault as e:  # the engine's own worker, on this actor: a fault, not a finding
+            return ("fault", f"building {self.recipe.label} for {case.sampling.label}: {e}")
         except Exception as e:
             return ("build_failed", f"building {self.recipe.label} for {case.sampling.label}: {_failure(e)}")
         runner = CaseRunner(engine, case, vocab)
         try:
             gens = runner.draw([int(s) for s in seeds])
+        except WorkerFault as e:
+            return ("fault", str(e))
         except EngineViolation as v:
             return ("violation", v.kind, v.detail)
         except EngineUnavailable as e:
