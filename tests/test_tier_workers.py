@@ -9,7 +9,10 @@ contract violation, the control). Nothing of a tier is installed; every outcome 
   crash read only "exited (code 1)");
 * a worker's failure ends the engine audit ``error``, quoting the worker, and never agrees with a
   declared verdict, where the same engine declared ``contract_violation`` once read as agreeing;
-  an engine group with such an engine exits 1.
+  an engine group with such an engine exits 1;
+* each engine's workers are closed when its audit ends, so the next engine of a group never runs
+  beside them (an idle draft runner once stayed alive through the plain audit: 385 s in the
+  group against 41 s alone).
 """
 
 from __future__ import annotations
@@ -169,6 +172,7 @@ class StandInTier:
             (Sampling(1.0),),
             expect=expect,
             tokens=M,
+            close=self.pool.close,
         )
 
 
@@ -215,6 +219,8 @@ def test_a_worker_fault_is_stated_and_never_agrees(script, mode, quoted):
     assert r.to_json()["agrees"] is False and quoted in r.to_json()["worker_fault"]
     assert r.short_witness().startswith("[fault] ")
     assert not [item for item in signoff(r) if item.answer == YES]
+    # and its workers were closed when the audit ended, fault or not
+    assert tier.started and all(w.proc.poll() is not None for w in tier.started)
 
 
 def test_an_engine_group_with_a_crashed_worker_exits_1(script, monkeypatch, capsys):
@@ -230,3 +236,20 @@ def test_an_engine_group_with_a_crashed_worker_exits_1(script, monkeypatch, caps
     assert "DISAGREES: stand-in.raise: error, declared contract_violation" in out, out
     assert "DISAGREES: stand-in.same-tokens" not in out
     assert code == 1
+
+
+def test_each_engines_workers_are_closed_when_its_audit_ends(script, monkeypatch, capsys):
+    """Two engines of one group on one pool, as mistral.rs's draft runner and its plain twin:
+    when the second is built, none of the first's workers is running."""
+    from specproof.properties.cli import main
+    from specproof.properties.engine.registry import ENGINES, ensure_registered
+
+    ensure_registered()
+    tier = StandInTier(script)
+    for spec in (tier.spec("first"), tier.spec("second")):
+        monkeypatch.setitem(ENGINES, spec.name, spec)
+    assert main(GROUP) == 0
+    assert any(w.what == "stand-in (first)" for w in tier.started)  # the first engine ran its worker
+    seconds = [alive for mode, alive in tier.alive_at_build if mode == "second"]
+    assert seconds and all("stand-in (first)" not in alive for alive in seconds), tier.alive_at_build
+    assert all(w.proc.poll() is not None for w in tier.started)  # and the second's, after its audit

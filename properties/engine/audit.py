@@ -609,5 +609,10 @@ def audit_engine(
     drawer: Drawer | None = None,
 ) -> EngineAuditResult:
     """Audit one engine (module docstring). ``announce`` receives the plan before sampling;
-    ``drawer`` draws the law test's samples (here by default)."""
-    return EngineAudit(spec, config, progress, announce, clock, drawer).run()
+    ``drawer`` draws the law test's samples (here by default). The worker processes the spec's
+    engines started are stopped when it ends (``spec.close``), whatever the verdict."""
+    try:
+        return EngineAudit(spec, config, progress, announce, clock, drawer).run()
+    finally:
+        if spec.close is not None:
+            spec.close()

@@ -31,7 +31,8 @@ What an engine may offer beyond the two calls (each optional, read when present)
   for n completions a request (:mod:`.completions`).
 
 An :class:`EngineSpec` says how to build an engine for each :class:`Sampling` setting, which
-prompts and settings to audit it under, and what verdict its authors claim.
+prompts and settings to audit it under, what verdict its authors claim, and how to stop the
+worker processes its engines start (``close``, called when its audit ends).
 
 Two ways an engine's call can fail without a verdict on the engine: :class:`EngineUnavailable`
 (a server down: the audit ends ``underpowered`` with what it drew) and :class:`WorkerFault` (the
@@ -162,6 +163,9 @@ class EngineSpec:
     #: the values asked of other workload axes, by axis name (an axis of :mod:`.plugins` without a
     #: field of its own reads them here)
     axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    #: stops the worker processes its engines started (an idle one may hold a core), called when
+    #: its audit ends, so that the engines of a group never run beside another's idle workers
+    close: Callable[[], None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         ok, why = self.available()

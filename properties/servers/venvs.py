@@ -104,7 +104,8 @@ def pip(py: Path, args: Sequence[str], log: Path, error: type[Exception]) -> Non
 class WorkerPool:
     """Workers of another environment kept by key (a pipeline, a runner: each costs seconds to
     start), closed by :meth:`close` or when the process exits. Close them when done: an idle
-    worker may still take a core (mistral.rs's runner spins while it waits)."""
+    worker may still take a core (mistral.rs's runner spins while it waits); an engine's spec
+    closes its adapter's pool when its audit ends (``EngineSpec.close``)."""
 
     def __init__(self) -> None:
         self.workers: dict[Any, JsonLinesWorker] = {}

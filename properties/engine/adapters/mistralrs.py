@@ -45,8 +45,8 @@ PROMPTS = ((1, 2),)
 TOKENS = 6
 #: the settings audited: the end of sequence is the model's and cannot be banned
 SETTINGS = (Sampling(1.0, eos=gm.EOS_ID), Sampling(0.7, eos=gm.EOS_ID))
-#: one worker per runner, kept for the process; an idle mistral.rs runner spins a core, so
-#: close them when done (:func:`close_workers`)
+#: one worker per runner, kept while an audit runs; an idle mistral.rs runner spins a core, so
+#: every engine's audit closes them when it ends (its spec's ``close``: :func:`close_workers`)
 _WORKERS = venvs.WorkerPool()
 
 
@@ -55,7 +55,7 @@ def available() -> tuple[bool, str]:
 
 
 def _worker(mode: str) -> mistralrs_env.Worker:
-    """One worker per runner, kept for the process."""
+    """One worker per runner, kept until :func:`close_workers` (each audit's end)."""
     worker: mistralrs_env.Worker = _WORKERS.get(mode, lambda: mistralrs_env.Worker(mode))
     return worker
 
@@ -171,6 +171,7 @@ def engines() -> list[EngineSpec]:
             available=available,
             notes="its own environment: specproof mistralrs install (about 80 MB); no per-request seed "
             "(the first draw per seed is kept)",
+            close=close_workers,  # its workers stopped when its audit ends
         )
         for mode, (expect, doc) in DOCS.items()
     ]

@@ -34,7 +34,7 @@ PROMPTS = ((1, 2, 3, 4),)
 #: M: the first token is the target's own, so drafts are verified from the second on; at M = 2
 #: the pipeline never verifies a draft (it drafts only what fits before max_new_tokens)
 TOKENS = 6
-_WORKERS = venvs.WorkerPool()  # one worker per pipeline, kept for the process
+_WORKERS = venvs.WorkerPool()  # one worker per pipeline, kept until each audit's end (close_workers)
 
 
 def available() -> tuple[bool, str]:
@@ -42,7 +42,8 @@ def available() -> tuple[bool, str]:
 
 
 def _worker(mode: str) -> openvino_env.Worker:
-    """One worker per pipeline, kept for the process (a pipeline takes about a second to build)."""
+    """One worker per pipeline, kept until :func:`close_workers` (a pipeline takes about a second
+    to build; each audit closes them when it ends)."""
     worker: openvino_env.Worker = _WORKERS.get(mode, lambda: openvino_env.Worker(mode))
     return worker
 
@@ -165,6 +166,7 @@ def engines() -> list[EngineSpec]:
                 tokens=TOKENS,
                 available=available,
                 notes="its own environment: specproof openvino install (about 1.6 GB, two minutes)",
+                close=close_workers,  # its workers stopped when its audit ends
             )
         )
     return out

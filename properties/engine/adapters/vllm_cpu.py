@@ -37,7 +37,7 @@ PROMPTS = ((1, 2, 3, 1, 2, 3, 1, 2),)
 TOKENS = 6
 K5 = Sampling(1.0, top_k=5)
 FIXED = ("expand", "topk")
-_WORKERS = venvs.WorkerPool()  # by (method, fixes), kept for the process
+_WORKERS = venvs.WorkerPool()  # by (method, fixes), kept until each audit's end (close_workers)
 
 
 def available() -> tuple[bool, str]:
@@ -45,8 +45,9 @@ def available() -> tuple[bool, str]:
 
 
 def _worker(method: str, fixes: tuple[str, ...]) -> vllm_cpu.LLMWorker:
-    """One worker per (method, fixes), kept for the process; starting a speculative one closes the
-    other speculative ones (each holds its own KV cache), the plain twin stays."""
+    """One worker per (method, fixes), kept until :func:`close_workers` (each audit's end);
+    starting a speculative one closes the other speculative ones (each holds its own KV cache), the
+    plain twin stays."""
     key = (method, fixes)
     if method != "plain":
         _WORKERS.close(keep=lambda k: k[0] == "plain" or k == key)
@@ -187,6 +188,7 @@ def engines() -> list[EngineSpec]:
             available=available,
             notes="its own environment: specproof vllm install (about 3.5 GB); each engine a worker process "
             "(about 25 s to start)",
+            close=close_workers,  # its workers stopped when its audit ends
         )
         for name, (method, fixes, expect, settings, doc) in CONFIGS.items()
     ]
