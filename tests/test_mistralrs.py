@@ -30,7 +30,8 @@ from specproof.properties.servers import mistralrs_env
 from specproof.properties.verdicts import Verdict
 
 OK, WHY = mistralrs_env.usable()
-pytestmark = tier_marks(__file__, OK, WHY)
+#: a CPU without GFNI cannot run the wheel: the only reason the tier may skip under .ci/run
+pytestmark = tier_marks(__file__, OK, WHY, platform=mistralrs_env.cpu_cannot_run())
 
 
 _closed_workers = closing_workers("mistralrs")

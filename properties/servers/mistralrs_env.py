@@ -62,6 +62,26 @@ def installed(venv: Path | None = None) -> tuple[bool, str]:
     return True, version
 
 
+#: the exit codes of an import killed by SIGILL (a signal, or a shell's 128 + 4)
+SIGILL_CODES = (-4, 132)
+
+
+@functools.lru_cache(maxsize=1)
+def _import_check() -> tuple[int, str]:
+    """The exit code of ``import mistralrs`` in the environment, and its stderr's tail."""
+    done = subprocess.run(
+        [str(python()), "-c", "import mistralrs"], capture_output=True, text=True, timeout=120
+    )
+    return done.returncode, done.stderr[-300:]
+
+
+def cpu_cannot_run() -> bool:
+    """Whether the installed wheel dies by SIGILL on import here: this CPU lacks an instruction
+    it was built with (GFNI on the machines seen). A limit of the platform, not a broken install:
+    the tier may skip here, saying so, where a missing or broken environment must fail it."""
+    return installed()[0] and _import_check()[0] in SIGILL_CODES
+
+
 @functools.lru_cache(maxsize=1)
 def usable() -> tuple[bool, str]:
     """Whether the installed wheel runs on this CPU: installed, and its import survives (SIGILL
@@ -69,13 +89,11 @@ def usable() -> tuple[bool, str]:
     ok, why = installed()
     if not ok:
         return ok, why
-    done = subprocess.run(
-        [str(python()), "-c", "import mistralrs"], capture_output=True, text=True, timeout=120
-    )
-    if done.returncode != 0:
+    code, err = _import_check()
+    if code != 0:
         sig = " (SIGILL: this CPU lacks an instruction the wheel needs, GFNI on the machines seen)"
-        return False, f"importing mistralrs failed with code {done.returncode}" + (
-            sig if done.returncode in (-4, 132) else f": {done.stderr[-300:]}"
+        return False, f"importing mistralrs failed with code {code}" + (
+            sig if code in SIGILL_CODES else f": {err}"
         )
     return True, VERSION
 
