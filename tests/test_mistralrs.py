@@ -1,16 +1,25 @@
-"""mistral.rs 0.6.0 (tier of its own: skipped unless ``specproof mistralrs install`` made its
+"""mistral.rs (tier of its own: skipped unless ``specproof mistralrs install`` made its
 environment and its wheel runs on this CPU): the runners on the project's tiny pair, each through
 the engine audit, and what the adapter works around, checked exactly.
+
+Every expectation here is what one release was seen to do: mistral.rs 0.6.0, the pinned release
+(``mistralrs_env.VERSION``, :data:`PINNED`). Each is read for the pinned release from the
+adapter's table beside it (properties/engine/adapters/mistralrs.py: ``DRAFT_VERDICT``,
+``EXTRA_TOKENS``, ``PANICS_ON_LENGTH_CHANGE``, ``LOGIT_BIAS_APPLIED``, each with its 0.6.0
+entry); under a pin without an entry the test fails, naming the table to measure again, rather
+than hold a new release to 0.6.0's bugs. On 0.6.0:
 
 * without speculation the law holds (the control);
 * with the tiny draft model every sample is the target's greedy path, at T = 1 and 0.7 alike:
   ``contract_violation [ignores_seed]`` whose detail names "sampling replaced by greedy decoding",
-  and the path is the numpy law's argmax path (exact);
-* a completion request for max_tokens = k answers k + 1 tokens, with and without the draft model;
+  and the path is the numpy law's argmax path (exact; ``DRAFT_VERDICT``);
+* a completion request for max_tokens = k answers k + 1 tokens, with and without the draft model
+  (``EXTRA_TOKENS``);
 * the speculative runner panics (and its process is gone) when the length asked changes from one
-  request to the next, most of the time;
+  request to the next, most of the time (``PANICS_ON_LENGTH_CHANGE``);
 * ``logit_bias`` is accepted and not applied (a bias of -100 or +100 on a token leaves its share
-  where it was; a two-sided test on counts, far from its threshold at these sizes).
+  where it was; a two-sided test on counts, far from its threshold at these sizes;
+  ``LOGIT_BIAS_APPLIED``).
 """
 
 from __future__ import annotations
@@ -36,6 +45,17 @@ pytestmark = tier_marks(__file__, OK, WHY, platform=mistralrs_env.cpu_cannot_run
 
 _closed_workers = closing_workers("mistralrs")
 
+#: the release installed and tested; every expectation below is read for it
+PINNED = mistralrs_env.VERSION
+
+
+def seen(table, what: str):
+    """``table``'s entry for :data:`PINNED` (the adapter's tables: what each release was seen to
+    do); a pin without one fails the test, naming what to measure again."""
+    if PINNED not in table:
+        pytest.fail(f"{what}: recorded for mistralrs {', '.join(table)}; the pin is {PINNED}: measure it")
+    return table[PINNED]
+
 
 T = {"top_k": None, "top_p": None, "min_p": None}
 
@@ -60,8 +80,10 @@ def test_the_plain_runner_keeps_the_law():
 
 
 def test_with_a_draft_model_sampling_is_replaced_by_greedy_decoding():
+    expected = seen(adapter.DRAFT_VERDICT, "the draft runner's verdict")  # 0.6.0: contract_violation
+    assert expected == "contract_violation", f"mistralrs {PINNED} is declared {expected}: test that instead"
     r = audit_engine(resolve_engine("mistralrs.draft"), EngineAuditConfig(samples=300, seed=0))
-    assert r.verdict == Verdict.CONTRACT_VIOLATION, r.summary()
+    assert r.verdict == Verdict.CONTRACT_VIOLATION and r.agrees, r.summary()
     v = r.violation or {}
     assert v.get("kind") == "ignores_seed" and "sampling replaced by greedy decoding" in v["detail"], v
     # every sample at T = 1 and 0.7 is the argmax path of the exact law after the prompt
@@ -100,9 +122,11 @@ def _answers(mode: str, lengths: tuple[int, ...]) -> list[list[int]]:
 
 @pytest.mark.parametrize("mode", ["plain", "draft"])
 def test_max_tokens_k_answers_k_plus_one_tokens(mode):
+    extra = seen(adapter.EXTRA_TOKENS, "tokens beyond max_tokens")  # 0.6.0: 1
     for k in (1, 2, 3, 6):  # a runner a length: the speculative one dies when the length changes (below)
         (got,) = _answers(mode, (k,))
-        assert set(got) <= {k + 1}, (mode, k, got)
+        assert set(got) <= {k + extra}, (mode, k, got)
+    assert adapter.max_tokens_for(adapter.TOKENS) == adapter.TOKENS - extra  # what the audit asks
 
 
 def test_the_speculative_runner_panics_when_the_asked_length_changes():
@@ -111,6 +135,7 @@ def test_the_speculative_runner_panics_when_the_asked_length_changes():
     9 of the 10 runs seen here; the same requests without the draft model always answer, and
     requests of one length (the audit's) never killed it in 60. Up to 8 fresh runners are tried,
     so the test misses the panic only if each of 8 survives (about 1e-8 at the rate seen)."""
+    assert seen(adapter.PANICS_ON_LENGTH_CHANGE, "the speculative runner's panic"), f"mistralrs {PINNED}"
     pattern = (1, 2, 3, 6, 1, 2, 3, 6)
     died = 0
     for _ in range(8):
@@ -127,6 +152,7 @@ def test_the_speculative_runner_panics_when_the_asked_length_changes():
 def test_logit_bias_is_accepted_and_not_applied():
     """Token 13 ('m') drawn at T = 1 with biases -100 and +100: applied, its share would be 0 and
     nearly 1; it stays near its share without bias. Two-sided z-test at 1e-6 on 400 tokens each."""
+    assert not seen(adapter.LOGIT_BIAS_APPLIED, "logit_bias applied"), f"mistralrs {PINNED} applies it"
     shares = {}
     for bias in (-100.0, 100.0):
         got = [x for s in _generate("plain", 4, 80, logit_bias={13: bias}) for x in s["tokens"]]

@@ -23,13 +23,18 @@ Two things the adapter does for the contract, both said in every report:
   6), so the adapter asks for M - 1 to get the M the audit asks for.
 
 Its answers carry no draft or acceptance counters, so speculation is not observable from them.
+
+What a release was seen to do is kept per release (:data:`DRAFT_VERDICT`, :data:`EXTRA_TOKENS`,
+:data:`LOGIT_BIAS_APPLIED`, :data:`PANICS_ON_LENGTH_CHANGE`, each measured on 0.6.0) and read for
+the pinned one (``mistralrs_env.VERSION``) by :func:`seen_on`: under another pin nothing of 0.6.0
+is assumed (the draft engine declares no verdict, and the adapter refuses to guess the length).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +43,8 @@ from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
 from specproof.properties.servers import mistralrs_env, venvs
 from specproof.reference.errors import UsageError
+
+T = TypeVar("T")
 
 VOCAB = len(gm.VOCAB)
 PROMPTS = ((1, 2),)
@@ -70,11 +77,40 @@ def _weights() -> dict[str, np.ndarray]:
     return gm.target_weights(0)
 
 
+#: What each mistral.rs release was seen to do, by release (tests/test_mistralrs.py checks the
+#: pinned one's entries; a new pin needs its own, measured). The draft-model runner's verdict:
+#: 0.6.0 replaces sampling by greedy decoding (contract_violation [ignores_seed])
+DRAFT_VERDICT = {"0.6.0": "contract_violation"}
+#: tokens a completion request for max_tokens = k answers beyond k (plain and speculative alike)
+EXTRA_TOKENS = {"0.6.0": 1}
+#: whether a request's logit_bias is applied (0.6.0 accepts it and does not apply it)
+LOGIT_BIAS_APPLIED = {"0.6.0": False}
+#: whether the speculative runner panics when the asked length changes between requests
+PANICS_ON_LENGTH_CHANGE = {"0.6.0": True}
+
+
+def seen_on(table: dict[str, T], what: str, version: str = mistralrs_env.VERSION) -> T:
+    """``table``'s entry for ``version`` (the pinned release); a release it has no entry for is
+    refused (:class:`~.mistralrs_env.MistralRSError`, naming ``what`` and the releases it has),
+    never given another release's behaviour."""
+    if version not in table:
+        raise mistralrs_env.MistralRSError(
+            f"{what}: recorded for mistralrs {', '.join(table)} only, not for {version}: measure it "
+            "(tests/test_mistralrs.py) and add the release to the adapter's table"
+        )
+    return table[version]
+
+
 def max_tokens_for(m: int) -> int:
-    """What to ask mistral.rs 0.6.0 for to get ``m`` tokens (it answers max_tokens + 1)."""
-    if m < 2:
-        raise UsageError(f"tokens: mistral.rs answers at least 2 tokens (max_tokens + 1), M = {m} asked")
-    return m - 1
+    """What to ask the pinned mistral.rs for to get ``m`` tokens (0.6.0 answers max_tokens + 1:
+    :data:`EXTRA_TOKENS`)."""
+    extra = seen_on(EXTRA_TOKENS, "tokens answered beyond max_tokens")
+    if m < 1 + extra:
+        raise UsageError(
+            f"tokens: mistral.rs {mistralrs_env.VERSION} answers at least {1 + extra} tokens "
+            f"(max_tokens + {extra}), M = {m} asked"
+        )
+    return m - extra
 
 
 class MistralRSEngine:
@@ -129,7 +165,8 @@ class MistralRSEngine:
             "dtype": "f32",
             "request": self.knobs,
             "seeds": "none per request: the first output drawn for each seed is kept and returned again",
-            "max_tokens": "M - 1 asked: mistral.rs 0.6.0 answers max_tokens + 1 tokens",
+            "max_tokens": f"M - {EXTRA_TOKENS.get(mistralrs_env.VERSION)} asked: mistral.rs "
+            f"{mistralrs_env.VERSION} answers max_tokens + {EXTRA_TOKENS.get(mistralrs_env.VERSION)} tokens",
             "samples_drawn": self.calls,
         }
 
@@ -148,11 +185,12 @@ def build(mode: str, sampling: Sampling) -> MistralRSEngine:
 
 DOCS = {
     "draft": (
-        "contract_violation",
-        "mistral.rs 0.6.0 Runner with the tiny draft model, speculative_gamma 3: every sample is the "
-        "target's greedy path whatever the temperature (sampling replaced by greedy decoding)",
+        DRAFT_VERDICT.get(mistralrs_env.VERSION),  # no claim for a release not measured
+        f"mistral.rs {mistralrs_env.VERSION} Runner with the tiny draft model, speculative_gamma 3 (on "
+        "0.6.0 every sample is the target's greedy path whatever the temperature: sampling replaced by "
+        "greedy decoding)",
     ),
-    "plain": ("pass", "mistral.rs 0.6.0 Runner without speculation: the control"),
+    "plain": ("pass", f"mistral.rs {mistralrs_env.VERSION} Runner without speculation: the control"),
 }
 
 
