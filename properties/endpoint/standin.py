@@ -158,6 +158,7 @@ class StandIn:
         self.texts = token_texts(vocab)
         self.requests = 0  # requests received
         self.failed = 0  # requests failed on purpose (flaky, dies)
+        self._failed_once: set[bytes] = set()  # the requests flaky failed (each is failed once)
         self.answered: list[tuple[str, int, int, bool]] = []
         self._flight: dict[int, Ask] = {}  # requests received and not yet answered, by arrival
         self._slot: Seq = ()  # the prompt of the last request served (what its cache holds)
@@ -220,14 +221,19 @@ class StandIn:
 
     # -- faults --------------------------------------------------------------------------------
 
-    def admit(self) -> str | None:
-        """Count a request; what to do instead of answering it: ``"503"``, ``"drop"``,
-        ``"hang"`` or None (answer)."""
+    def admit(self, key: bytes = b"") -> str | None:
+        """Count a request (``key``: its method, path and body); what to do instead of answering
+        it: ``"503"``, ``"drop"``, ``"hang"`` or None (answer). A flaky server fails every
+        ``flaky_every``-th request once: the same request sent again is answered, so retries
+        absorb it whatever the interleaving of the requests in flight (a load-proof test)."""
         with self._lock:
             self.requests += 1
             n = self.requests
+            if self.bug == "flaky" and key in self._failed_once:
+                return None
             if self.bug == "flaky" and n % self.flaky_every == 0:
                 self.failed += 1
+                self._failed_once.add(key)
                 return "503" if (n // self.flaky_every) % 2 else "drop"  # bug: flaky
             if self.bug in ("dies", "crashes") and (self._dead or n > self.dies_after):
                 self.failed += 1
@@ -570,9 +576,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _fault(self) -> bool:
+    def _fault(self, key: bytes) -> bool:
         """Whether this request is failed on purpose (and was)."""
-        what = self.si.admit()
+        what = self.si.admit(key)
         if what is None:
             return False
         if what == "503":
@@ -598,13 +604,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
-        if not self._fault():
+        if not self._fault(f"GET {self.path}".encode()):
             self._send(*self.si.respond("GET", self.path, b""))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if self._fault():
+        if self._fault(f"POST {self.path} ".encode() + raw):
             return
         try:
             self._send(*self.si.respond("POST", self.path, raw))
