@@ -165,6 +165,6 @@ def test_the_check_rejects_the_bare_folders_that_made_every_import_any(tmp_path)
     assert now.returncode == 1, now.stdout
     # the error code of a module that cannot be found: mypy 1.7 to 1.x print [import-not-found];
     # mypy before 1.7, and the mypy constraints.txt pins (2.4.1), print [import]: either holds
-    assert re.search(
-        r'module named "specproof\.reference\.rules"\s+\[import(-not-found)?\]', now.stdout
-    ), now.stdout
+    assert re.search(r'module named "specproof\.reference\.rules"\s+\[import(-not-found)?\]', now.stdout), (
+        now.stdout
+    )
