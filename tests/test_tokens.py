@@ -312,3 +312,15 @@ def test_the_token_test_over_cases_names_the_case_and_statistic():
     assert test.rejected and test.pvalue() <= 1e-3
     f = test.finding()
     assert f is not None and f["case"] == 1 and f["family"] in ("greedy", "mean", "uniform", "surprisal")
+
+
+def test_the_docs_table_of_statistics_is_the_code_s():
+    """docs/token-audit.md's table of statistics and shares is WEIGHTS, row for row."""
+    import pathlib
+    import re
+
+    from specproof.properties.tokens.family import WEIGHTS
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "token-audit.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([0-9.]+) \|", text, flags=re.M))
+    assert {k: float(v) for k, v in rows.items()} == WEIGHTS
