@@ -221,3 +221,10 @@ def test_without_the_table_line_the_axis_is_refused_by_name():
         UsageError, match="no workload axis is named 'width' \\(known: load, cache, completions\\)"
     ):
         audit_engine(spec, EngineAuditConfig(alpha=1e-3, samples=20, seed=0))
+
+
+def test_the_layout_page_names_every_module_of_the_engine_package():
+    """docs/layout.md against the tree: every module of properties/engine/ is named there."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    missing = [p.stem for p in sorted(ENGINE.glob("*.py")) if p.stem != "__init__" and p.stem not in text]
+    assert not missing, missing
