@@ -344,12 +344,7 @@ class StandIn:
             out = list(ask.forced)[: ask.tokens]
             speculate = False
         drawn = Drawn(out)
-        if hit:  # the shared start is served from the cache; the last prompt token is run again
-            same = next(
-                (i for i, (a, b) in enumerate(zip(prev, ask.prompt)) if a != b),
-                min(len(prev), len(ask.prompt)),
-            )
-            drawn.cached = max(0, min(same, len(ask.prompt) - 1))
+        drawn.cached = _cached(prev, ask.prompt) if hit else 0
         rest = ask.tokens - len(out)
         if rest > 0 and speculate:
             rule = "greedy" if s.greedy else "token"
@@ -655,3 +650,10 @@ def serve(
     """A :class:`StandIn` started for the block; its URL. ``options``: :class:`StandIn`'s."""
     with StandIn(bug, speculative, model_seed, vocab, **options) as si:
         yield si.url
+
+
+def _cached(before: Seq, prompt: Seq) -> int:
+    """The prompt tokens a hit serves from the cache: the start ``prompt`` shares with the prompt
+    cached ``before``, less the last prompt token, which is always run again."""
+    same = next((i for i, (a, b) in enumerate(zip(before, prompt)) if a != b), min(len(before), len(prompt)))
+    return max(0, min(same, len(prompt) - 1))
