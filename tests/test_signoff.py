@@ -76,3 +76,51 @@ def test_without_a_load_axis_the_concurrency_items_say_how_to_run_them():
         "seeds are honoured with other requests in flight",
     ):
         assert a[q].answer == NOT_TESTED and "--load" in a[q].detail
+
+
+def test_a_deployment_is_signed_off_once_over_its_audits(tmp_path, capsys):
+    """specproof signoff: a load audit, a prefix-cache audit and a traffic audit of one server
+    merged into one checklist; each question from the audit that gathered its evidence; audits of
+    another server refused."""
+    import json
+
+    from specproof.properties.cli import main
+    from specproof.properties.endpoint.families.llamacpp import LlamaCpp
+
+    config = EngineAuditConfig(alpha=1e-3, samples=100, seed=1, report_samples=8)
+    paths = {}
+    with StandIn(loop="laws") as si, StandIn(speculative=False, loop="laws") as twin:
+        for name, extra in (("load", {"loads": (1, 8)}), ("cache", {"prefix_cache": True})):
+            ep = Endpoint(EndpointOptions((si.url,), twin=twin.url, concurrency=4, **extra))
+            try:
+                r = audit_engine(endpoint_spec(ep, prompts=[(0, 6)], samplings=[T1], tokens=4), config)
+            finally:
+                ep.close()
+            paths[name] = tmp_path / f"{name}.json"
+            paths[name].write_text(json.dumps(r.to_json()))
+        rows = []
+        for k in range(400):
+            path, body = LlamaCpp().generation((0, 6), 12, k, T1, report=False)
+            _, answer = si.respond("POST", path, json.dumps(body).encode())
+            rows.append({"prompt": [0, 6], "tokens": answer["tokens"], "sampling": {"temperature": 1.0}})
+        (tmp_path / "traffic.jsonl").write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+        args = ["audit", "traffic", str(tmp_path / "traffic.jsonl"), "--twin", twin.url, "--tv", "0.2"]
+        assert main([*args, "--progress", "off", "--json", str(tmp_path / "traffic.json")]) == 0
+    out = tmp_path / "signoff.json"
+    files = [str(paths["load"]), str(paths["cache"]), str(tmp_path / "traffic.json")]
+    assert main(["signoff", *files, "--output-json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "pass" and set(doc["audits"]) == set(files)
+    a = {i["question"]: i for i in doc["signoff"]}
+    assert a["the same law alone and at production concurrency"]["answer"] == YES
+    assert a["the same law alone and at production concurrency"]["detail"].startswith(str(paths["load"]))
+    assert a["a prefix-cache hit behaves as a cold request"]["answer"] == YES
+    assert a["the law holds under the deployed parameters"]["answer"] == YES
+    assert "and 2 more audit(s)" in a["the law holds under the deployed parameters"]["detail"]
+    assert a["several completions of a request are independent samples of the law"]["answer"] == NOT_TESTED
+    # an audit of another server is refused
+    other = json.loads(paths["load"].read_text())
+    other["engine"] = "endpoint http://elsewhere:8080"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert main(["signoff", str(paths["cache"]), str(tmp_path / "other.json")]) == 4
+    assert "different servers" in capsys.readouterr().err

@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_matrix_parser(sub)
     audit.add_audit_parser(sub)
     audit.add_replay_parser(sub)
+    audit.add_signoff_parser(sub)
     audit.add_robustness_parser(sub)
     tools.add_rule_parser(sub)
     tools.add_calibrate_parser(sub)

@@ -466,6 +466,47 @@ def cmd_audit_traffic(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- replay, robustness
 
 
+def add_signoff_parser(sub: Any) -> argparse.ArgumentParser:
+    r = sub.add_parser(
+        "signoff",
+        help="one sign-off for a deployment: the JSON of several audits of one server merged",
+        description="Merge the JSON of audits of one server (load axis, prefix cache, parameters, "
+        "recorded traffic) into one checklist: a question is no where any audit said no, yes where one "
+        "gathered the evidence and none said no, else not tested; the verdict is the most severe. "
+        "Audits of different servers are refused. Exit status: the verdict's.",
+    )
+    r.add_argument("json", nargs="+", metavar="AUDIT.json", help="the JSON written by specproof audit --json")
+    r.add_argument("--report", metavar="PATH", help="write the sign-off as Markdown (.md)")
+    r.add_argument(
+        "--output-json", dest="output_json", metavar="PATH", help="write the merged sign-off as JSON"
+    )
+    r.set_defaults(func=cmd_signoff)
+    return r
+
+
+def cmd_signoff(args: argparse.Namespace) -> int:
+    from specproof.properties.engine.deployment import merge
+
+    docs = []
+    for path in args.json:
+        if not os.path.isfile(path):
+            raise UsageError(f"AUDIT.json: no file {path!r}")
+        try:
+            with open(path) as f:
+                docs.append((path, json.load(f)))
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{path}: not JSON ({e})") from e
+    check_outputs(args, "output_json")
+    if args.report and not args.report.endswith(".md"):
+        raise UsageError(f"--report: a Markdown path (.md), got {args.report!r}")
+    d = merge(docs)
+    text = d.markdown()
+    print(text)
+    write_text(args.report, text)
+    write_json_to(args.output_json, d.to_json())
+    return d.verdict.exit_code
+
+
 def add_replay_parser(sub: Any) -> argparse.ArgumentParser:
     r = sub.add_parser(
         "replay",
