@@ -145,6 +145,7 @@ def test_packed_samples_come_back_equal_in_a_few_bytes():
         Generation((1, 2, 3, 7), 4, 3, 2),
         Generation((0, 0, 0, 0), None, None, 1),
         Generation((7, 6, 5, 4), 300, 0, None),
+        Generation((2, 2, 2, 2), 5, 1, None, cached=3),  # prompt tokens served from the server's cache
     ]
     packed = pickle.loads(pickle.dumps(pack_generations(gens, 8, 4)))
     assert unpack_generations(packed) == gens

@@ -6,7 +6,8 @@ Down, per shard: the case (prompt, setting, horizon: a few dozen bytes) and the 
 Up, per shard, the samples in index order, packed as the smallest integer arrays that hold them:
 
 * engine: the tokens, ``[n, M]`` in ``uint8`` for V <= 256 (``uint16`` to 65,536, ``uint32``
-  above), and each counter the engine reports (drafted, accepted, target forwards) as one small
+  above), and each counter the engine reports (drafted, accepted, target forwards, prompt tokens
+  served from a cache) as one small
   integer per sample, ``-1`` where it said nothing, left out when it never says; per sample
   ``M x (1, 2 or 4)`` bytes plus 1 to 2 bytes per counter;
 * verifier: each call's completed sequences (``[rows, M]``, the same dtypes) and the emitted
@@ -31,7 +32,7 @@ import torch
 
 from specproof.properties.engine.contract import Generation
 
-COUNTERS = ("drafted", "accepted", "forwards")
+COUNTERS = ("drafted", "accepted", "forwards", "cached")
 
 
 def id_dtype(vocab: int) -> np.dtype:
@@ -100,6 +101,7 @@ def unpack_generations(packed: tuple[Any, ...]) -> list[Generation]:
             counters["forwards"][i],
             reported[i],
             steps[i],
+            cached=counters["cached"][i],
         )
         for i, row in enumerate(toks.tolist())
     ]
