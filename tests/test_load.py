@@ -88,6 +88,13 @@ def test_a_seed_ignored_while_others_are_in_flight_is_a_contract_violation_under
     assert alone.differing == 0 and loaded.differing > 0
     assert all(not r.rejected for r in res.cases)  # the law holds at both levels
     assert "law" not in res.factor and "a seed gave two outputs" in res.summary()
+    # the sign-off's concurrency item: the law held, and it says what a request returns still depends on
+    from specproof.properties.engine.signoff import signoff
+
+    items = {i.question: i for i in signoff(res)}
+    same = items["the same law alone and at production concurrency"]
+    assert same.answer == "yes" and "depends on the batch" in same.detail, same
+    assert items["seeds are honoured with other requests in flight"].answer == "no"
 
 
 def test_background_requests_mix_lora_adapters_and_the_correct_server_passes():
