@@ -323,15 +323,18 @@ class StandIn:
         except SpecproofError as e:  # an ambiguous top-p cut, say
             raise RequestError(str(e)) from e
 
+    def _hit(self, ask: Ask) -> bool:
+        """Whether ``ask`` is a prefix-cache hit: it asks for the cache and shares its start with the
+        prompt of the request served before it (the one slot's cache, which it then fills)."""
+        prev, self._slot = self._slot, ask.prompt
+        if self.bug == "ignores_cache":
+            return False  # bug: ignores_cache
+        return bool(ask.cache_prompt and prev and prev[:1] == ask.prompt[:1])
+
     def _draws(self, ask: Ask, rng: np.random.Generator) -> Drawn:
         m, s, bug = self.model, ask.sampling, self.bug
-        # a prefix-cache hit: the prompt asks for the cache and shares its start with the prompt
-        # of the request served before it (the one slot's cache)
         prev = self._slot
-        hit = ask.cache_prompt and bool(prev) and prev[:1] == ask.prompt[:1]
-        if bug == "ignores_cache":
-            hit = False  # bug: ignores_cache
-        self._slot = ask.prompt
+        hit = self._hit(ask)
         law = functools.partial(m.law, s=s, joint=ask.joint, adapter=ask.adapter)
         adapted = any(scale for _, scale in ask.adapter)  # a LoRA adapter moves the target's law
         out = [_draw(law(ask.prompt), rng)]  # the first token, from the prompt's forward pass
