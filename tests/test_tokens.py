@@ -100,6 +100,25 @@ def test_ties_are_ordered_by_id_on_both_paths():
     assert np.allclose(observe([TokenLaw.dense(p) for p in P], [0, 1, 2, 3], v).u, u)
 
 
+def test_both_paths_agree_at_a_vocabulary_read_row_by_row_with_ties():
+    """Above PREFIX_LOOP the dense path sums each row's smaller ids apart and reads ties only
+    where a block has one: laws with runs of equal probabilities (ties of the token and not),
+    against the TokenLaw path, exactly up to rounding."""
+    from specproof.properties.tokens import transform
+
+    rng = np.random.default_rng(11)
+    V = transform.PREFIX_LOOP * 2
+    P = np.repeat(rng.random((6, V // 64)), 64, axis=1)  # every probability 64 times
+    P[3] = rng.random(V)  # a row without ties
+    P /= P.sum(axis=1, keepdims=True)
+    x = _draw(rng, P)
+    v = rng.random(6)
+    a = observe_dense(P, x, v)
+    b = observe([TokenLaw.dense(p) for p in P], x, v)
+    for name in ("u", "u_id", "p_first", "surprisal", "expected_surprisal"):
+        assert np.allclose(getattr(a, name), getattr(b, name), atol=1e-12), name
+
+
 def test_a_token_outside_the_top_n_falls_in_the_tail_cell():
     law = TokenLaw.top({4: 0.5, 9: 0.2}, vocab=100)
     assert law.tail == pytest.approx(0.3) and law.cell(4) == 0 and law.cell(9) == 1 and law.cell(50) == 2

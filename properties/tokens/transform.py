@@ -116,6 +116,8 @@ def observe(
 #: bytes of laws scored at once by :func:`observe_dense`: a block of rows small enough to stay in
 #: the processor's cache while every statistic is read from it
 BLOCK_BYTES = 1 << 20
+#: the vocabulary from which :func:`observe_dense` sums each row's prefix apart (below it, a mask)
+PREFIX_LOOP = 2048
 
 
 class RowNotALaw(SpecproofInputError):
@@ -132,12 +134,14 @@ class RowNotALaw(SpecproofInputError):
 ROW_TOLERANCE = 1e-6
 
 
-def _rows_checked(B: np.ndarray, which: str, first: int, values: np.ndarray | None = None) -> np.ndarray:
-    """The row sums of a block, each checked to be a law's: the sum within :data:`ROW_TOLERANCE`
-    of 1 (a NaN or infinite entry makes it NaN or infinite), and no negative entry: read from
-    ``values``, a per-row reduction that is NaN where an entry is negative or NaN (the expected
-    surprisal), else from the rows' minima."""
-    s = np.einsum("ij->i", B)
+def _rows_checked(
+    B: np.ndarray, which: str, first: int, values: np.ndarray | None = None, s: np.ndarray | None = None
+) -> np.ndarray:
+    """The row sums of a block (``s`` where the caller has them), each checked to be a law's: the
+    sum within :data:`ROW_TOLERANCE` of 1 (a NaN or infinite entry makes it NaN or infinite), and
+    no negative entry: read from ``values``, a per-row reduction that is NaN where an entry is
+    negative or NaN (the expected surprisal), else from the rows' minima."""
+    s = np.einsum("ij->i", B) if s is None else s
     ok = np.abs(s - 1.0) <= ROW_TOLERANCE
     ok &= ~np.isnan(values) if values is not None else B.min(axis=1) >= 0
     bad = np.flatnonzero(~ok)
@@ -177,15 +181,37 @@ def observe_dense(
     if eos is not None:
         out.p_eos, out.eos_hit = np.zeros(m), x == eos
     out.u_id = np.zeros(m)
-    ids = np.arange(V)
     rows = max(1, BLOCK_BYTES // (8 * max(1, V)))
-    for a in range(0, m, rows):
-        b = min(m, a + rows)
+    stop = _read_rows(P, Q, x, v, eos, out, 0, m, rows)
+    if stop is not None:
+        out.impossible = stop
+        return _cut(out, stop)
+    return out
+
+
+def _read_rows(
+    P: np.ndarray,
+    Q: np.ndarray | None,
+    x: np.ndarray,
+    v: np.ndarray,
+    eos: int | None,
+    out: Observations,
+    lo: int,
+    hi: int,
+    rows: int,
+) -> int | None:
+    """:func:`observe_dense`'s reading of rows ``lo`` to ``hi`` into ``out``, ``rows`` at a time,
+    in order: the first position whose token has probability 0 (None: none), or
+    :class:`RowNotALaw` for the first row before it that is not a law."""
+    V = P.shape[1]
+    for a in range(lo, hi, rows):
+        b = min(hi, a + rows)
         B = P[a:b].astype(np.float64, copy=False)
         xb = x[a:b]
         r = np.arange(b - a)
-        expected = _expected_clipped(B, np.einsum("ij->i", B))
-        s = _rows_checked(B, "laws", a, expected)
+        s = np.einsum("ij->i", B)
+        expected = _expected_clipped(B, s)
+        _rows_checked(B, "laws", a, expected, s)
         raw = B[r, xb]
         zero = np.flatnonzero(raw <= 0)
         stop = b if not len(zero) else a + int(zero[0])
@@ -193,13 +219,18 @@ def observe_dense(
             k = stop - a
             B, xb, r, s, raw = B[:k], xb[:k], r[:k], s[:k], raw[:k]
             above = np.einsum("ij,ij->i", B, B > raw[:, None])  # the likelier ids' mass
-            ties = np.count_nonzero(B == raw[:, None], axis=1)
-            for j in np.flatnonzero(ties > 1):  # equal probabilities: the smaller ids come first
-                above[j] += raw[j] * np.count_nonzero(B[j, : xb[j]] == raw[j])
+            equal = B == raw[:, None]
+            if np.count_nonzero(equal) > k:  # a tie besides the token itself: its row counted
+                for j in np.flatnonzero(np.count_nonzero(equal, axis=1) > 1):
+                    above[j] += raw[j] * np.count_nonzero(B[j, : xb[j]] == raw[j])  # smaller ids first
             px = raw / s
             sl = slice(a, stop)
             out.u[sl] = above / s + v[a:stop] * px
-            out.u_id[sl] = np.einsum("ij,ij->i", B, ids < xb[:, None]) / s + v[a:stop] * px
+            if V >= PREFIX_LOOP:  # the smaller ids' mass: each row's own prefix summed
+                smaller = np.fromiter((B[j, : xb[j]].sum() for j in range(k)), np.float64, k)
+            else:  # at small V one masked pass costs less than a call per row
+                smaller = np.einsum("ij,ij->i", B, np.arange(V) < xb[:, None])
+            out.u_id[sl] = smaller / s + v[a:stop] * px
             out.p_first[sl] = B.max(axis=1) / s
             out.surprisal[sl] = _clip(px)
             out.expected_surprisal[sl] = expected[:k]
@@ -211,9 +242,8 @@ def observe_dense(
                 out.q[sl] = D[r, xb] / sq  # type: ignore[index]
                 out.expected_q[sl] = np.einsum("ij,ij->i", B, D) / (s * sq)  # type: ignore[index]
         if stop < b:
-            out.impossible = stop
-            return _cut(out, stop)
-    return out
+            return stop
+    return None
 
 
 def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
