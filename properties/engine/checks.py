@@ -382,6 +382,18 @@ def compare_reports(
                 out.worst = {"prefix": list(g.tokens[:d]), "token": x, "reported": float(got), "law": want}
 
 
+def reports_against(runner: Any, gens: Sequence[Generation], out: Reports) -> None:
+    """:func:`compare_reports` against ``runner``'s law (a
+    :class:`~specproof.properties.engine.runner.CaseRunner`), the laws after the samples' prefixes
+    read at once first (``prefetch``: through a server whose family reads laws along a path, one
+    request a sample instead of one a position) and let go once compared."""
+    runner.prefetch([tuple(g.tokens) for g in gens])
+    try:
+        compare_reports(gens, runner.law, out, runner.end)
+    finally:
+        runner.end_chunk()
+
+
 def judge_reports(out: Reports) -> None:
     """``consistent``, ``wrong`` or ``absent`` from what was folded in."""
     if out.samples == 0:

@@ -12,8 +12,8 @@ from specproof.properties.engine.checks import (
     Control,
     Reports,
     Speculation,
-    compare_reports,
     judge_reports,
+    reports_against,
     tolerance_from,
 )
 from specproof.properties.engine.contract import EngineUnavailable, Generation
@@ -97,7 +97,7 @@ class ReportsCheck(Check):
                 raise
             for g in gens:
                 counts.add(g)
-            compare_reports(gens, rn.law, res.reports, rn.end)
+            reports_against(rn, gens, res.reports)
         res.speculation.reported = {
             "samples": counts.samples,
             "counted": counts.counted,
@@ -121,7 +121,7 @@ class ReportsCheck(Check):
                     seeds = [
                         sample_seed(c.seed, rn.case.index, 2 * 10**6 + j) for j in range(c.report_samples)
                     ]
-                    compare_reports(twin_runner.draw(seeds, report=True), rn.law, diffs, rn.end)
+                    reports_against(rn, twin_runner.draw(seeds, report=True), diffs)
                 seeds = [sample_seed(c.seed, rn.case.index, 3 * 10**6 + j) for j in range(c.report_samples)]
                 ours, theirs = rn.draw(seeds), twin_runner.draw(seeds)
             except EngineUnavailable as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from specproof.properties.engine.checks import compare_reports, judge_reports
+from specproof.properties.engine.checks import judge_reports, reports_against
 from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import EngineUnavailable, NotStreamed
 from specproof.properties.engine.plugin import Check, Finding
@@ -48,7 +48,7 @@ def stream_check(
     if report:
         out = res.streaming.reports
         out.tolerance, out.tolerance_from = res.reports.tolerance, res.reports.tolerance_from
-        compare_reports(streamed, rn.law, out, rn.end)
+        reports_against(rn, streamed, out)
         judge_reports(out)
     res.streaming.judge()
 
