@@ -107,6 +107,24 @@ def test_build_errors_name_the_problem(tmp_path: Path) -> None:
         llamacpp.apply_patches(tmp_path)
 
 
+def test_a_long_build_step_says_how_far_it_is(tmp_path: Path) -> None:
+    """A build step's ninja-style ``[done/total]`` lines are said as progress (here every line,
+    ``every=0``), the last one always, everything kept in the log; a failing step names its log."""
+    import sys
+
+    script = "for i in range(1, 5):\n    print(f'[{i}/4] Building CXX object x{i}.o')\nprint('done')"
+    log = tmp_path / "build.log"
+    said: list[str] = []
+    llamacpp._run_logged([sys.executable, "-c", script], log, progress=said.append, every=0)
+    assert [line.split("(")[0].strip() for line in said] == [f"{i} of 4 steps" for i in range(1, 5)]
+    assert "[3/4] Building CXX object x3.o" in log.read_text() and "done" in log.read_text()
+    said.clear()
+    llamacpp._run_logged([sys.executable, "-c", script], log, progress=said.append, every=3600)
+    assert len(said) == 1 and said[0].strip().startswith("4 of 4 steps (100%)")  # only the last one
+    with pytest.raises(llamacpp.LlamaCppBuildError, match="exited with 3"):
+        llamacpp._run_logged([sys.executable, "-c", "raise SystemExit(3)"], log)
+
+
 def test_concurrent_callers_build_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Two callers at once: the lock lets one build; the other waits and finds the finished folder."""
     monkeypatch.setenv("SPECPROOF_CACHE", str(tmp_path))

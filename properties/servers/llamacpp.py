@@ -128,14 +128,50 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _run_logged(cmd: Sequence[str], log: Path, cwd: Path | None = None) -> None:
-    """Run ``cmd`` with stdout and stderr appended to ``log``; raise the build error on failure."""
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(cmd)}\n")
+#: seconds between two progress lines of a long build step (ninja's ``[done/total]`` counts)
+PROGRESS_EVERY = 30.0
+_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
+
+
+def _run_logged(
+    cmd: Sequence[str],
+    log: Path,
+    cwd: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    every: float = PROGRESS_EVERY,
+) -> None:
+    """Run ``cmd`` with stdout and stderr appended to ``log``; raise the build error on failure.
+    With ``progress``, a line such as ninja's ``[120/431] Building ...`` is said as "120 of 431
+    steps" at most once every ``every`` seconds (and the last one), so a build of many minutes
+    is seen moving."""
+    start = last = time.monotonic()
+    seen: tuple[int, int] | None = None
+    said: tuple[int, int] | None = None
+    with log.open("ab") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
-        rc = subprocess.run(list(cmd), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+        proc = subprocess.Popen(list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            step = _STEP.match(line)
+            if step is None or progress is None:
+                continue
+            seen = (int(step.group(1)), int(step.group(2)))
+            now = time.monotonic()
+            if now - last >= every:
+                last, said = now, seen
+                progress(_steps(seen, now - start))
+        rc = proc.wait()
+    if progress is not None and seen is not None and seen != said and rc == 0:
+        progress(_steps(seen, time.monotonic() - start))
     if rc != 0:
         raise LlamaCppBuildError(f"`{' '.join(cmd)}` exited with {rc}; tail of {log}:\n{_tail(log)}")
+
+
+def _steps(seen: tuple[int, int], seconds: float) -> str:
+    done, total = seen
+    return f"  {done} of {total} steps ({100 * done // max(1, total)}%), {seconds / 60:.1f} min"
 
 
 def _sha256(path: Path) -> str:
@@ -205,15 +241,16 @@ def _ninja() -> str:
     return str(Path(ninja.BIN_DIR) / "ninja")
 
 
-def _compile(src: Path, build: Path, log: Path) -> None:
-    """Configure with cmake and build :data:`TARGETS` with ninja, ``-j`` :data:`JOBS`."""
+def _compile(src: Path, build: Path, log: Path, progress: Callable[[str], None] | None = None) -> None:
+    """Configure with cmake and build :data:`TARGETS` with ninja, ``-j`` :data:`JOBS` (its steps
+    said to ``progress`` as they go)."""
     cmake = shutil.which("cmake")
     if cmake is None:
         raise LlamaCppBuildError("building llama.cpp needs cmake >= 3.14 on PATH")
     ninja = _ninja()
     generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
     _run_logged([cmake, "-S", str(src), "-B", str(build), *generator, *CMAKE_FLAGS], log)
-    _run_logged([ninja, "-C", str(build), f"-j{JOBS}", *TARGETS], log)
+    _run_logged([ninja, "-C", str(build), f"-j{JOBS}", *TARGETS], log, progress=progress)
 
 
 def _build_into(final: Path, progress: Callable[[str], None]) -> None:
@@ -226,7 +263,7 @@ def _build_into(final: Path, progress: Callable[[str], None]) -> None:
         src = extract_llama_cpp(fetch_sdist(log, progress), work / "src")
         apply_patches(src)
         progress(f"building llama.cpp {LLAMA_CPP_COMMIT} ({', '.join(TARGETS)}) with -j{JOBS}; log: {log}")
-        _compile(src, work / "build", log)
+        _compile(src, work / "build", log, progress)
         out = work / "out"
         out.mkdir()
         for target in TARGETS:

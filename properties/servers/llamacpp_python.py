@@ -143,7 +143,7 @@ def _build_lib_into(final: Path, progress: Callable[[str], None]) -> None:
         progress(f"building libllama {lc.LLAMA_CPP_COMMIT} (shared) with -j{lc.JOBS}; log: {log}")
         gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
         lc._run_logged([cmake, "-S", str(src), "-B", str(build), *gen, *LIB_FLAGS], log)
-        lc._run_logged([ninja, "-C", str(build), f"-j{lc.JOBS}", *LIB_TARGETS], log)
+        lc._run_logged([ninja, "-C", str(build), f"-j{lc.JOBS}", *LIB_TARGETS], log, progress=progress)
         out = work / "out"
         out.mkdir()
         found = {p.name: p for p in build.rglob("*.so*") if p.is_file() or p.is_symlink()}
