@@ -230,7 +230,7 @@ def _read_rows(
                 smaller = np.fromiter((B[j, : xb[j]].sum() for j in range(k)), np.float64, k)
             else:  # at small V one masked pass costs less than a call per row
                 smaller = np.einsum("ij,ij->i", B, np.arange(V) < xb[:, None])
-            out.u_id[sl] = smaller / s + v[a:stop] * px
+            out.u_id[sl] = smaller / s + v[a:stop] * px  # type: ignore[index]
             out.p_first[sl] = B.max(axis=1) / s
             out.surprisal[sl] = _clip(px)
             out.expected_surprisal[sl] = expected[:k]
