@@ -14,6 +14,9 @@ told otherwise), one after the other, each in a process of its own (its peak mem
     python scripts/plan_fits.py --markdown docs/measurements/plan-fits.md \\
         --json docs/measurements/plan-fits.json
 
+``--only KIND`` with ``--update`` runs those rows again and keeps the others from the JSON, each
+row with the date it was measured.
+
 Timings are this machine's; run it on idle cores (nothing else running).
 """
 
@@ -58,6 +61,7 @@ def _row(name: str, res: Any, seconds: float) -> dict[str, Any]:
         "peak_rss_mb": _peak_mb(),
         "fit": res.fit,
         "summary": res.summary(),
+        "date": datetime.date.today().isoformat(),
     }
 
 
@@ -137,20 +141,21 @@ def markdown(rows: list[dict[str, Any]], when: str) -> str:
     out = [
         "# A correct engine at the defaults",
         "",
-        f"`python scripts/plan_fits.py` on {when} ({platform.machine()}, {os.cpu_count()} cores, nothing "
-        "else running): each exact engine audited at the default plan (per-token TV 0.01, alpha 1e-4, "
-        "power 0.99, 600 s guard), two cases (T = 1 and 0.7), each in a process of its own.",
+        f"`python scripts/plan_fits.py` ({platform.machine()}, {os.cpu_count()} cores, nothing else "
+        "running; each row on the date in its last column, this page written on " + when + "): each exact "
+        "engine audited at the default plan (per-token TV 0.01, alpha 1e-4, power 0.99, 600 s guard), two "
+        "cases (T = 1 and 0.7), each in a process of its own.",
         "",
-        "| engine | M | V | verdict | tokens scored | samples | seconds | peak MB |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
+        "| engine | M | V | verdict | tokens scored | samples | seconds | peak MB | measured |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['engine']} | | | not run: {r['error']} | | | | |")
+            out.append(f"| {r['engine']} | | | not run: {r['error']} | | | | | {r.get('date', '')} |")
             continue
         out.append(
             f"| {r['engine']} | {r['tokens']} | {r['vocab']:,} | **{r['verdict']}** | {r['scored_tokens']:,} "
-            f"| {r['samples']:,} | {r['seconds']:.0f} | {r['peak_rss_mb']:.0f} |"
+            f"| {r['samples']:,} | {r['seconds']:.0f} | {r['peak_rss_mb']:.0f} | {r.get('date', when)} |"
         )
     fits = [r for r in rows if r.get("fit")]
     if fits:
@@ -165,6 +170,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tv", type=float, help="a per-token TV other than the default's (a smoke run)")
     ap.add_argument("--markdown")
     ap.add_argument("--json")
+    ap.add_argument("--update", action="store_true", help="keep the JSON's rows that are not run again")
+    ap.add_argument("--rows", help="just the rows whose name contains one of these (comma-separated)")
     args = ap.parse_args(argv)
     want = set(args.only or ("tinylm", "narrow", "standin", "llama-server"))
     rows: list[dict[str, Any]] = []
@@ -176,6 +183,8 @@ def main(argv: list[str]) -> int:
         jobs.append(("stand-in", standin_row, (args.tv,)))
     if "llama-server" in want:
         jobs.append(("llama-server", llama_server_row, (args.tv,)))
+    if args.rows:
+        jobs = [j for j in jobs if any(part in j[0] for part in args.rows.split(","))]
     for label, fn, a in jobs:
         try:
             row = _apart(fn, *a)
@@ -184,6 +193,12 @@ def main(argv: list[str]) -> int:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "summary"}), flush=True)
     when = datetime.date.today().isoformat()
+    if args.update and args.json and os.path.exists(args.json):
+        with open(args.json) as f:
+            old = json.load(f)
+        fresh = {r["engine"]: r for r in rows}
+        kept = [dict(r, date=r.get("date", old["date"])) for r in old["rows"]]
+        rows = [fresh.pop(r["engine"], r) for r in kept] + list(fresh.values())
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": when, "rows": rows}, f, indent=2)
