@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 from specproof.reference.errors import InternalError
@@ -108,6 +108,42 @@ exit status:
   5  no_speculation: the engine's counters show nothing drafted or accepted (engines only)
   6  misreported: the law holds, but the reported probabilities are not the law's (engines only)
   7  acceptance_low: the law holds, fewer drafts accepted than the declared rule predicts (engines only)"""
+
+
+class CheckStatus(StrEnum):
+    """What a side check of the engine audit found: one vocabulary for every check, each word
+    a plain string in JSON (``CheckStatus.WRONG == "wrong"``). Which words a check uses:
+
+    * every check: ``not_run`` (the audit did not reach it), ``not_offered`` (the engine has no
+      such thing: no reported probabilities, no metrics page, no stream), ``not_checked`` (offered,
+      nothing to compare it with), ``stopped`` (the engine stopped answering during it);
+    * speculation (the engine's counters): ``ran``, ``none`` (nothing drafted or accepted),
+      ``unobservable`` (no counters);
+    * reported probabilities: ``consistent``, ``wrong``, ``absent``;
+    * streaming: ``equal``, ``differs`` (tokens or text: a contract violation), ``reports_differ``
+      (only the reported probabilities or counters);
+    * server metrics: ``agree``, ``differ``;
+    * acceptance against the declared rule: ``as_predicted``, ``low``; across an axis: ``same``,
+      ``low``."""
+
+    NOT_RUN = "not_run"
+    NOT_OFFERED = "not_offered"
+    NOT_CHECKED = "not_checked"
+    STOPPED = "stopped"
+    RAN = "ran"
+    NONE = "none"
+    UNOBSERVABLE = "unobservable"
+    CONSISTENT = "consistent"
+    WRONG = "wrong"
+    ABSENT = "absent"
+    EQUAL = "equal"
+    DIFFERS = "differs"
+    REPORTS_DIFFER = "reports_differ"
+    AGREE = "agree"
+    DIFFER = "differ"
+    AS_PREDICTED = "as_predicted"
+    LOW = "low"
+    SAME = "same"
 
 
 @dataclass(frozen=True)

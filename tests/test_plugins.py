@@ -228,3 +228,25 @@ def test_the_layout_page_names_every_module_of_the_engine_package():
     text = (ROOT / "docs" / "layout.md").read_text()
     missing = [p.stem for p in sorted(ENGINE.glob("*.py")) if p.stem != "__init__" and p.stem not in text]
     assert not missing, missing
+
+
+def test_the_checks_speak_one_status_vocabulary():
+    """Every side check's status is a :class:`CheckStatus`: no status is set, compared or typed
+    as a bare string anywhere in the audit's and the endpoint's code, and each word is written
+    to JSON as the plain string it always was."""
+    import json
+
+    from specproof.properties.verdicts import CheckStatus
+
+    bare = re.compile(r'status(?:, [\w.]+)? = "|status [!=]= "|status (?:not )?in \("|status: str\b')
+    found = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for folder in (ENGINE, ROOT / "properties" / "endpoint")
+        for p in sorted(folder.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert not found, found
+    for member in CheckStatus:
+        assert json.dumps({"status": member}) == json.dumps({"status": member.name.lower()})
+        assert f"{member}" == member.value == member.name.lower()

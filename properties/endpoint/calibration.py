@@ -45,7 +45,7 @@ from specproof.properties.engine.audit import ENGINE_PACKAGES, EngineAuditConfig
 from specproof.properties.engine.completions import COMPLETIONS_ALPHA_SHARE
 from specproof.properties.engine.contract import T1
 from specproof.properties.outputs import versions
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 PROMPT = (0, 6)
 TOKENS = 4
@@ -207,13 +207,13 @@ def _count_checks(r: Any, checks: dict[str, Any]) -> None:
             add("background_records", int(bg.get("records", 0)))
             add("background_rejected", int(bool(load.background_lossy)))
             checks["background_alpha"] = float(bg["alpha"])
-    if r.axis_acceptance is not None and r.axis_acceptance.status != "not_run":
+    if r.axis_acceptance is not None and r.axis_acceptance.status != CheckStatus.NOT_RUN:
         add("axis_acceptance_tests", 1)
-        add("axis_acceptance_low", int(r.axis_acceptance.status == "low"))
+        add("axis_acceptance_low", int(r.axis_acceptance.status == CheckStatus.LOW))
         checks["axis_acceptance_alpha"] = float(r.axis_acceptance.alpha)
-    if r.acceptance is not None and r.acceptance.status != "not_run":
+    if r.acceptance is not None and r.acceptance.status != CheckStatus.NOT_RUN:
         add("oracle_tests", 1)
-        add("oracle_low", int(r.acceptance.status == "low"))
+        add("oracle_low", int(r.acceptance.status == CheckStatus.LOW))
         checks["oracle_alpha"] = float(r.acceptance.alpha)
 
 

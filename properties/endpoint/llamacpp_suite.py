@@ -43,6 +43,7 @@ from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import GREEDY, T07, T1, EngineSpec, Sampling, Seq
 from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.servers import gguf_models, llamacpp, llamacpp_python
+from specproof.properties.verdicts import CheckStatus
 from specproof.reference.errors import UsageError
 from specproof.reference.sampling import Grammar
 
@@ -561,8 +562,10 @@ def markdown(results: Sequence[EngineAuditResult], audit: EngineAuditConfig) -> 
             else " (not rounding: the twin misreports)"
         )
         same = "" if ctl is None or not ctl.coupled else f"{ctl.identical}/{ctl.coupled}"
-        report = rep.status if rep.status != "wrong" else f"wrong (up to {rep.max_error:.2g})"
-        counted = "not observable" if sp.status == "unobservable" else f"{sp.drafted:,} / {sp.accepted:,}"
+        report = rep.status if rep.status != CheckStatus.WRONG else f"wrong (up to {rep.max_error:.2g})"
+        counted = (
+            "not observable" if sp.status == CheckStatus.UNOBSERVABLE else f"{sp.drafted:,} / {sp.accepted:,}"
+        )
         lines.append(
             f"| `{r.engine}` | {settings} | **{r.verdict.value}** | {r.samples:,} | "
             f"{counted} | {report} | {tol} | {same} | {r.short_witness()} |"

@@ -47,7 +47,7 @@ import numpy as np
 from specproof.properties.engine.axis_acceptance import AxisAcceptance
 from specproof.properties.engine.contract import Generation, Seq
 from specproof.properties.engine.plugin import Check, Finding
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAudit
@@ -80,7 +80,7 @@ class Acceptance:
     rule: str
     alpha: float
     lam: float
-    status: str = "not_run"  # as_predicted | low | not_run
+    status: CheckStatus = CheckStatus.NOT_RUN  # as_predicted | low | not_run
     why: str = ""  # what was not run, or why
     indicators: int = 0
     accepted: int = 0
@@ -123,7 +123,7 @@ class Acceptance:
 
     def judge(self) -> None:
         if self.indicators == 0:
-            self.status = "not_run"
+            self.status = CheckStatus.NOT_RUN
             if not self.why:
                 self.why = (
                     f"the engine reported no steps for {self.without_steps} samples"
@@ -131,10 +131,10 @@ class Acceptance:
                     else "no draft was verified inside the samples"
                 )
         else:
-            self.status = "low" if self.crossed_at is not None else "as_predicted"
+            self.status = CheckStatus.LOW if self.crossed_at is not None else CheckStatus.AS_PREDICTED
 
     def line(self) -> str:
-        if self.status == "not_run":
+        if self.status == CheckStatus.NOT_RUN:
             return f"acceptance: NOT TESTED ({self.why})"
         obs, pred = self.accepted / self.indicators, self.predicted / self.indicators
         where = ", ".join(
@@ -154,7 +154,7 @@ class Acceptance:
                 f"; COUNTERS CONTRADICT THE TOKENS in {self.contradicted} samples (e.g. {f.get('tokens')}: "
                 f"drafted/accepted {f.get('counters')} reported, {f.get('read_from_tokens')} by the rule)"
             )
-        if self.status == "low":
+        if self.status == CheckStatus.LOW:
             return (
                 f"{head}: LOW (e-value {math.exp(min(self.log_wealth, 700)):.3g} >= 1/alpha = "
                 f"{1 / self.alpha:.3g} after {self.crossed_at} drafts; alpha {self.alpha:g}); "
@@ -383,7 +383,7 @@ class AcceptanceCheck(Check):
         res = audit.result
         if res.acceptance is not None:
             res.acceptance.judge()
-        if res.axis_acceptance is not None and res.axis_acceptance.status == "not_run":
+        if res.axis_acceptance is not None and res.axis_acceptance.status == CheckStatus.NOT_RUN:
             reference = {a.name: a for a, _ in audit.axes}
 
             def is_base(r: EngineCaseResult) -> bool:
@@ -393,8 +393,8 @@ class AcceptanceCheck(Check):
 
             res.axis_acceptance.judge(res.cases, self.shares, is_base)
         out = []
-        low = (res.acceptance is not None and res.acceptance.status == "low") or (
-            res.axis_acceptance is not None and res.axis_acceptance.status == "low"
+        low = (res.acceptance is not None and res.acceptance.status == CheckStatus.LOW) or (
+            res.axis_acceptance is not None and res.axis_acceptance.status == CheckStatus.LOW
         )
         if low:
             out.append(Finding(Verdict.ACCEPTANCE_LOW))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specproof.properties.engine.case import EngineCaseResult
+from specproof.properties.verdicts import CheckStatus
 
 
 def _where(r: EngineCaseResult) -> str:
@@ -40,7 +41,7 @@ class AxisAcceptance:
     """The comparison of each case's accepted share with its base's (module docstring)."""
 
     alpha: float
-    status: str = "not_run"  # same | low | not_run
+    status: CheckStatus = CheckStatus.NOT_RUN  # same | low | not_run
     why: str = ""
     pairs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -78,12 +79,12 @@ class AxisAcceptance:
                     }
                 )
         if not self.pairs:
-            self.status, self.why = "not_run", "no case drafted on both sides of the axis"
+            self.status, self.why = CheckStatus.NOT_RUN, "no case drafted on both sides of the axis"
             return
         level = self.alpha / len(self.pairs)
         for p in self.pairs:
             p["low"] = p["bound"] <= level
-        self.status = "low" if any(p["low"] for p in self.pairs) else "same"
+        self.status = CheckStatus.LOW if any(p["low"] for p in self.pairs) else CheckStatus.SAME
 
     @property
     def factor(self) -> str:
@@ -98,13 +99,17 @@ class AxisAcceptance:
         )
 
     def line(self) -> str:
-        if self.status == "not_run":
+        if self.status == CheckStatus.NOT_RUN:
             return f"acceptance across the axis: NOT TESTED ({self.why})"
         rows = "; ".join(
             f"{p['where']}: {p['share']:.3f} vs {p['base_share']:.3f} {p['base']}" for p in self.pairs
         )
         head = f"acceptance across the axis (accepted share per sample, alpha {self.alpha:g}): {rows}"
-        return f"{head}: LOW, {self.factor}" if self.status == "low" else f"{head}: the same within the bound"
+        return (
+            f"{head}: LOW, {self.factor}"
+            if self.status == CheckStatus.LOW
+            else f"{head}: the same within the bound"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "why": self.why, "alpha": self.alpha, "pairs": list(self.pairs)}

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.engine.contract import Generation, Seq
+from specproof.properties.verdicts import CheckStatus
 
 #: the smallest tolerance of a reported probability: about 16 float32 ulps at 1 (a server
 #: computes and prints probabilities in float32); the control's measured difference, times
@@ -72,32 +73,32 @@ class Speculation:
                     }
 
     @property
-    def status(self) -> str:
+    def status(self) -> CheckStatus:
         """``ran``, ``none`` (counters read, nothing drafted or nothing accepted), or
         ``unobservable`` (the engine reports no counters)."""
         if self.counted == 0:
-            return "unobservable"
-        return "ran" if self.drafted > 0 and self.accepted > 0 else "none"
+            return CheckStatus.UNOBSERVABLE
+        return CheckStatus.RAN if self.drafted > 0 and self.accepted > 0 else CheckStatus.NONE
 
     @property
     def off_with_reports(self) -> bool:
         """Speculation ran on plain requests but not on those asking for probabilities."""
         r = self.reported
-        return self.status == "ran" and r is not None and r["counted"] > 0 and r["drafted"] == 0
+        return self.status == CheckStatus.RAN and r is not None and r["counted"] > 0 and r["drafted"] == 0
 
     @property
     def idle(self) -> str:
         """Why speculation was not tested, where it was not: ``nothing drafted`` or ``drafts never
         accepted`` (empty when it ran or cannot be seen)."""
-        if self.status != "none":
+        if self.status != CheckStatus.NONE:
             return ""
         return "nothing drafted" if self.drafted == 0 else "drafts never accepted"
 
     def line(self) -> str:
-        if self.status == "unobservable":
+        if self.status == CheckStatus.UNOBSERVABLE:
             return "speculation: not observable (the engine reports no draft or acceptance counters)"
         rate = self.accepted / self.drafted if self.drafted else 0.0
-        head = {"ran": "ran", "none": "NONE"}[self.status]
+        head = {CheckStatus.RAN: "ran", CheckStatus.NONE: "NONE"}[self.status]
         text = (
             f"speculation {head}: {self.drafted:,} tokens drafted, {self.accepted:,} accepted "
             f"({rate:.1%}) over {self.counted:,} samples"
@@ -139,7 +140,7 @@ class Speculation:
 class Reports:
     """Reported probabilities of emitted tokens against the law."""
 
-    status: str = "not_offered"  # consistent, wrong, absent, not_offered, stopped
+    status: CheckStatus = CheckStatus.NOT_OFFERED  # consistent, wrong, absent, not_offered, stopped
     samples: int = 0
     checked: int = 0  # tokens whose reported probability was compared
     missing: int = 0  # emitted tokens with no reported probability
@@ -152,26 +153,26 @@ class Reports:
     stopped: str | None = None
 
     def stop(self, why: str) -> None:
-        self.status, self.stopped = "stopped", why
+        self.status, self.stopped = CheckStatus.STOPPED, why
 
     def line(self) -> str:
-        if self.status == "stopped":
+        if self.status == CheckStatus.STOPPED:
             return (
                 f"reported probabilities: NOT CHECKED: the check stopped after {self.samples} samples: "
                 f"{self.stopped}"
             )
-        if self.status == "not_offered":
+        if self.status == CheckStatus.NOT_OFFERED:
             return "reported probabilities: not offered by this engine (not checked)"
-        if self.status == "absent":
+        if self.status == CheckStatus.ABSENT:
             return f"reported probabilities: MISSING for {self.missing} of the emitted tokens"
-        what = "consistent with the law" if self.status == "consistent" else "WRONG"
+        what = "consistent with the law" if self.status == CheckStatus.CONSISTENT else "WRONG"
         text = (
             f"reported probabilities: {what}: {self.checked} tokens of {self.samples} samples, largest "
             f"difference {self.max_error:.2g} (tolerance {self.tolerance:.2g}, {self.tolerance_from})"
         )
         if self.missing:
             text += f"; {self.missing} tokens reported none"
-        if self.status == "wrong" and self.worst:
+        if self.status == CheckStatus.WRONG and self.worst:
             w = self.worst
             text += (
                 f"; e.g. after {w['prefix']} token {w['token']}: reported {w['reported']:.6g}, "
@@ -252,7 +253,7 @@ class Streaming:
 
     #: equal; differs (tokens or text: a contract violation); reports_differ (only the reported
     #: probabilities or counters: misreported); not_offered; stopped
-    status: str = "not_offered"
+    status: CheckStatus = CheckStatus.NOT_OFFERED
     samples: int = 0
     differing: int = 0
     first: dict[str, Any] | None = None  # the first seed whose two answers differ, and how
@@ -282,23 +283,23 @@ class Streaming:
             }
 
     def judge(self) -> None:
-        if self.status == "stopped":
+        if self.status == CheckStatus.STOPPED:
             return
         if not self.samples:
-            self.status = "not_offered"
+            self.status = CheckStatus.NOT_OFFERED
         elif self.hard:
-            self.status = "differs"
+            self.status = CheckStatus.DIFFERS
         else:
-            self.status = "reports_differ" if self.differing else "equal"
+            self.status = CheckStatus.REPORTS_DIFFER if self.differing else CheckStatus.EQUAL
 
     def line(self) -> str:
-        if self.status == "not_offered":
+        if self.status == CheckStatus.NOT_OFFERED:
             if self.why:
                 return f"streaming: not offered: {self.why} (not checked)"
             return "streaming: not offered by this engine (not checked)"
-        if self.status == "stopped":
+        if self.status == CheckStatus.STOPPED:
             return f"streaming: NOT CHECKED: the check stopped after {self.samples} samples: {self.stopped}"
-        if self.status == "equal":
+        if self.status == CheckStatus.EQUAL:
             return (
                 f"streaming: {self.samples} seeds streamed and whole: equal tokens, text and reported "
                 "probabilities"
@@ -314,7 +315,7 @@ class Streaming:
                 f"{self.differing} of {self.samples} seeds differ in reported probabilities or counters only"
             )
         text = f"streaming: {what}, streamed from whole (seed {f.get('seed')}: {f.get('what')})"
-        if self.reports.status not in ("not_offered", "stopped"):
+        if self.reports.status not in (CheckStatus.NOT_OFFERED, CheckStatus.STOPPED):
             text += f"; the streamed answers' {self.reports.line()}"
         return text
 
@@ -397,13 +398,13 @@ def reports_against(runner: Any, gens: Sequence[Generation], out: Reports) -> No
 def judge_reports(out: Reports) -> None:
     """``consistent``, ``wrong`` or ``absent`` from what was folded in."""
     if out.samples == 0:
-        out.status = "not_offered"
+        out.status = CheckStatus.NOT_OFFERED
     elif out.checked == 0:
-        out.status = "absent"
+        out.status = CheckStatus.ABSENT
     elif out.max_error > out.tolerance or out.missing:
-        out.status = "wrong" if out.max_error > out.tolerance else "absent"
+        out.status = CheckStatus.WRONG if out.max_error > out.tolerance else CheckStatus.ABSENT
     else:
-        out.status = "consistent"
+        out.status = CheckStatus.CONSISTENT
 
 
 def tolerance_from(control: Control | None) -> tuple[float, str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specproof.properties.engine.plugin import Check, Finding
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAudit
@@ -57,7 +57,7 @@ class Tally:
 class MetricsCheck:
     """The server's totals over the sample stage against its answers' counters."""
 
-    status: str = "not_offered"  # agree, differ, not_checked, not_offered
+    status: CheckStatus = CheckStatus.NOT_OFFERED  # agree, differ, not_checked, not_offered
     why: str = ""  # why not checked
     before: dict[str, int] | None = None
     after: dict[str, int] | None = None
@@ -72,15 +72,15 @@ class MetricsCheck:
 
     def line(self) -> str:
         t = self.tally
-        if self.status == "not_offered":
+        if self.status == CheckStatus.NOT_OFFERED:
             why = self.why or "the engine exposes no global speculation counters"
             return f"server metrics: not offered ({why})"
-        if self.status == "not_checked":
+        if self.status == CheckStatus.NOT_CHECKED:
             return f"server metrics: NOT CHECKED: {self.why}"
         g = self.grew
         theirs = f"{g['accepted']:,} accepted of {g['drafted']:,} drafted"
         ours = f"{t.accepted:,} accepted of {t.drafted:,} drafted over the stage's {t.answers:,} answers"
-        if self.status == "agree":
+        if self.status == CheckStatus.AGREE:
             return f"server metrics: agree with the answers' counters ({theirs})"
         return (
             f"server metrics: MISREPORT: the server's totals grew by {theirs} while its answers said "
@@ -120,23 +120,26 @@ def metrics_check(
     for name, snap in (("before", before), ("after", after)):
         missing = [k for k in ("drafted", "accepted", "retried") if not isinstance(snap.get(k), int)]
         if missing:
-            out.status, out.why = "not_checked", f"the server's metrics {name} the stage lack {missing[0]}"
+            out.status, out.why = (
+                CheckStatus.NOT_CHECKED,
+                f"the server's metrics {name} the stage lack {missing[0]}",
+            )
             return out
     if why_not:
-        out.status, out.why = "not_checked", why_not
+        out.status, out.why = CheckStatus.NOT_CHECKED, why_not
     elif after["retried"] != before["retried"]:
         n = after["retried"] - before["retried"]
         out.status, out.why = (
-            "not_checked",
+            CheckStatus.NOT_CHECKED,
             f"{n} request(s) were sent again; the server may have counted both",
         )
     elif tally.counted < tally.answers:
-        out.status = "not_checked"
+        out.status = CheckStatus.NOT_CHECKED
         out.why = f"{tally.answers - tally.counted} of {tally.answers} answers carried no counters"
     elif out.grew == {"drafted": tally.drafted, "accepted": tally.accepted}:
-        out.status = "agree"
+        out.status = CheckStatus.AGREE
     else:
-        out.status = "differ"
+        out.status = CheckStatus.DIFFER
     return out
 
 
@@ -194,4 +197,4 @@ class MetricsPlugin(Check):
         audit.result.metrics = stage_check(self.meter, self.before, read_totals(self.meter), self.tally, why)
 
     def findings(self, audit: EngineAudit) -> list[Finding]:
-        return [Finding(Verdict.MISREPORTED)] if audit.result.metrics.status == "differ" else []
+        return [Finding(Verdict.MISREPORTED)] if audit.result.metrics.status == CheckStatus.DIFFER else []

@@ -19,7 +19,7 @@ from specproof.properties.engine.checks import (
 from specproof.properties.engine.contract import EngineUnavailable, Generation
 from specproof.properties.engine.plugin import Check, Finding
 from specproof.properties.engine.runner import CaseRunner, EngineViolation, sample_seed
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAudit
@@ -32,7 +32,7 @@ def idle(r: EngineCaseResult) -> bool:
     never accepted there are one observation repeated, not a sign that speculation is off: its
     summary line says speculation was not tested in it, and the verdict does not turn on it."""
     sp = r.speculation
-    return sp.status == "none" and not (r.point_mass and sp.idle == "drafts never accepted")
+    return sp.status == CheckStatus.NONE and not (r.point_mass and sp.idle == "drafts never accepted")
 
 
 class SpeculationCheck(Check):
@@ -52,7 +52,7 @@ class SpeculationCheck(Check):
 
     def findings(self, audit: EngineAudit) -> list[Finding]:
         res = audit.result
-        if res.speculation.status == "none" or any(idle(r) for r in res.cases):
+        if res.speculation.status == CheckStatus.NONE or any(idle(r) for r in res.cases):
             return [Finding(Verdict.NO_SPECULATION)]
         return []
 
@@ -140,4 +140,8 @@ class ReportsCheck(Check):
         return control
 
     def findings(self, audit: EngineAudit) -> list[Finding]:
-        return [Finding(Verdict.MISREPORTED)] if audit.result.reports.status in ("wrong", "absent") else []
+        return (
+            [Finding(Verdict.MISREPORTED)]
+            if audit.result.reports.status in (CheckStatus.WRONG, CheckStatus.ABSENT)
+            else []
+        )

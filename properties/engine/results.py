@@ -15,7 +15,7 @@ from specproof.properties.engine.checks import Control, Reports, Speculation, St
 from specproof.properties.engine.completions import CompletionsResult
 from specproof.properties.engine.metrics import MetricsCheck
 from specproof.properties.engine.signoff import signoff
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.acceptance import Acceptance
@@ -251,17 +251,17 @@ class EngineAuditResult:
         idle = [f"{r.case.name} ({r.speculation.idle})" for r in self.cases if r.speculation.idle]
         if idle:
             lines.append(f"    speculation not tested in: {', '.join(idle)}")
-        if self.reports.status != "not_offered":
+        if self.reports.status != CheckStatus.NOT_OFFERED:
             lines.append(f"  {self.reports.line()}")
         if self.control is not None:
             lines.append(f"  {self.control.line()}")
-        if self.streaming.status != "not_offered" or self.streaming.why:
+        if self.streaming.status != CheckStatus.NOT_OFFERED or self.streaming.why:
             lines.append(f"  {self.streaming.line()}")
         if self.acceptance is not None:
             lines.append(f"  {self.acceptance.line()}")
         if self.axis_acceptance is not None:
             lines.append(f"  {self.axis_acceptance.line()}")
-        if self.metrics.status != "not_offered" or self.metrics.why:
+        if self.metrics.status != CheckStatus.NOT_OFFERED or self.metrics.why:
             lines.append(f"  {self.metrics.line()}")
         if self.load is not None:
             lines += [f"  {line}" for line in self.load.lines()]

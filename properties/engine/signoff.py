@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.results import EngineAuditResult
@@ -75,9 +75,9 @@ def _law(r: EngineAuditResult) -> Item:
 def _speculation(r: EngineAuditResult) -> Item:
     q = "speculation ran"
     s = r.speculation
-    if s.status == "unobservable":
+    if s.status == CheckStatus.UNOBSERVABLE:
         return Item(q, NOT_TESTED, "the engine reports no draft or acceptance counters")
-    return Item(q, YES if s.status == "ran" else NO, s.line().split(": ", 1)[-1])
+    return Item(q, YES if s.status == CheckStatus.RAN else NO, s.line().split(": ", 1)[-1])
 
 
 def _load(r: EngineAuditResult) -> list[Item]:
@@ -133,17 +133,17 @@ def _stops(r: EngineAuditResult) -> Item:
     )
 
 
-def _by_status(q: str, check: Any, good: str) -> Item:
+def _by_status(q: str, check: Any, good: CheckStatus) -> Item:
     """A check's own status and line as the item's answer: not tested where it did not run,
     yes where it reads ``good``, else no."""
     detail = check.line().split(": ", 1)[-1]
-    if check.status in ("not_offered", "stopped"):
+    if check.status in (CheckStatus.NOT_OFFERED, CheckStatus.STOPPED):
         return Item(q, NOT_TESTED, detail)
     return Item(q, YES if check.status == good else NO, detail)
 
 
 def _streaming(r: EngineAuditResult) -> Item:
-    return _by_status("a streamed answer equals the whole answer", r.streaming, "equal")
+    return _by_status("a streamed answer equals the whole answer", r.streaming, CheckStatus.EQUAL)
 
 
 def _grammar(r: EngineAuditResult) -> Item:
@@ -158,7 +158,7 @@ def _grammar(r: EngineAuditResult) -> Item:
 
 
 def _reports(r: EngineAuditResult) -> Item:
-    return _by_status("reported probabilities are the law's", r.reports, "consistent")
+    return _by_status("reported probabilities are the law's", r.reports, CheckStatus.CONSISTENT)
 
 
 def _control(r: EngineAuditResult) -> Item:
@@ -255,10 +255,10 @@ def _completions(r: EngineAuditResult) -> Item:
 
 def _acceptance(r: EngineAuditResult) -> Item:
     q = "acceptance as the rule predicts"
-    if r.metrics.status == "differ":  # what the dashboard reads is not what the answers said
+    if r.metrics.status == CheckStatus.DIFFER:  # what the dashboard reads is not what the answers said
         return Item(q, NO, r.metrics.line().split(": ", 1)[-1])
     item = _acceptance_rule(r, q)
-    if r.metrics.status != "not_offered":
+    if r.metrics.status != CheckStatus.NOT_OFFERED:
         item = Item(item.question, item.answer, f"{item.detail}; {r.metrics.line()}")
     return item
 
@@ -274,9 +274,9 @@ def _acceptance_rule(r: EngineAuditResult, q: str) -> Item:
             f"counters: {counters}",
         )
     detail = acc.line().split(": ", 1)[-1]
-    if acc.status == "not_run":
+    if acc.status == CheckStatus.NOT_RUN:
         return Item(q, NOT_TESTED, acc.why)
-    return Item(q, NO if acc.status == "low" or acc.contradicted else YES, detail)
+    return Item(q, NO if acc.status == CheckStatus.LOW or acc.contradicted else YES, detail)
 
 
 def _acceptance_axis(r: EngineAuditResult) -> Item:
@@ -284,9 +284,9 @@ def _acceptance_axis(r: EngineAuditResult) -> Item:
     axis = r.axis_acceptance
     if axis is None:
         return Item(q, NOT_TESTED, "no workload axis asked (--load 1 --load N, --prefix-cache)")
-    if axis.status == "not_run":
+    if axis.status == CheckStatus.NOT_RUN:
         return Item(q, NOT_TESTED, axis.why)
-    return Item(q, NO if axis.status == "low" else YES, axis.line().split(": ", 1)[-1])
+    return Item(q, NO if axis.status == CheckStatus.LOW else YES, axis.line().split(": ", 1)[-1])
 
 
 def markdown(r: EngineAuditResult) -> str:

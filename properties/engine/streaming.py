@@ -13,7 +13,7 @@ from specproof.properties.engine.config import EngineAuditConfig
 from specproof.properties.engine.contract import EngineUnavailable, NotStreamed
 from specproof.properties.engine.plugin import Check, Finding
 from specproof.properties.engine.runner import CaseRunner, sample_seed
-from specproof.properties.verdicts import Verdict
+from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAudit
@@ -38,10 +38,10 @@ def stream_check(
         whole = [g for s in seeds for g in rn.draw([s], report=report)]
         streamed = [g for s in seeds for g in rn.draw_stream([s], report=report)]
     except EngineUnavailable as e:
-        res.streaming.status, res.streaming.stopped = "stopped", e.detail
+        res.streaming.status, res.streaming.stopped = CheckStatus.STOPPED, e.detail
         return
     except NotStreamed as e:  # a server that does not stream: nothing to compare, never a violation
-        res.streaming.status, res.streaming.why = "not_offered", str(e)
+        res.streaming.status, res.streaming.why = CheckStatus.NOT_OFFERED, str(e)
         return
     for s, a, b in zip(seeds, whole, streamed):
         res.streaming.add(s, a, b, res.reports.tolerance)
@@ -70,7 +70,7 @@ class StreamingCheck(Check):
 
     def findings(self, audit: EngineAudit) -> list[Finding]:
         st = audit.result.streaming
-        if st.status == "differs":
+        if st.status == CheckStatus.DIFFERS:
             f = st.first or {}
             violation = {
                 "kind": "stream_differs",
@@ -82,6 +82,6 @@ class StreamingCheck(Check):
                 "stage": "checks",
             }
             return [Finding(Verdict.CONTRACT_VIOLATION, violation=violation)]
-        if st.status == "reports_differ":
+        if st.status == CheckStatus.REPORTS_DIFFER:
             return [Finding(Verdict.MISREPORTED)]
         return []
