@@ -326,6 +326,42 @@ def test_json_report_and_cli(tmp_path, capsys):
     assert report_blocks([])[0] == ("h1", "specproof engine audit")
 
 
+def test_the_report_states_each_test_in_its_own_unit(tmp_path):
+    """A token-test audit's report gives the token test's e-value, tokens and per-token TVs (as
+    the JSON has them) and no joint-TV column; a cells-test audit's gives the joint TV and
+    explains unresolved and uncovered, and no token column; the sign-off names the unit too."""
+    from specproof.properties.engine.signoff import signoff
+
+    def tables(r):
+        return [b[1] for b in report_blocks([r]) if b[0] == "table"]
+
+    spec = E.resolve_engine("reference.direct")
+    tok = audit_engine(spec, EngineAuditConfig(samples=40, report_samples=0, test="tokens"))
+    doc = tok.to_json()
+    power = next(t for t in tables(tok) if "token test e-value (1/alpha)" in t[0])
+    head, row = power[0], power[1][0]
+    assert not any("joint" in h for h in head)
+    e, alpha = math.exp(doc["token_test"]["log_wealth"]), doc["token_test"]["alpha"]
+    assert row[head.index("token test e-value (1/alpha)")] == f"{e:.3g} ({1 / alpha:.3g})"
+    assert row[head.index("tokens scored")] == f"{sum(c.observed_tokens for c in tok.cases):,}"
+    pooled = doc["token_test"]["pooled"]["detects_per_token_tv"]
+    assert row[head.index("per-token TV detected: sharpening / argmax")].startswith(
+        f"{pooled['mean']:.3g} / {pooled['greedy']:.3g} every case pooled"
+    )
+    cases = next(t for t in tables(tok) if t[0][0] == "case")
+    assert "per-token TV detected: sharpening / argmax / any" in cases[0] and "unresolved" not in cases[0]
+    assert "per-token TV" in next(i.detail for i in signoff(tok) if i.question.startswith("the law holds"))
+
+    cells = audit_engine(spec, EngineAuditConfig(samples=200, report_samples=0, test="cells"))
+    power = next(t for t in tables(cells) if "samples" in t[0] and "engine" in t[0] and "s" in t[0])
+    assert "joint TV detected, cells test (worst case)" in power[0]
+    assert not any("token" in h for h in power[0])
+    assert any(b[0] == "p" and b[1].startswith("unresolved:") for b in report_blocks([cells]))
+    assert "joint TV" in next(i.detail for i in signoff(cells) if i.question.startswith("the law holds"))
+    write_report(str(tmp_path / "r.html"), [tok, cells])
+    assert "per-token TV detected" in (tmp_path / "r.html").read_text()
+
+
 def test_user_engines_resolve_from_a_file(tmp_path):
     path = tmp_path / "my_engine.py"
     path.write_text(

@@ -6,6 +6,7 @@ every case's plan, samples, p-value and power. Markdown or HTML (:mod:`.audit.re
 from __future__ import annotations
 
 import datetime
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -76,38 +77,83 @@ def _witness_bars(r: EngineAuditResult) -> list[Any]:
 
 
 def _power(results: Sequence[EngineAuditResult]) -> list[Any]:
+    """The plan and what each engine's samples can vouch for, each figure with its unit: the token
+    test's e-value and the per-token TV it detects (sharpening / toward the argmax; every case
+    pooled, and the worst case alone), the cells test's joint TV of the M tokens where it ran."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out: list[Any] = [("h2", "Power and the checks beside the law")]
+    tokens = any(r.token_test is not None for r in results)
+    cells = any(c.test is not None for r in results for c in r.cases)
     if results:
         cfg = results[0].config
+        tests = []
+        if tokens:
+            tests.append(
+                f"the token test planned for a per-token TV of {cfg.tv:g} (each emitted token's law "
+                f"against the target's at its prefix) at power {cfg.power:g}, anytime-valid"
+            )
+        if cells:
+            tests.append(
+                f"the cells test of the joint law of the M tokens on up to {cfg.max_cells} cells (Bonferroni "
+                f"over {cfg.looks} looks)"
+            )
         out.append(
             (
                 "p",
-                f"Generated {now}. Family-wise alpha {cfg.alpha:g} per engine (Holm over its cases, "
-                f"Bonferroni over {cfg.looks} looks); planned for TV {cfg.tv:g} at power {cfg.power:g} on "
-                f"up to {cfg.max_cells} cells; seed {cfg.seed}; budget {cfg.budget_seconds:g} s per engine.",
+                f"Generated {now}. Family-wise alpha {cfg.alpha:g} per engine (over its cases); "
+                + ("; ".join(tests) or "no law test ran")
+                + f"; seed {cfg.seed}; budget {cfg.budget_seconds:g} s per engine.",
             )
         )
     rows = []
     for r in results:
-        det = [c.detectable_tv for c in r.cases if c.n]
-        rows.append(
-            [
-                r.engine,
-                str(r.samples),
-                f"{max(det):.3f}"
-                if det and r.verdict not in (Verdict.CONTRACT_VIOLATION, Verdict.ERROR)
-                else "",
-                r.speculation.status,
-                r.reports.status,
-                "" if r.control is None or r.control.tolerance is None else f"{r.control.tolerance:.2g}",
-                "" if r.per_sample_seconds is None else f"{1000 * r.per_sample_seconds:.1f}",
-                f"{r.seconds:.1f}",
-            ]
-        )
-    head = ["engine", "samples", "TV detected (worst case)", "speculation", "reported probabilities"]
-    out.append(("table", ([*head, "tolerance (control)", "ms/sample", "s"], rows)))
+        broke = r.verdict in (Verdict.CONTRACT_VIOLATION, Verdict.ERROR)
+        row = [r.engine, f"{r.samples:,}"]
+        if tokens:
+            row += [f"{sum(c.observed_tokens for c in r.cases):,}", _evalue(r), "" if broke else _token_tv(r)]
+        if cells:
+            det = [c.detectable_tv for c in r.cases if c.n and c.test is not None]
+            row.append(f"{max(det):.3g}" if det and not broke else "")
+        row += [
+            str(r.speculation.status),
+            str(r.reports.status),
+            "" if r.control is None or r.control.tolerance is None else f"{r.control.tolerance:.2g}",
+            "" if r.per_sample_seconds is None else f"{1000 * r.per_sample_seconds:.1f}",
+            f"{r.seconds:.1f}",
+        ]
+        rows.append(row)
+    head = ["engine", "samples"]
+    if tokens:
+        head += ["tokens scored", "token test e-value (1/alpha)"]
+        head.append("per-token TV detected: sharpening / argmax")
+    if cells:
+        head.append("joint TV detected, cells test (worst case)")
+    head += ["speculation", "reported probabilities", "tolerance (control)", "ms/sample", "s"]
+    out.append(("table", (head, rows)))
     return out
+
+
+def _evalue(r: EngineAuditResult) -> str:
+    if r.token_test is None:
+        return ""
+    e = math.exp(min(700.0, r.token_test["log_wealth"]))
+    return f"{e:.3g} ({1 / r.token_test['alpha']:.3g})"
+
+
+def _token_tv(r: EngineAuditResult) -> str:
+    """The per-token TV the token test's tokens detect at the plan's power: every case pooled
+    (where the plan pools them) and the worst case alone."""
+    parts = []
+    pooled = (r.token_test or {}).get("pooled") or {}
+    d = pooled.get("detects_per_token_tv")
+    if d:
+        parts.append(f"{d['mean']:.3g} / {d['greedy']:.3g} every case pooled")
+    alone = [c.token_detects for c in r.cases if c.token_detects]
+    if alone:
+        worst = max(alone, key=lambda t: t["mean"])
+        which = "worst case alone" if d else "worst case"
+        parts.append(f"{worst['mean']:.3g} / {worst['greedy']:.3g} {which}")
+    return "; ".join(parts)
 
 
 def _details(r: EngineAuditResult) -> list[Any]:
@@ -140,29 +186,54 @@ def _details(r: EngineAuditResult) -> list[Any]:
         out.append(("p", f"{label}: {w.case.name}.{detail}"))
         if w.test is not None and not w.hard_failure:
             out.append(("p", w.test.summary()))
-    return [*out, _case_table(r)]
+    return [*out, *_case_table(r)]
 
 
-def _case_table(r: EngineAuditResult) -> Any:
-    rows = [
-        [
-            c.case.name,
-            str(c.planned),
-            str(c.n),
-            "0 (hard failure)" if c.hard_failure else f"{c.pvalue:.3g}",
-            f"{c.detectable_tv:.3f}",
-            "" if c.test is None else f"{c.test.unresolved:.3f}",
-            "" if c.test is None else f"{c.test.uncovered:.3f}",
+def _case_table(r: EngineAuditResult) -> list[Any]:
+    """Each case: its plan and samples; the token test's tokens and the per-token TV they detect
+    (sharpening / to the argmax / any, on the transform's cells) where it ran; the cells test's
+    p-value, joint TV, unresolved mass and uncovered share where it ran (explained below it)."""
+    tokens = any(c.token_detects for c in r.cases)
+    cells = any(c.test is not None for c in r.cases)
+    head = ["case", "planned", "samples"]
+    if tokens:
+        head += ["tokens scored", "per-token TV detected: sharpening / argmax / any"]
+    if cells:
+        head += ["p (cells)", f"joint TV detected at power {r.config.power:g}", "unresolved", "uncovered"]
+    head += ["target forwards per call", "speculation", "", "limited"]
+    rows = []
+    for c in r.cases:
+        row = [c.case.name, str(c.planned), str(c.n)]
+        if tokens:
+            d = c.token_detects
+            tv = f"{d['mean']:.3g} / {d['greedy']:.3g} / {d['uniform']:.3g}" if d else ""
+            row += [f"{c.observed_tokens:,}", tv]
+        if cells:
+            ran = c.test is not None
+            row += [
+                "0 (hard failure)" if c.hard_failure else (f"{c.pvalue:.3g}" if ran else ""),
+                f"{c.detectable_tv:.3f}" if ran else "",
+                f"{c.test.unresolved:.3f}" if c.test is not None else "",
+                f"{c.test.uncovered:.3f}" if c.test is not None else "",
+            ]
+        row += [
             _forwards(c.forwards),
-            c.speculation.status,
+            str(c.speculation.status),
             "**rejected**" if c.rejected else "",
             "short" if c.budget_limited else "",
         ]
-        for c in r.cases
-    ]
-    head = ["case", "planned", "samples", "p", f"TV detected at power {r.config.power:g}", "unresolved"]
-    head += ["uncovered", "target forwards per call", "speculation", "", "limited"]
-    return ("table", (head, rows))
+        rows.append(row)
+    out: list[Any] = [("table", (head, rows))]
+    if cells:
+        out.append(
+            (
+                "p",
+                "unresolved: the share of the joint law's mass the cells test's prefix cells pool beyond "
+                "their first tokens (it sees those positions only through the pool); uncovered: the share "
+                "of samples with some position whose group of equal prefixes was too small to be tested.",
+            )
+        )
+    return out
 
 
 def _forwards(hist: Counter[int]) -> str:

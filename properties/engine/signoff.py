@@ -66,10 +66,12 @@ def _law(r: EngineAuditResult) -> Item:
         )
     if r.verdict in (Verdict.UNDERPOWERED, Verdict.INTERRUPTED) or r.short:
         return Item(q, NOT_TESTED, "the law tests ran short of their plan: " + (r.fault or "the budget"))
-    tv = max((c.token_detects or {}).get("mean", c.detectable_tv) for c in r.cases)
-    return Item(
-        q, YES, f"no deviation in {len(r.cases)} cases ({', '.join(settings)}); each detects a TV of {tv:.3g}"
-    )
+    head = f"no deviation in {len(r.cases)} cases ({', '.join(settings)})"
+    if any(c.token_detects for c in r.cases):  # the token test: a TV per token
+        tv = max(c.token_detects["mean"] for c in r.cases if c.token_detects)
+        return Item(q, YES, f"{head}; each detects a per-token TV of {tv:.3g} (sharpening)")
+    tv = max(c.detectable_tv for c in r.cases)
+    return Item(q, YES, f"{head}; each detects a joint TV of {tv:.3g} of its M tokens (cells test)")
 
 
 def _speculation(r: EngineAuditResult) -> Item:
