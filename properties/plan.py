@@ -66,7 +66,9 @@ class PlanConfig:
         "alpha": Flag("--alpha", "family-wise false-alarm rate", parse=float, example=0.001),
         "tv": Flag(
             "--tv",
-            "smallest deviation to detect (TV; for an engine, of each token's law)",
+            "smallest deviation to detect, a TV: of one call's output law (verifier); of each emitted "
+            "token's law for the token test, of the M tokens' joint law with --test cells (engine, "
+            "endpoint; on the command line --token-tv and --joint-tv name the unit)",
             parse=float,
             example=0.3,
         ),

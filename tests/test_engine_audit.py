@@ -362,6 +362,45 @@ def test_the_report_states_each_test_in_its_own_unit(tmp_path):
     assert "per-token TV detected" in (tmp_path / "r.html").read_text()
 
 
+def test_the_tv_flags_name_their_unit(tmp_path, capsys):
+    """--token-tv and --joint-tv are --tv in the unit the plan reads (per token for the token test,
+    joint for --test cells), the JSON says which; given in the other unit, or to an audit that
+    has no such unit, they are refused naming the spelling to use (exit 4)."""
+    from specproof.properties.cli import build_parser, main
+    from specproof.properties.cli.audit import engine_config
+
+    base = [
+        "audit",
+        "engine",
+        "reference.direct",
+        "--samples",
+        "40",
+        "--report-samples",
+        "0",
+        "--progress",
+        "off",
+    ]
+    out = tmp_path / "a.json"
+    assert engine_config(build_parser().parse_args([*base, "--token-tv", "0.3"])).tv == 0.3
+    assert main([*base, "--token-tv", "0.3", "--test", "tokens", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["tv_unit"] == "per token"
+    assert main([*base, "--joint-tv", "0.3", "--test", "cells", "--json", str(out)]) in (0, 3)  # 40 samples
+    doc = json.loads(out.read_text())
+    assert (doc["tv"], doc["tv_unit"]) == (0.3, "joint")
+    capsys.readouterr()
+    refused = [
+        ([*base, "--joint-tv", "0.3"], "give --token-tv"),
+        ([*base, "--token-tv", "0.3", "--test", "cells"], "give --joint-tv"),
+        (["audit", "chain", "torch.token", "--token-tv", "0.3"], "the verifier audit takes --tv"),
+        (["llamacpp", "tokens", "--joint-tv", "0.1"], "give --token-tv"),
+        (["llamacpp", "table", "--token-tv", "0.01"], "give --joint-tv"),
+    ]
+    for argv, why in refused:
+        assert main(argv) == 4, argv
+        assert why in capsys.readouterr().err, argv
+    assert build_parser().parse_args(["calibrate", "--tokens", "--token-tv", "0.02"]).tv == 0.02
+
+
 def test_user_engines_resolve_from_a_file(tmp_path):
     path = tmp_path / "my_engine.py"
     path.write_text(

@@ -16,6 +16,7 @@ from typing import Any
 
 from specproof.properties.audit.config import MAIN_JOB_GUARD, AuditConfig
 from specproof.properties.cli.common import (
+    TvIn,
     add_flags,
     add_progress,
     built,
@@ -87,6 +88,49 @@ def _add_plan_options(a: argparse.ArgumentParser) -> None:
     )
     add_flags(g, AuditConfig, only=tuple(flags(PlanConfig)), also=EngineAuditConfig)
     add_flags(g, EngineAuditConfig, only=("looks", "report_samples", "test"))
+    for spelling, unit, what in TV_UNITS:
+        g.add_argument(spelling, dest="tv", metavar="TV", action=TvIn, unit=unit, help=what)
+
+
+#: the spellings of --tv that name its unit: (flag, unit, help)
+TV_UNITS = (
+    (
+        "--token-tv",
+        "per token",
+        "engine, endpoint, traffic: --tv as the token test reads it, the TV of each emitted token's law "
+        "from the target's at its prefix (not with --test cells)",
+    ),
+    (
+        "--joint-tv",
+        "joint",
+        "engine, endpoint with --test cells: --tv as the cells test's plan reads it, the TV of the law of "
+        "the M tokens together",
+    ),
+)
+
+
+def check_tv_unit(args: argparse.Namespace) -> None:
+    """A TV given as ``--token-tv`` or ``--joint-tv`` must be the unit the audit's plan reads:
+    per token for the token test (engine, endpoint and traffic audits, unless ``--test cells``),
+    joint for the cells test (``--test cells``); the verifier audit's ``--tv`` (one call's output
+    law) has neither spelling."""
+    unit, option = getattr(args, "tv_unit", None) or (None, None)
+    if unit is None:
+        return
+    if args.kind not in ("engine", "endpoint", "traffic"):
+        raise UsageError(
+            f"{option}: for the engine, endpoint and traffic audits; the verifier audit takes --tv"
+        )
+    cells = getattr(args, "test", None) == "cells"
+    if unit == "per token" and cells:
+        raise UsageError(
+            f"{option}: with --test cells the plan is the cells test's, of a joint TV: give --joint-tv"
+        )
+    if unit == "joint" and not cells:
+        raise UsageError(
+            f"{option}: the joint TV plans the cells test alone (--test cells); the token test's plan is "
+            "per token: give --token-tv"
+        )
 
 
 def _add_verifier_options(a: argparse.ArgumentParser) -> None:
@@ -179,6 +223,7 @@ def shard_options(args: argparse.Namespace) -> ShardOptions:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     check_outputs(args, "json", "report")
+    check_tv_unit(args)
     if args.kind == "engine":
         return cmd_audit_engine(args)
     if args.kind == "endpoint":

@@ -204,3 +204,17 @@ def config_from(cls: type[C], options: dict[str, Any]) -> C:
 def plan_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options every audit plans with, as given (None where not given)."""
     return from_args(args, PlanConfig)
+
+
+class TvIn(argparse.Action):
+    """``--token-tv`` and ``--joint-tv``: the value of ``--tv`` (its text, read with the plan's
+    other options), and the unit it was given in, checked against the audit once its kind and
+    tests are known (``specproof.properties.cli.audit.check_tv_unit``, ``cmd_llamacpp``)."""
+
+    def __init__(self, *args: Any, unit: str, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.unit = unit
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.tv_unit = (self.unit, option)

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from specproof.properties.cli.common import (
+    TvIn,
     add_progress,
     check_outputs,
     counter,
@@ -225,7 +226,12 @@ def add_calibrate_parser(sub: Any) -> None:
         "calibration's own speculative engines, e.g. calibration.speculative[V=4096]@256)",
     )
     c.add_argument(
-        "--tv", type=float, default=0.05, help="--tokens: per-token TV the audits plan for (default 0.05)"
+        "--tv",
+        "--token-tv",
+        dest="tv",
+        type=float,
+        default=0.05,
+        help="--tokens: per-token TV the audits plan for (default 0.05)",
     )
     c.add_argument(
         "--section",
@@ -562,8 +568,14 @@ def add_llamacpp_parser(sub: Any) -> None:
     g.add_argument(
         "--tv",
         type=float,
-        help="table: the joint TV the cells test's plan detects (default 0.1); tokens: the per-token TV "
-        "(default 0.01)",
+        help="table: the joint TV the cells test's plan detects (default 0.1; --joint-tv); tokens: the "
+        "per-token TV (default 0.01; --token-tv)",
+    )
+    g.add_argument(
+        "--joint-tv", dest="tv", type=float, metavar="TV", action=TvIn, unit="joint", help="table: --tv"
+    )
+    g.add_argument(
+        "--token-tv", dest="tv", type=float, metavar="TV", action=TvIn, unit="per token", help="tokens: --tv"
     )
     g.add_argument("--samples", type=int, help="table, tokens: fixed samples per case instead of the plan")
     g.add_argument(
@@ -607,6 +619,10 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     from specproof.properties.engine.audit import EngineAuditConfig
     from specproof.properties.plan import build_config
 
+    unit, option = getattr(args, "tv_unit", None) or (None, None)
+    if unit is not None and (unit == "joint") != (args.action == "table"):
+        want = "--joint-tv (table)" if args.action == "table" else "--token-tv (tokens)"
+        raise UsageError(f"{option}: not the unit of {args.action}'s plan; give {want}, or --tv")
     if args.action == "tokens":
         return _llamacpp_tokens(args)
     unknown = [n for n in args.only or () if n not in suite.BY_NAME]

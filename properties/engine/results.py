@@ -360,6 +360,8 @@ class EngineAuditResult:
             "agrees": self.agrees,
             "alpha": c.alpha,
             "tv": c.tv,
+            #: what tv measures: the token test's plan is per token, the cells test's (alone) joint
+            "tv_unit": "per token" if self.token_test is not None else "joint",
             "power": c.power,
             "seed": c.seed,
             "looks": c.looks,
