@@ -4,6 +4,7 @@ environment has the one shape, and ``specproof env`` reads the table."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import pathlib
@@ -63,3 +64,19 @@ def test_the_env_command_reads_the_table(capsys):
     # the older spellings stay
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert {"env", "vllm", "openvino", "mistralrs", "llamacpp"} <= set(sub.choices)
+
+
+def test_the_registry_takes_the_third_party_engines_from_the_table():
+    """Every engine outside the project's own groups comes from an adapter the table names, and
+    every adapter's engines are registered: a new system's adapter joins through the table alone."""
+    from specproof.properties.engine.registry import ENGINES, ensure_registered
+
+    ensure_registered()
+    named = {
+        spec.name
+        for i in integrations.INTEGRATIONS
+        if i.adapter
+        for spec in importlib.import_module(i.adapter).engines()
+    }
+    own = {"reference", "optimized", "mutant", "alternative"}
+    assert named and named == {name for name, spec in ENGINES.items() if spec.group not in own}

@@ -185,11 +185,15 @@ def _register_optimized() -> None:
 
 
 def _register_thirdparty() -> None:
-    """The adapters' engines (:mod:`.adapters`); each says itself whether its package is there."""
-    for module in ("hf", "vllm", "vllm_cpu", "sglang", "llamacpp", "openvino_genai", "mistralrs"):
-        mod = importlib.import_module(f"specproof.properties.engine.adapters.{module}")
-        for spec in mod.engines():
-            register(spec)
+    """The adapters' engines (:mod:`.adapters`), as the table of integrations names them
+    (:data:`specproof.properties.integrations.INTEGRATIONS`: a new system's adapter joins there
+    alone); each says itself whether its package is there."""
+    from specproof.properties.integrations import INTEGRATIONS
+
+    for integration in INTEGRATIONS:
+        if integration.adapter:
+            for spec in importlib.import_module(integration.adapter).engines():
+                register(spec)
 
 
 _REGISTERED = False
