@@ -34,6 +34,9 @@ LAYERS: list[tuple[str, ...]] = [
         "specproof.properties._imports",
         "specproof.properties.plan",
         "specproof.properties.outputs",
+        # the table of third-party systems: data naming each part by module, resolved by name
+        # where it is used, so the registry and the commands above it may read it
+        "specproof.properties.integrations",
     ),
     ("specproof.properties.servers",),  # llama.cpp built from source, the tiny GGUF models
     ("specproof.properties.oracle",),
@@ -46,7 +49,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("specproof.properties.shard",),
     ("specproof.properties.run",),  # the one way in: the audits run from the doors' values
     ("specproof.properties.bench",),
-    ("specproof.properties.integrations",),  # the table of third-party systems, parts named by module
     ("specproof.properties.cli", "specproof.properties.pytest_plugin"),
     ("specproof",),
 ]
