@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -59,13 +60,29 @@ def test_the_page_serves_with_the_flags_the_tests_serve_with() -> None:
         assert pair in twin
 
 
+#: where a machine has no curl, the page's health wait (``curl -sf URL``) is answered by this
+CURL = """import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[-1], timeout=2)
+except Exception:
+    sys.exit(22)
+"""
+
+
 def _run(tmp_path: Path, script: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    path = [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    if shutil.which("curl") is None:
+        tools = tmp_path / "tools"
+        tools.mkdir()
+        (tools / "curl").write_text(f"#!{sys.executable}\n{CURL}")
+        (tools / "curl").chmod(0o755)
+        path.insert(0, str(tools))
     env = dict(
         os.environ,
         DIR=str(tmp_path),
         PORT=str(llamacpp.free_port()),
         TWIN_PORT=str(llamacpp.free_port()),
-        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        PATH=os.pathsep.join(path),
     )
     # the servers started in the background are stopped however the block ends
     full = "set -u\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + script
