@@ -182,7 +182,7 @@ def observe_dense(
         out.p_eos, out.eos_hit = np.zeros(m), x == eos
     out.u_id = np.zeros(m)
     rows = max(1, BLOCK_BYTES // (8 * max(1, V)))
-    stop = _read_rows(P, Q, x, v, eos, out, 0, m, rows)
+    stop = _read_rows(P, Q, x, v, eos, out, rows)
     if stop is not None:
         out.impossible = stop
         return _cut(out, stop)
@@ -196,16 +196,14 @@ def _read_rows(
     v: np.ndarray,
     eos: int | None,
     out: Observations,
-    lo: int,
-    hi: int,
     rows: int,
 ) -> int | None:
-    """:func:`observe_dense`'s reading of rows ``lo`` to ``hi`` into ``out``, ``rows`` at a time,
-    in order: the first position whose token has probability 0 (None: none), or
-    :class:`RowNotALaw` for the first row before it that is not a law."""
-    V = P.shape[1]
-    for a in range(lo, hi, rows):
-        b = min(hi, a + rows)
+    """:func:`observe_dense`'s reading of the rows into ``out``, ``rows`` at a time, in order: the
+    first position whose token has probability 0 (None: none), or :class:`RowNotALaw` for the
+    first row before it that is not a law."""
+    m, V = P.shape
+    for a in range(0, m, rows):
+        b = min(m, a + rows)
         B = P[a:b].astype(np.float64, copy=False)
         xb = x[a:b]
         r = np.arange(b - a)
