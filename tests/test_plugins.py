@@ -250,3 +250,16 @@ def test_the_checks_speak_one_status_vocabulary():
     for member in CheckStatus:
         assert json.dumps({"status": member}) == json.dumps({"status": member.name.lower()})
         assert f"{member}" == member.value == member.name.lower()
+
+
+def test_no_module_of_the_project_is_over_700_lines():
+    """Every Python module of the package (reference, optimized, properties, the commands) fits
+    in 700 lines: a longer one is two ideas, to be split where they part."""
+    root = ENGINE.parents[1]
+    long = []
+    for pkg in ("reference", "optimized", "properties", "specproof"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            n = len(path.read_text().splitlines())
+            if n > 700:
+                long.append(f"{path.relative_to(root)} ({n} lines)")
+    assert not long, long

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specproof.properties.engine import token_calibration as tc
+from specproof.properties.engine import token_calibration_md
 from specproof.reference.errors import UsageError
 
 
@@ -47,7 +48,7 @@ def test_side_by_side_runs_both_tests_and_says_what_did_not_run():
         ("tokens 40 on", "tokens", "lossy"),
     ]
     assert "M <= 12" in rows[2]["why"]
-    assert "token 1" in tc.markdown({"versions": {"python": "3"}, "side_by_side": rows})
+    assert "token 1" in token_calibration_md.markdown({"versions": {"python": "3"}, "side_by_side": rows})
 
 
 def test_the_tilted_engine_deviates_by_exactly_its_tv_where_it_says():

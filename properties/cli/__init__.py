@@ -5,7 +5,8 @@ audit engine TARGET`` a whole generate loop, and ``specproof audit`` alone every
 backend against what it declares (:mod:`.audit`); ``specproof replay`` turns an audit's witness
 into a pytest test; ``specproof matrix`` prints the exactness matrix (proposal process x rule,
 each cell checked exactly with Fraction arithmetic); ``specproof rule``, ``calibrate``,
-``bench``, ``e2e``, ``conform`` and ``backends`` are in :mod:`.tools`.
+``bench``, ``e2e``, ``conform`` and ``backends`` are in :mod:`.tools`, ``llamacpp`` in
+:mod:`.llamacpp`.
 
 Everything that parses options, shows progress or writes files lives in this package
 (:mod:`.common`); the library below returns results and never prints them.
@@ -20,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from specproof.properties.cli import audit, serving, tools
+from specproof.properties.cli import audit, llamacpp, serving, tools
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR
 from specproof.reference.errors import NotFoundError, SpecproofInputError, UsageError
 

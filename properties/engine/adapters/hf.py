@@ -40,14 +40,13 @@ MTPCandidateGenerator                      not run: ``MtpModel.from_pretrained``
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from specproof.properties.engine.contract import DEFAULT_TOKENS, GREEDY, T07, T1, EngineSpec, Sampling
+from specproof.properties.engine.contract import EngineSpec, Sampling
 from specproof.reference.errors import UsageError
 
 VOCAB = 8
@@ -562,31 +561,6 @@ def dflash(sampling: Sampling, *, block: int = 3, law_options: dict[str, Any] | 
     return HFEngine(target, sampling, options, law_options=law_options)
 
 
-def _spec(
-    name: str,
-    build: Callable[[Sampling], HFEngine],
-    doc: str,
-    samplings: tuple[Sampling, ...] = (T1, T07),
-    expect: str = "pass",
-    vocab: int = VOCAB,
-    notes: str = "",
-    tokens: int = DEFAULT_TOKENS,
-) -> EngineSpec:
-    return EngineSpec(
-        name,
-        "hf",
-        doc,
-        build,
-        vocab,
-        PROMPTS,
-        samplings,
-        expect=expect,
-        available=available,
-        notes=notes,
-        tokens=tokens,
-    )
-
-
 def shared_uniform(sampling: Sampling) -> HFEngine:
     """The assistant path (3 drafts a step) with one acceptance uniform shared by a step's drafts
     planted in ``_speculative_sampling`` (:func:`.hf_mutants.shared_uniform`)."""
@@ -596,141 +570,11 @@ def shared_uniform(sampling: Sampling) -> HFEngine:
 
 
 def engines() -> list[EngineSpec]:
-    """The ``hf`` group (each path with its own options) and the ``hf-options`` group (every
-    candidate generator x every law-shaping generation option, :mod:`.hf_options`)."""
-    from specproof.properties.engine.adapters import hf_options
+    """The ``hf`` group (each path with its own options, :mod:`.hf_paths`) and the ``hf-options``
+    group (every candidate generator x every law-shaping generation option, :mod:`.hf_options`)."""
+    from specproof.properties.engine.adapters import hf_options, hf_paths
 
-    return _paths() + hf_options.engines()
-
-
-def _paths() -> list[EngineSpec]:
-    p = functools.partial
-    return [
-        _spec(
-            "hf.assisted",
-            p(assisted, defaults=True),
-            "assistant_model=draft, the assistant's generation config as transformers fills it "
-            "(num_assistant_tokens 20, schedule constant, assistant_confidence_threshold 0.4)",
-        ),
-        _spec(
-            "hf.assisted[k=3]",
-            assisted,
-            "assistant_model=draft; assistant generation_config: num_assistant_tokens=3, constant, "
-            "assistant_confidence_threshold=0 (off); with top-k and top-p settings",
-            (T1, T07, TOP_K, TOP_P),
-        ),
-        _spec(
-            "hf.assisted.greedy",
-            assisted,
-            "assistant_model=draft, do_sample=False (num_assistant_tokens=3)",
-            (GREEDY,),
-        ),
-        _spec(
-            "hf.assisted[heuristic]",
-            p(assisted, schedule="heuristic", tokens=2),
-            "num_assistant_tokens_schedule='heuristic' (documented: the draft length persists across calls)",
-            expect="contract_violation",
-        ),
-        _spec(
-            "hf.assisted[heuristic_transient]",
-            p(assisted, schedule="heuristic_transient", tokens=2),
-            "num_assistant_tokens_schedule='heuristic_transient' (reset after each call)",
-        ),
-        _spec(
-            "hf.assisted[threshold=0.7]",
-            p(assisted, tokens=4, threshold=0.7),
-            "assistant_confidence_threshold=0.7: drafting stops at the first draft the assistant gives < 0.7",
-        ),
-        _spec(
-            "hf.assisted[shared_uniform]",
-            shared_uniform,
-            "a planted bug (hf_mutants): _speculative_sampling draws one acceptance uniform and "
-            "repeats it at every draft position of a step (num_assistant_tokens=3); 48 tokens",
-            (T1,),
-            expect="lossy",
-            notes="a real-code mutant: right marginal acceptance per draft, wrong joint law of a step",
-            tokens=48,
-        ),
-        _spec(
-            "hf.assisted[ensemble=0.5]",
-            p(assisted, ensemble=0.5),
-            "assistant_ensemble_weight=0.5 (documented as biased: verifies against 0.5 p + 0.5 q)",
-            expect="lossy",
-        ),
-        _spec(
-            "hf.prompt_lookup",
-            prompt_lookup,
-            "prompt_lookup_num_tokens=3, max_matching_ngram_size=2",
-            (T1, T07, TOP_K),
-        ),
-        _spec(
-            "hf.prompt_lookup[ngram=1]",
-            p(prompt_lookup, tokens=2, ngram=1),
-            "prompt_lookup_num_tokens=2, max_matching_ngram_size=1",
-        ),
-        _spec(
-            "hf.prompt_lookup.greedy", prompt_lookup, "prompt_lookup_num_tokens=3, do_sample=False", (GREEDY,)
-        ),
-        _spec(
-            "hf.early_exit",
-            early_exit,
-            "assistant_early_exit=1 on a 3-layer target (its first layer and head draft 3 tokens)",
-        ),
-        _spec(
-            "hf.universal",
-            universal,
-            "assistant with another tokenizer (10 words, 8 shared, other ids; get_vocab() in word order): "
-            "UniversalSpeculativeDecodingGenerator, as the user calls it",
-            expect="pass",
-        ),
-        _spec(
-            "hf.universal[warm]",
-            p(universal, warmup=True),
-            "the same after one warm-up call (so that the law is tested past the first call)",
-        ),
-        _spec(
-            "hf.universal[warm,ids]",
-            p(universal, warmup=True, order="ids"),
-            "the same, with an assistant tokenizer whose get_vocab() lists ids in ascending order",
-        ),
-        _spec(
-            "hf.universal.greedy",
-            universal,
-            "assistant with another tokenizer, do_sample=False: "
-            "AssistedCandidateGeneratorDifferentTokenizers",
-            (GREEDY,),
-        ),
-        _spec(
-            "hf.gemma4_assistant",
-            gemma4_assistant,
-            "Gemma4ForCausalLM + Gemma4AssistantForCausalLM (SinglePositionMultiTokenCandidateGenerator), "
-            "num_assistant_tokens=3",
-        ),
-        _spec(
-            "hf.gemma4_assistant[ordered_embeddings]",
-            p(gemma4_assistant, ordered_embeddings=True),
-            "the same with use_ordered_embeddings=True (centroid-masked head: 2 centroids, top 1)",
-        ),
-        _spec(
-            "hf.gemma4_unified_assistant",
-            p(gemma4_assistant, unified=True),
-            "Gemma4ForCausalLM + Gemma4UnifiedAssistantForCausalLM "
-            "(SinglePositionMultiTokenCandidateGenerator)",
-        ),
-        _spec(
-            "hf.gemma4_assistant.greedy",
-            gemma4_assistant,
-            "Gemma4ForCausalLM + Gemma4AssistantForCausalLM, do_sample=False",
-            (GREEDY,),
-        ),
-        _spec(
-            "hf.dflash",
-            dflash,
-            "Llama + MuseGlimmerAssistantModel, speculation_type='dflash' (DFlashTokenCandidateGenerator), "
-            "block_size=3",
-            vocab=VOCAB + 1,
-        ),
-    ]
+    return hf_paths.paths() + hf_options.engines()
 
 
 # --------------------------------------------------------------------------- checkpoints on disk
