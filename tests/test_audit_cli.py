@@ -143,3 +143,23 @@ def test_a_slow_verifier_short_of_its_plan_is_underpowered_and_says_what_it_reac
         assert c.n < c.planned or c.power < 0.99
     summary = result.summary()
     assert "ran short" in summary and "vouches for TV" in summary
+
+
+def test_a_reader_that_stops_early_is_not_an_internal_error():
+    """``specproof backends | head -1``: the pipe closes under the listing; the command ends quietly
+    with 0, not with a traceback asking for a bug report."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specproof.properties.cli", "backends"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away with most of the listing unread
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert first.startswith(b"chain"), first
+    assert "internal error" not in err and "Traceback" not in err, err

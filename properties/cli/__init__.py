@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_bench_parser(sub)
     tools.add_e2e_parser(sub)
     tools.add_conform_parser(sub)
-    tools.add_llamacpp_parser(sub)
+    llamacpp.add_llamacpp_parser(sub)
     serving.add_env_parser(sub)
     serving.add_vllm_parser(sub)
     serving.add_openvino_parser(sub)
@@ -70,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"specproof {args.command}: interrupted", file=sys.stderr)
         return USAGE_ERROR
+    except BrokenPipeError:  # the reader went away (``| head``): what it wanted was written
+        _quiet_stdout()
+        return 0
     except Exception:
         import traceback
 
@@ -79,6 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         traceback.print_exc()
         return USAGE_ERROR
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a closed pipe says nothing."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover
