@@ -23,6 +23,7 @@ REPORT_FORMATS = {
     ".txt": "markdown",
     ".html": "html",
     ".htm": "html",
+    ".json": "json",
 }
 
 
@@ -49,7 +50,8 @@ def check_output_path(path: str | None, option: str) -> None:
 
 
 def report_format(path: str, option: str = "--report") -> str:
-    """``"markdown"`` or ``"html"`` by the file's ending; another ending is a usage error."""
+    """``"markdown"``, ``"html"`` or ``"json"`` by the file's ending; another ending is a usage
+    error."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in REPORT_FORMATS:
         known = ", ".join(sorted(REPORT_FORMATS))

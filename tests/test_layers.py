@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "specproof.properties._imports",
         "specproof.properties.plan",
         "specproof.properties.outputs",
+        "specproof.properties.report_model",  # the one report model: blocks as Markdown, HTML, JSON
         # the table of third-party systems: data naming each part by module, resolved by name
         # where it is used, so the registry and the commands above it may read it
         "specproof.properties.integrations",

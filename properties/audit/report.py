@@ -8,24 +8,13 @@ The format follows the file name: ``.html``/``.htm`` for HTML, anything else Mar
 from __future__ import annotations
 
 import datetime
-import html
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from specproof.properties.audit.results import AuditResult, CaseResult
-from specproof.properties.outputs import atomic_write, report_format
+from specproof.properties.report_model import Bars, Block, to_html, to_markdown, write_blocks
 from specproof.properties.verdicts import Verdict
 
-Block = tuple[str, Any]
-
-
-@dataclass
-class Bars:
-    title: str
-    labels: list[str]
-    observed: Sequence[float]
-    expected: Sequence[float] | None = None
+__all__ = ["Bars", "Block", "blocks_for", "to_html", "to_markdown", "write_blocks", "write_report"]
 
 
 def _steps(r: Any) -> str:
@@ -309,109 +298,6 @@ def _details(r: AuditResult) -> list[Block]:
     return out
 
 
-def _bar_text(b: Bars) -> str:
-    top = max([*b.observed, *(b.expected or [])], default=1) or 1
-    width = 40
-    lines = [f"**{b.title}**", "", "```"]
-    lab = max((len(x) for x in b.labels), default=1)
-    for i, label in enumerate(b.labels):
-        o = b.observed[i]
-        lines.append(f"{label:>{lab}} obs {'#' * round(width * o / top):<{width}} {o:g}")
-        if b.expected is not None:
-            e = b.expected[i]
-            lines.append(f"{'':>{lab}} exp {'.' * round(width * e / top):<{width}} {e:.1f}")
-    lines.append("```")
-    return "\n".join(lines)
-
-
-def _inert(text: str) -> str:
-    """``text`` with ``](`` escaped: a grammar such as ``[a-c]([d-f][a-c])*`` in a case's name
-    would otherwise render as a link."""
-    return text.replace("](", "]\\(")
-
-
-def to_markdown(blocks: list[Block]) -> str:
-    parts = []
-    for kind, x in blocks:
-        if kind == "h1":
-            parts.append(f"# {x}")
-        elif kind == "h2":
-            parts.append(f"## {x}")
-        elif kind == "p":
-            parts.append(_inert(str(x)))
-        elif kind == "pre":
-            parts.append("```\n" + str(x).rstrip() + "\n```")
-        elif kind == "table":
-            head, rows = x
-            lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            lines += [
-                "| " + " | ".join(_inert(str(c)).replace("|", "\\|") for c in row) + " |" for row in rows
-            ]
-            parts.append("\n".join(lines))
-        elif kind == "bars":
-            parts.append(_bar_text(x))
-    return "\n\n".join(parts) + "\n"
-
-
-def _bar_svg(b: Bars) -> str:
-    top = max([*b.observed, *(b.expected or [])], default=1) or 1
-    row_h, left, width = 22, 180, 360
-    h = row_h * len(b.labels) + 10
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 90}" height="{h}">']
-    for i, label in enumerate(b.labels):
-        y = 5 + i * row_h
-        o = b.observed[i]
-        out.append(
-            f'<text x="{left - 6}" y="{y + 14}" text-anchor="end" font-size="12">{html.escape(label)}</text>'
-        )
-        out.append(f'<rect x="{left}" y="{y + 2}" width="{width * o / top:.1f}" height="9" fill="#3366cc"/>')
-        if b.expected is not None:
-            e = b.expected[i]
-            out.append(
-                f'<rect x="{left}" y="{y + 11}" width="{width * e / top:.1f}" height="9" fill="#bbbbbb"/>'
-            )
-        out.append(
-            f'<text x="{left + width + 6}" y="{y + 14}" font-size="12">{o:g}'
-            + ("" if b.expected is None else f" / {b.expected[i]:.1f}")
-            + "</text>"
-        )
-    out.append("</svg>")
-    legend = "" if b.expected is None else " (blue: observed; grey: expected)"
-    return f"<h3>{html.escape(b.title)}{legend}</h3>" + "".join(out)
-
-
-def to_html(blocks: list[Block]) -> str:
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>specproof audit</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}</style></head><body>",
-    ]
-    for kind, x in blocks:
-        if kind in ("h1", "h2"):
-            parts.append(f"<{kind}>{html.escape(str(x))}</{kind}>")
-        elif kind == "p":
-            text = html.escape(str(x))
-            if text.startswith("**") and text.endswith("**"):
-                text = f"<strong>{text[2:-2]}</strong>"
-            parts.append(f"<p>{text}</p>")
-        elif kind == "pre":
-            parts.append(f"<pre>{html.escape(str(x))}</pre>")
-        elif kind == "table":
-            head, rows = x
-            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>")
-            for row in rows:
-                parts.append(
-                    "<tr>"
-                    + "".join(f"<td>{html.escape(str(c).replace('**', ''))}</td>" for c in row)
-                    + "</tr>"
-                )
-            parts.append("</table>")
-        elif kind == "bars":
-            parts.append(_bar_svg(x))
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
 def write_report(
     path: str,
     results: list[AuditResult],
@@ -421,10 +307,3 @@ def write_report(
 ) -> None:
     """Write the report (HTML for .html/.htm, Markdown for .md/.txt), atomically."""
     write_blocks(path, blocks_for(results, title, overall, robustness))
-
-
-def write_blocks(path: str, blocks: list[Block]) -> None:
-    """Render ``blocks`` in the format the file's ending names (:func:`.outputs.report_format`;
-    another ending is a usage error) and write them atomically."""
-    fmt = report_format(path)
-    atomic_write(path, to_html(blocks) if fmt == "html" else to_markdown(blocks))

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from specproof.properties.audit.report import Bars, Block
+from specproof.properties.report_model import Bars, Block
 from specproof.reference.choices import Choices, enumerate_law
 from specproof.reference.decode import decode
 from specproof.reference.errors import InternalError, SpecproofInputError

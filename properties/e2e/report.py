@@ -17,7 +17,7 @@ from specproof.reference.errors import UsageError
 def write_report(path: str, report: E2EResult, cals: list[draft_calibration.Calibration]) -> None:
     """The run as Markdown (text bars), or ``.html`` with the reliability diagrams, or ``.svg``:
     the diagrams alone, side by side."""
-    from specproof.properties.audit.report import to_html, to_markdown
+    from specproof.properties.report_model import to_html, to_markdown
 
     ex = report.exact_check
     head = (

@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from specproof.properties.audit.report import Bars, write_blocks
 from specproof.properties.engine.results import EngineAuditResult
+from specproof.properties.report_model import Bars, write_blocks
 from specproof.properties.verdicts import Verdict
 
 
