@@ -343,3 +343,29 @@ def test_the_docs_table_of_statistics_is_the_code_s():
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "token-audit.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| ([0-9.]+) \|", text, flags=re.M))
     assert {k: float(v) for k, v in rows.items()} == WEIGHTS
+
+
+def test_the_statistics_parts_add_up_to_the_audit_wealth_at_every_point():
+    """The report's wealth curves (proofs_notes/token_audit.md, "What the report draws"): at every
+    kept point the statistics' parts add up to the audit's wealth, the first point is wealth 1
+    at token 0, the points stay at most the trace's limit, and the last is the test's state."""
+    rng = np.random.default_rng(16)
+    test = TokenTest(alpha=1e-3, seed=0)
+    test.trace.limit = 16
+    good, bad = test.add_case(0, 8), test.add_case(1, 8)
+    test.pool()
+    for k in range(150):
+        P = _laws(rng, 8, 12, zeros=False)
+        test.score(good, [Sample(k, tuple(_draw(rng, P)), P)])
+        greedy = tuple(int(np.argmax(p)) if rng.random() < 0.1 else int(rng.choice(12, p=p)) for p in P)
+        test.score(bad, [Sample(k, greedy, P)])
+    tr = test.to_json()["trace"]
+    assert tr["tokens"][0] == 0 and tr["audit"][0] == pytest.approx(0.0, abs=1e-12)
+    assert len(tr["tokens"]) <= 17 and tr["tokens"] == sorted(tr["tokens"])
+    assert tr["tokens"][-1] == good.tokens + bad.tokens
+    assert tr["audit"][-1] == pytest.approx(test.log_wealth / math.log(10), rel=1e-12)
+    assert tr["threshold"] == pytest.approx(3.0)
+    for i in range(len(tr["tokens"])):
+        parts = sum(10 ** v[i] for v in tr["statistics"].values())
+        assert math.log10(parts) == pytest.approx(tr["audit"][i], abs=1e-9), i
+    assert sum(bad.pit) == bad.tokens and sum(good.pit) == good.tokens

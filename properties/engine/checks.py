@@ -37,6 +37,8 @@ from specproof.properties.verdicts import CheckStatus
 #: computes and prints probabilities in float32); the control's measured difference, times
 #: :data:`TOLERANCE_FACTOR`, takes over when it is larger
 TOLERANCE_FLOOR = 1e-6
+#: how many (law, reported) pairs the reports check keeps for the report's scatter
+REPORT_PAIRS = 400
 TOLERANCE_FACTOR = 4.0
 #: a difference larger than this between the twin's reports and the recipe's laws is not
 #: rounding: the twin's reports are not its law there (or the recipe does not read it)
@@ -148,6 +150,8 @@ class Reports:
     tolerance: float = TOLERANCE_FLOOR
     tolerance_from: str = "floor"  # "control" when the twin's measured difference set it
     worst: dict[str, Any] | None = None
+    #: the first :data:`REPORT_PAIRS` tokens compared, as ``(law, reported)``: the report's scatter
+    pairs: list[tuple[float, float]] = field(default_factory=list)
     #: why the check stopped before its samples were read (status ``stopped``): it was offered
     #: but did not run to the end, which is neither ``not_offered`` nor a pass
     stopped: str | None = None
@@ -191,6 +195,7 @@ class Reports:
             "tolerance_from": self.tolerance_from,
             "worst": self.worst,
             "stopped": self.stopped,
+            "pairs": [list(p) for p in self.pairs],
         }
 
 
@@ -377,6 +382,8 @@ def compare_reports(
                 continue
             want = float(law(g.tokens[:d])[x])
             out.checked += 1
+            if len(out.pairs) < REPORT_PAIRS:
+                out.pairs.append((want, float(got)))
             err = abs(float(got) - want)
             if err > out.max_error:
                 out.max_error = err

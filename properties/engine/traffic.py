@@ -238,7 +238,12 @@ def audit_traffic(
         if test.rejected:
             break
     res.seconds = time.perf_counter() - t0
-    res.token_test = {"alpha": config.alpha, "log_wealth": test.log_wealth, "pvalue": test.pvalue()}
+    res.token_test = {
+        "alpha": config.alpha,
+        "log_wealth": test.log_wealth,
+        "pvalue": test.pvalue(),
+        "trace": test.trace.to_json(test.point(), config.alpha),
+    }
     planned = power.plan_tokens(config.tv, config.alpha, config.power, len(cases))
     w = power.shares(False, False)
     for s, case in cases.items():
@@ -254,6 +259,7 @@ def audit_traffic(
                     for k in ("mean", "greedy", "uniform")
                 },
                 "log_wealth": case.log_wealth,
+                "pit": [int(c) for c in case.pit],
             }
         )
     found = test.finding() if test.rejected else None

@@ -21,6 +21,7 @@ import numpy as np
 from specproof.properties.tokens import power
 from specproof.properties.tokens.family import DOCS, Family, direction
 from specproof.properties.tokens.law import TokenLaw
+from specproof.properties.tokens.trace import Point, Trace
 from specproof.properties.tokens.transform import (
     Observations,
     joined,
@@ -28,6 +29,9 @@ from specproof.properties.tokens.transform import (
     observe_dense,
     seeded_uniforms,
 )
+
+#: cells of a case's transform histogram
+PIT_BINS = 20
 
 
 @dataclass
@@ -54,6 +58,9 @@ class TokenCase:
     samples: int = 0
     eos: int | None = None  # the case's end of sequence (the eos statistic reads it)
     impossible: dict[str, Any] | None = None  # the first token the law gave probability 0
+    #: the case's transforms counted in :data:`PIT_BINS` equal cells of [0, 1] (uniform under the
+    #: law: the report's histogram of the case that deviates)
+    pit: np.ndarray = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
 
     @property
     def tokens(self) -> int:
@@ -71,6 +78,7 @@ class TokenCase:
             "log_wealth": self.log_wealth,
             "leader": lead.to_json(),
             "impossible": self.impossible,
+            "pit": [int(c) for c in self.pit],
             "bets": [b.to_json() for b in self.family.bets],
         }
 
@@ -91,6 +99,7 @@ class TokenTest:
     seed: int
     cases: list[TokenCase] = field(default_factory=list)
     pooled: Family | None = None
+    trace: Trace = field(default_factory=Trace)
 
     def add_case(
         self, index: int, horizon: int, draft: bool = False, blocks: bool = False, eos: int | None = None
@@ -142,6 +151,8 @@ class TokenTest:
         order, at once."""
         if not parts:
             return
+        if not self.trace.chunks:  # the curves start where the wealth does, at 1
+            self.trace.taken(self.point)
         positions = np.concatenate([np.arange(1, len(o) + 1) for o in parts])
         blocks = [o.block for o in parts if o.block is not None]
         block: np.ndarray | None = np.concatenate(blocks) if len(blocks) == len(parts) else None
@@ -150,6 +161,26 @@ class TokenTest:
         if self.pooled is not None:
             self.pooled.update(obs, positions, block)
         case.samples += len(parts)
+        cells = np.minimum((obs.u * PIT_BINS).astype(np.int64), PIT_BINS - 1)
+        case.pit += np.bincount(cells, minlength=PIT_BINS)
+        self.trace.taken(self.point)
+
+    def point(self) -> Point | None:
+        """The trace's point now: tokens read, log10 of the audit's wealth and of each statistic's
+        part of it (:mod:`.trace`); None once the wealth is infinite (a hard witness)."""
+        if any(c.impossible for c in self.cases):
+            return None
+        cases = [c.family for c in self.cases]
+        shares = [(1 - self.share) / len(cases)] * len(cases) if cases else []
+        if self.pooled is not None:
+            cases, shares = [*cases, self.pooled], [*shares, self.share]
+        parts: dict[str, list[float]] = {}
+        for fam, w in zip(cases, shares):
+            for b in fam.bets:
+                parts.setdefault(b.family, []).append(math.log(w * b.weight) + b.log_wealth)
+        ln10 = math.log(10)
+        by = {s: _logsumexp(v) / ln10 for s, v in parts.items()}
+        return sum(c.tokens for c in self.cases), self.log_wealth / ln10, by
 
     def score(self, case: TokenCase, samples: list[Sample]) -> list[Observations]:
         """Score a chunk of ``case``'s samples (in index order) and feed them at once."""
@@ -230,16 +261,26 @@ class TokenTest:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """The pooled family's reading (the cases' are each case's :meth:`TokenCase.to_json`)."""
+        """The wealth over tokens (:mod:`.trace`) and the pooled family's reading (the cases' are
+        each case's :meth:`TokenCase.to_json`)."""
+        trace = {"trace": self.trace.to_json(self.point(), self.alpha)}
         if self.pooled is None:
-            return {}
+            return trace
         lead = self.pooled.leader()
         return {
+            **trace,
             "pooled": {
                 "share": self.share,
                 "tokens": self.pooled.tokens,
                 "log_wealth": self.pooled.log_wealth,
                 "leader": lead.to_json(),
                 "bets": [b.to_json() for b in self.pooled.bets],
-            }
+            },
         }
+
+
+def _logsumexp(values: list[float]) -> float:
+    m = max(values)
+    if math.isinf(m):
+        return m
+    return m + math.log(sum(math.exp(v - m) for v in values))
