@@ -29,6 +29,9 @@ Block = tuple[str, Any]
 
 #: rows of a line plot's or scatter's text form in Markdown
 TEXT_POINTS = 10
+#: the most a line plot's y axis spans below its top (a statistic's part far below the others is
+#: drawn at the floor: the plot is about the curves that rise)
+LINES_SPAN = 10.0
 #: the series colours of the SVG plots, in order
 COLOURS = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00", "#b82e2e")
 
@@ -128,9 +131,26 @@ def _table_text(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def tidy(blocks: list[Block]) -> list[Block]:
+    """The blocks as every format writes them: a table's columns that are empty in every row are
+    left out (a report has no column that says nothing)."""
+    out: list[Block] = []
+    for kind, x in blocks:
+        if kind == "table":
+            head, rows = x
+            keep = (
+                [j for j in range(len(head)) if any(str(r[j]).strip() for r in rows)]
+                if rows
+                else list(range(len(head)))
+            )
+            x = ([head[j] for j in keep], [[r[j] for j in keep] for r in rows])
+        out.append((kind, x))
+    return out
+
+
 def to_markdown(blocks: list[Block]) -> str:
     parts = []
-    for kind, x in blocks:
+    for kind, x in tidy(blocks):
         if kind == "h1":
             parts.append(f"# {x}")
         elif kind == "h2":
@@ -228,7 +248,9 @@ def _lines_svg(p: Lines) -> str:
     ys = [v for s in p.series.values() for v in _finite(s)]
     if p.threshold is not None:
         ys.append(p.threshold)
-    f = _Frame(min(p.x, default=0.0), max(p.x, default=1.0), min(ys, default=0.0), max(ys, default=1.0))
+    top = max(ys, default=1.0)
+    floor = max(min(ys, default=0.0), top - LINES_SPAN)  # a curve far below is drawn at the floor
+    f = _Frame(min(p.x, default=0.0), max(p.x, default=1.0), floor, top)
     body = f.axes(p.x_label, p.y_label)
     if p.threshold is not None:
         y = f.py(p.threshold)
@@ -237,11 +259,13 @@ def _lines_svg(p: Lines) -> str:
             'stroke-dasharray="5,4"/>'
         )
         body.append(
-            f'<text x="{f.left + 4}" y="{y - 4:.1f}" font-size="11">{html.escape(p.threshold_label)}</text>'
+            f'<text x="{f.left + 4}" y="{y + 13:.1f}" font-size="11">{html.escape(p.threshold_label)}</text>'
         )
     for k, (name, values) in enumerate(p.series.items()):
         colour = COLOURS[k % len(COLOURS)]
-        pts = " ".join(f"{f.px(x):.1f},{f.py(y):.1f}" for x, y in zip(p.x, values) if math.isfinite(y))
+        pts = " ".join(
+            f"{f.px(x):.1f},{f.py(max(y, floor)):.1f}" for x, y in zip(p.x, values) if not math.isnan(y)
+        )
         body.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
         ly = f.top + 14 * (k + 1)
         lx, name = f.left + f.width + 8, html.escape(name)
@@ -271,7 +295,7 @@ def to_html(blocks: list[Block]) -> str:
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}</style></head><body>",
     ]
-    for kind, x in blocks:
+    for kind, x in tidy(blocks):
         if kind in ("h1", "h2"):
             parts.append(f"<{kind}>{html.escape(str(x))}</{kind}>")
         elif kind == "p":
@@ -316,7 +340,7 @@ def to_json(blocks: list[Block]) -> dict[str, Any]:
     """The blocks as one JSON document: ``{"blocks": [{"kind": ..., ...}, ...]}``; a figure's
     fields as its dataclass names them, a table as ``head`` and ``rows``, text as ``text``."""
     out = []
-    for kind, x in blocks:
+    for kind, x in tidy(blocks):
         if kind == "table":
             head, rows = x
             out.append({"kind": kind, "head": list(head), "rows": [[str(c) for c in r] for r in rows]})
@@ -325,6 +349,35 @@ def to_json(blocks: list[Block]) -> dict[str, Any]:
         else:
             out.append({"kind": kind, "text": str(x)})
     return {"blocks": out}
+
+
+def _number(value: Any) -> Any:
+    """A JSON value back to floats where :func:`_plain` wrote an infinity or NaN as a string."""
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, list):
+        return [_number(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _number(v) for k, v in value.items()}
+    return value
+
+
+def from_json(doc: dict[str, Any]) -> list[Block]:
+    """The blocks of a report written as JSON (:func:`to_json`), to render it again in another
+    format: ``to_json(from_json(doc)) == doc``."""
+    out: list[Block] = []
+    for b in doc["blocks"]:
+        kind = b["kind"]
+        if kind == "table":
+            out.append((kind, (b["head"], b["rows"])))
+        elif kind in FIGURES:
+            fields = {k: _number(v) for k, v in b.items() if k != "kind"}
+            if kind == "scatter":
+                fields["points"] = [tuple(p) for p in fields["points"]]
+            out.append((kind, FIGURES[kind](**fields)))
+        else:
+            out.append((kind, b["text"]))
+    return out
 
 
 def render(blocks: list[Block], fmt: str) -> str:

@@ -501,10 +501,11 @@ def cmd_audit_traffic(args: argparse.Namespace) -> int:
     print(res.summary())
     write_json_to(args.json, res.to_json())
     if args.report:
-        from specproof.properties.audit.report import write_blocks
+        from specproof.properties.engine.report import traffic_blocks
+        from specproof.properties.report_model import write_blocks
 
-        # Markdown or HTML by the file's ending, as every other report
-        write_blocks(args.report, [("h1", "specproof traffic audit"), ("pre", res.summary())])
+        # Markdown, HTML or JSON by the file's ending, as every other report
+        write_blocks(args.report, traffic_blocks(res))
     return res.exit_code
 
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from specproof.properties.engine.results import EngineAuditResult
-from specproof.properties.report_model import Bars, write_blocks
+from specproof.properties.engine.traffic import TrafficResult
+from specproof.properties.report_model import Bars, Lines, Scatter, write_blocks
 from specproof.properties.verdicts import Verdict
 
 
@@ -186,7 +187,73 @@ def _details(r: EngineAuditResult) -> list[Any]:
         out.append(("p", f"{label}: {w.case.name}.{detail}"))
         if w.test is not None and not w.hard_failure:
             out.append(("p", w.test.summary()))
-    return [*out, *_case_table(r)]
+    return [*out, *figures(r), *_case_table(r)]
+
+
+def figures(r: EngineAuditResult) -> list[Any]:
+    """The plots of one engine's audit, each from its JSON: the token test's wealth over tokens
+    per statistic, the transform histogram of the case that moved the wealth most, the reported
+    probabilities against the law's, and the accepted share at each place of a workload axis."""
+    out: list[Any] = []
+    if r.token_test is not None:
+        names = {str(c.case.index): c.case.name for c in r.cases}
+        out += token_figures(r.token_test, names)
+    if r.reports.pairs:
+        out.append(("scatter", reports_scatter(r.reports.pairs, r.reports.tolerance)))
+    ax = r.axis_acceptance
+    if ax is not None and ax.pairs:
+        labels, shares = [], []
+        for p in ax.pairs:
+            labels += [f"{p['base']} ({p['case']})", f"{p['where']} ({p['case']})"]
+            shares += [round(p["base_share"], 4), round(p["share"], 4)]
+        out.append(("bars", Bars("Accepted share of the drafts at each place of the axis", labels, shares)))
+    return out
+
+
+def token_figures(doc: dict[str, Any], names: dict[str, str]) -> list[Any]:
+    """The token test's wealth over tokens (``doc["trace"]``) and the transform histogram
+    (``pit``) of the case whose wealth is largest, named by ``names`` (case key -> name)."""
+    out: list[Any] = []
+    tr = doc.get("trace")
+    if tr and len(tr["tokens"]) > 1:
+        series = {"audit": tr["audit"], **tr["statistics"]}
+        out.append(
+            (
+                "lines",
+                Lines(
+                    "The token test's wealth over tokens: the audit's and each statistic's part of it",
+                    "tokens scored",
+                    "log10 wealth",
+                    [float(t) for t in tr["tokens"]],
+                    series,
+                    tr["threshold"],
+                    "log10(1/alpha): lossy above",
+                ),
+            )
+        )
+    cases = doc.get("cases") or {}
+    with_pit = {k: c for k, c in cases.items() if sum(c.get("pit") or ()) > 0}
+    if with_pit:
+        key = max(with_pit, key=lambda k: with_pit[k]["log_wealth"])
+        pit = with_pit[key]["pit"]
+        n, bins = sum(pit), len(pit)
+        labels = [f"{i / bins:.2f}-{(i + 1) / bins:.2f}" for i in range(bins)]
+        title = f"Transforms of {names.get(key, key)}: counts per cell of [0, 1] against uniform"
+        out.append(("bars", Bars(title, labels, list(pit), [n / bins] * bins)))
+    return out
+
+
+def reports_scatter(pairs: Sequence[Sequence[float]], tolerance: float) -> Scatter:
+    """The probabilities the engine reported for its tokens against the law's, the first ones
+    compared."""
+    pts = [(float(a), float(b)) for a, b in pairs]
+    return Scatter(
+        f"Reported probability against the law's, the first {len(pts)} tokens compared",
+        "law",
+        "reported",
+        pts,
+        tolerance,
+    )
 
 
 def _case_table(r: EngineAuditResult) -> list[Any]:
@@ -200,7 +267,7 @@ def _case_table(r: EngineAuditResult) -> list[Any]:
         head += ["tokens scored", "per-token TV detected: sharpening / argmax / any"]
     if cells:
         head += ["p (cells)", f"joint TV detected at power {r.config.power:g}", "unresolved", "uncovered"]
-    head += ["target forwards per call", "speculation", "", "limited"]
+    head += ["target forwards per call", "speculation", "rejected", "limited"]
     rows = []
     for c in r.cases:
         row = [c.case.name, str(c.planned), str(c.n)]
@@ -220,7 +287,7 @@ def _case_table(r: EngineAuditResult) -> list[Any]:
             _forwards(c.forwards),
             str(c.speculation.status),
             "**rejected**" if c.rejected else "",
-            "short" if c.budget_limited else "",
+            "short of the plan" if c.budget_limited else "",
         ]
         rows.append(row)
     out: list[Any] = [("table", (head, rows))]
@@ -249,3 +316,45 @@ def write_report(
 ) -> None:
     """Markdown or HTML by the file's ending, written atomically (:func:`.audit.report.write_blocks`)."""
     write_blocks(path, report_blocks(results, title))
+
+
+def traffic_blocks(res: TrafficResult, title: str = "specproof traffic audit") -> list[Any]:
+    """The recorded-traffic audit's report: its verdict and what ran short first, the witness
+    with its direction in words, each setting's records, tokens against the plan and the per-token
+    TV they detect, the token test's e-value, and its plots."""
+    cfg, tt = res.config, res.token_test
+    out: list[Any] = [("h1", f"{title}: {res.source}"), ("p", f"**Verdict: {res.verdict.value}**")]
+    short = [s for s in res.settings if s["tokens"] < s["planned"]]
+    if short and res.finding is None:
+        out.append(("h2", "Ran short of the plan"))
+        out += [("p", f"{s['setting']}: {s['tokens']:,} of {s['planned']:,} tokens") for s in short]
+    if res.finding is not None:
+        f = res.finding
+        way = f" ({f['direction']})" if f.get("direction") else ""
+        out += [("h2", "Witness"), ("p", f"{f['text']}{way}")]
+    e = math.exp(min(700.0, tt.get("log_wealth", 0.0)))
+    out.append(("h2", "Power"))
+    out.append(
+        (
+            "p",
+            f"The token test (each served token's law against the twin's at its prefix), planned for a "
+            f"per-token TV of {cfg.tv:g} at power {cfg.power:g}, alpha {cfg.alpha:g}, seed {cfg.seed}: "
+            f"e-value {e:.3g} against 1/alpha = {1 / cfg.alpha:.3g} (anytime-valid), over "
+            f"{res.records:,} records and {res.tokens:,} tokens; laws read in {res.seconds:.1f} s.",
+        )
+    )
+    head = ["setting", "records", "tokens scored", "tokens planned"]
+    head.append("per-token TV detected: sharpening / argmax / any")
+    rows = [
+        [
+            s["setting"],
+            f"{s['records']:,}",
+            f"{s['tokens']:,}",
+            f"{s['planned']:,}",
+            f"{s['detects']['mean']:.3g} / {s['detects']['greedy']:.3g} / {s['detects']['uniform']:.3g}",
+        ]
+        for s in res.settings
+    ]
+    out.append(("table", (head, rows)))
+    cases = {s["setting"]: {"pit": s.get("pit"), "log_wealth": s["log_wealth"]} for s in res.settings}
+    return out + token_figures({**tt, "cases": cases}, {})
