@@ -108,8 +108,12 @@ def test_a_deployment_is_signed_off_once_over_its_audits(tmp_path, capsys):
         assert main([*args, "--progress", "off", "--json", str(tmp_path / "traffic.json")]) == 0
     out = tmp_path / "signoff.json"
     files = [str(paths["load"]), str(paths["cache"]), str(tmp_path / "traffic.json")]
-    assert main(["signoff", *files, "--output-json", str(out)]) == 0
+    page = tmp_path / "signoff.html"
+    assert main(["signoff", *files, "--output-json", str(out), "--report", str(page)]) == 0
     doc = json.loads(out.read_text())
+    text = page.read_text()  # the merged sign-off as a page, each audit and question in it
+    assert text.startswith("<!doctype html>") and "Verdict: pass" in text
+    assert all(f in text for f in files) and text.count("<tr>") == 1 + len(files) + 1 + len(doc["signoff"])
     assert doc["verdict"] == "pass" and set(doc["audits"]) == set(files)
     a = {i["question"]: i for i in doc["signoff"]}
     assert a["the same law alone and at production concurrency"]["answer"] == YES

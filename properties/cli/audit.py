@@ -74,7 +74,11 @@ def add_audit_parser(sub: Any) -> argparse.ArgumentParser:
     _add_endpoint_options(a)
     _add_shard_options(a)
     a.add_argument("--json", metavar="PATH", help="write the verdict and per-case details as JSON")
-    a.add_argument("--report", metavar="PATH", help="write a report (.md, or .html with plots)")
+    a.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write a report: .md (text plots), .html (SVG plots) or .json (its blocks)",
+    )
     add_progress(a)
     a.set_defaults(func=cmd_audit)
     return a
@@ -522,7 +526,9 @@ def add_signoff_parser(sub: Any) -> argparse.ArgumentParser:
         "Audits of different servers are refused. Exit status: the verdict's.",
     )
     r.add_argument("json", nargs="+", metavar="AUDIT.json", help="the JSON written by specproof audit --json")
-    r.add_argument("--report", metavar="PATH", help="write the sign-off as Markdown (.md)")
+    r.add_argument(
+        "--report", metavar="PATH", help="write the sign-off: .md, .html or .json (the report model)"
+    )
     r.add_argument(
         "--output-json", dest="output_json", metavar="PATH", help="write the merged sign-off as JSON"
     )
@@ -542,13 +548,13 @@ def cmd_signoff(args: argparse.Namespace) -> int:
                 docs.append((path, json.load(f)))
         except json.JSONDecodeError as e:
             raise UsageError(f"{path}: not JSON ({e})") from e
-    check_outputs(args, "output_json")
-    if args.report and not args.report.endswith(".md"):
-        raise UsageError(f"--report: a Markdown path (.md), got {args.report!r}")
+    check_outputs(args, "output_json", "report")  # a report's ending names its format
     d = merge(docs)
-    text = d.markdown()
-    print(text)
-    write_text(args.report, text)
+    print(d.markdown())
+    if args.report:
+        from specproof.properties.report_model import write_blocks
+
+        write_blocks(args.report, d.blocks())
     write_json_to(args.output_json, d.to_json())
     return d.verdict.exit_code
 

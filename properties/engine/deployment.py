@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specproof.properties.engine.signoff import NO, NOT_TESTED, YES, Item
+from specproof.properties.report_model import to_markdown
 from specproof.properties.verdicts import Verdict, most_severe
 from specproof.reference.errors import UsageError
 
@@ -44,14 +45,22 @@ class Deployment:
             "signoff": [i.to_json() for i in self.items],
         }
 
+    def blocks(self) -> list[Any]:
+        """The sign-off in the report model (:mod:`...report_model`): the verdict, each audit's
+        file and verdict, then every question with its answer and where the answer came from."""
+        rows = [
+            [str(i), it.question, f"**{it.answer}**" if it.answer == NO else it.answer, it.detail]
+            for i, it in enumerate(self.items, 1)
+        ]
+        return [
+            ("h1", f"Sign-off of a deployment: {self.server}"),
+            ("p", f"**Verdict: {self.verdict.value}**"),
+            ("table", (["audit", "verdict"], [[f, v] for f, v in self.verdicts.items()])),
+            ("table", (["#", "question", "answer", "detail"], rows)),
+        ]
+
     def markdown(self) -> str:
-        lines = [f"# Sign-off of a deployment: {self.server}", "", f"Verdict: **{self.verdict.value}**", ""]
-        lines += [f"- `{f}`: {v}" for f, v in self.verdicts.items()]
-        lines += ["", "| # | question | answer | detail |", "|---:|---|---|---|"]
-        for i, item in enumerate(self.items, 1):
-            answer = f"**{item.answer}**" if item.answer == NO else item.answer
-            lines.append(f"| {i} | {item.question} | {answer} | {item.detail.replace('|', '/')} |")
-        return "\n".join(lines) + "\n"
+        return to_markdown(self.blocks())
 
 
 def _traffic_item(doc: dict[str, Any]) -> Item:
