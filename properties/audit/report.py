@@ -62,7 +62,7 @@ def _case_table(result: AuditResult, skip_after_finding: bool = False) -> Block:
                 "power at planned TV",
                 f"TV detected at power {result.config.power:g}",
                 "TV on cells (95%)",
-                "",
+                "rejected",
             ],
             rows,
         ),
