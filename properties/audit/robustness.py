@@ -168,74 +168,64 @@ def malformed(kind: str, process: str) -> list[Malformed]:
     )
     if base[dp_i] is not None:
         edit("nan_draft_row", "a draft row of NaN", dp_i, nan, "draft_probs")
+        out.append(_zero_draft(kind, base))
+    out += _chain_edges(base) if kind == "chain" else _tree_edges(base)
+    return out
 
-        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in base]
-        if kind == "chain":
-            x = int(args[0][0, 0])
-            args[1][0, 0, x] = 0.0
-            args[1][0, 0] /= args[1][0, 0].sum()
-        else:
-            x = int(args[1][0, 1])
-            args[2][0, 0, x] = 0.0
-            args[2][0, 0] /= args[2][0, 0].sum()
-        out.append(
-            Malformed(
-                "zero_draft_probability",
-                "a drafted token whose draft probability is 0",
-                tuple(args),
-                False,
-                "draft_probs",
-            )
-        )
+
+def _zero_draft(kind: str, base: tuple) -> Malformed:
+    """A drafted token whose draft probability is 0 (the draft row renormalized without it)."""
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in base]
     if kind == "chain":
-        d, dp, tp = base
-        empty = (
-            d[:, :0].contiguous(),
-            None if dp is None else dp[:, :0].contiguous(),
-            tp[:, :1].contiguous(),
-        )
-        out.append(Malformed("no_drafts", "a chain of K = 0 drafts (valid: emit one token)", empty, True))
+        x = int(args[0][0, 0])
+        args[1][0, 0, x] = 0.0
+        args[1][0, 0] /= args[1][0, 0].sum()
     else:
-        parents, tokens, dp, tp = base
+        x = int(args[1][0, 1])
+        args[2][0, 0, x] = 0.0
+        args[2][0, 0] /= args[2][0, 0].sum()
+    return Malformed(
+        "zero_draft_probability",
+        "a drafted token whose draft probability is 0",
+        tuple(args),
+        False,
+        "draft_probs",
+    )
 
-        def tree_with(par: list[int]) -> tuple:
-            p = torch.tensor([par] * parents.shape[0], dtype=torch.int64)
-            return (p, tokens.clone(), None if dp is None else dp.clone(), tp.clone())
 
-        out.append(
-            Malformed(
-                "cyclic_parents",
-                "parents [-1, 2, 1, 1]: nodes 1 and 2 form a cycle",
-                tree_with([-1, 2, 1, 1]),
-                False,
-                "parents",
-            )
-        )
-        out.append(
-            Malformed(
-                "forward_parent",
-                "parents [-1, 0, 3, 0]: node 2's parent comes after it",
-                tree_with([-1, 0, 3, 0]),
-                False,
-                "parents",
-            )
-        )
-        out.append(
-            Malformed(
-                "self_parent",
-                "parents [-1, 1, 0, 1]: node 1 is its own parent",
-                tree_with([-1, 1, 0, 1]),
-                False,
-                "parents",
-            )
-        )
-        one = (
-            parents[:, :1].contiguous(),
-            tokens[:, :1].contiguous(),
-            None if dp is None else dp[:, :1].contiguous(),
-            tp[:, :1].contiguous(),
-        )
-        out.append(Malformed("one_node_tree", "a tree of the root alone (valid: emit one token)", one, True))
+def _chain_edges(base: tuple) -> list[Malformed]:
+    """A chain's edge case: no drafts at all (valid: one token is emitted)."""
+    d, dp, tp = base
+    empty = (
+        d[:, :0].contiguous(),
+        None if dp is None else dp[:, :0].contiguous(),
+        tp[:, :1].contiguous(),
+    )
+    return [Malformed("no_drafts", "a chain of K = 0 drafts (valid: emit one token)", empty, True)]
+
+
+def _tree_edges(base: tuple) -> list[Malformed]:
+    """A tree's malformed parents (a cycle, a parent after its child, a node its own parent) and
+    its edge case, the root alone (valid: one token is emitted)."""
+    parents, tokens, dp, tp = base
+
+    def tree_with(par: list[int]) -> tuple:
+        p = torch.tensor([par] * parents.shape[0], dtype=torch.int64)
+        return (p, tokens.clone(), None if dp is None else dp.clone(), tp.clone())
+
+    bad = (
+        ("cyclic_parents", "parents [-1, 2, 1, 1]: nodes 1 and 2 form a cycle", [-1, 2, 1, 1]),
+        ("forward_parent", "parents [-1, 0, 3, 0]: node 2's parent comes after it", [-1, 0, 3, 0]),
+        ("self_parent", "parents [-1, 1, 0, 1]: node 1 is its own parent", [-1, 1, 0, 1]),
+    )
+    out = [Malformed(name, what, tree_with(par), False, "parents") for name, what, par in bad]
+    one = (
+        parents[:, :1].contiguous(),
+        tokens[:, :1].contiguous(),
+        None if dp is None else dp[:, :1].contiguous(),
+        tp[:, :1].contiguous(),
+    )
+    out.append(Malformed("one_node_tree", "a tree of the root alone (valid: emit one token)", one, True))
     return out
 
 

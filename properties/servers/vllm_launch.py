@@ -226,19 +226,6 @@ def worker(target: str, speculative: dict[str, Any] | None) -> None:
     llm = LLM(**kw)
     import vllm as _vllm
 
-    def totals() -> dict[str, int]:
-        """vLLM's own speculation totals since start (its Prometheus counters)."""
-        out = {"drafted": 0, "accepted": 0}
-        names = {
-            "vllm:spec_decode_num_draft_tokens": "drafted",
-            "vllm:spec_decode_num_accepted_tokens": "accepted",
-        }
-        for m in llm.get_metrics():
-            key = names.get(getattr(m, "name", ""))
-            if key is not None:
-                out[key] += int(getattr(m, "value", 0))
-        return out
-
     def say(obj: dict[str, Any]) -> None:
         real_stdout.write(json.dumps(obj) + "\n")
         real_stdout.flush()
@@ -252,32 +239,49 @@ def worker(target: str, speculative: dict[str, Any] | None) -> None:
             if req.get("op") != "generate":
                 say({"error": f"unknown op {req.get('op')!r}"})
                 continue
-            params = [
-                SamplingParams(max_tokens=int(req["tokens"]), ignore_eos=True, seed=int(s), **req["sampling"])
-                for s in req["seeds"]
-            ]
-            prompts = [{"prompt_token_ids": [int(x) for x in req["prompt"]]} for _ in params]
-            before = totals()
-            outs = llm.generate(prompts, params, use_tqdm=False)
-            after = totals()
-            grew = {k: after[k] - before[k] for k in after}
-            counts = []
-            for o in outs:
-                m = o.outputs[0].spec_decode_metrics
-                d = None if m is None else m.to_dict()
-                counts.append(None if d is None else [d["num_draft_tokens"], d["num_accepted_draft_tokens"]])
-            say(
-                {
-                    "samples": [list(o.outputs[0].token_ids) for o in outs],
-                    "counters": counts,
-                    "speculation": grew,
-                }
-            )
+            say(_generate(llm, SamplingParams, req))
         except Exception as e:  # the worker answers and goes on; the traceback to its log
             import traceback
 
             traceback.print_exc()
             say({"error": f"{type(e).__name__}: {e}"})
+
+
+def _totals(llm: Any) -> dict[str, int]:
+    """vLLM's own speculation totals since start (its Prometheus counters)."""
+    out = {"drafted": 0, "accepted": 0}
+    names = {
+        "vllm:spec_decode_num_draft_tokens": "drafted",
+        "vllm:spec_decode_num_accepted_tokens": "accepted",
+    }
+    for m in llm.get_metrics():
+        key = names.get(getattr(m, "name", ""))
+        if key is not None:
+            out[key] += int(getattr(m, "value", 0))
+    return out
+
+
+def _generate(llm: Any, sampling_params: Any, req: dict[str, Any]) -> dict[str, Any]:
+    """One ``generate`` request of the worker's protocol (:func:`worker`): one ``LLM.generate``
+    call over its seeds; the samples, each one's counters, and how much the totals grew."""
+    params = [
+        sampling_params(max_tokens=int(req["tokens"]), ignore_eos=True, seed=int(s), **req["sampling"])
+        for s in req["seeds"]
+    ]
+    prompts = [{"prompt_token_ids": [int(x) for x in req["prompt"]]} for _ in params]
+    before = _totals(llm)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    after = _totals(llm)
+    counts = []
+    for o in outs:
+        m = o.outputs[0].spec_decode_metrics
+        d = None if m is None else m.to_dict()
+        counts.append(None if d is None else [d["num_draft_tokens"], d["num_accepted_draft_tokens"]])
+    return {
+        "samples": [list(o.outputs[0].token_ids) for o in outs],
+        "counters": counts,
+        "speculation": {k: after[k] - before[k] for k in after},
+    }
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
