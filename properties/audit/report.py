@@ -1,8 +1,8 @@
-"""Audit reports a person can act on: Markdown (text bar plots) or HTML (inline SVG plots).
+"""The verifier audit's report: its blocks in the one report model (:mod:`..report_model`), written
+as Markdown (text bar plots), HTML (inline SVG plots) or JSON by the file's ending.
 
 A report holds the verdict of every audited backend, and for each flagged one: the witness
 case, its most deviating cells observed against expected, and the emitted-length histogram.
-The format follows the file name: ``.html``/``.htm`` for HTML, anything else Markdown.
 """
 
 from __future__ import annotations
@@ -305,5 +305,5 @@ def write_report(
     overall: str | None = None,
     robustness: list[Any] | None = None,
 ) -> None:
-    """Write the report (HTML for .html/.htm, Markdown for .md/.txt), atomically."""
+    """Write the report (HTML for .html/.htm, Markdown for .md/.txt, JSON for .json), atomically."""
     write_blocks(path, blocks_for(results, title, overall, robustness))

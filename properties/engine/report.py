@@ -1,6 +1,9 @@
-"""The engine audit's report: a table of every engine's verdict, then per flagged engine its
-witness case, the next-token counts observed against expected where the law deviates, and
-every case's plan, samples, p-value and power. Markdown or HTML (:mod:`.audit.report`'s writers).
+"""The engine, endpoint and traffic audits' reports, as blocks of the one report model
+(:mod:`...report_model`; Markdown, HTML or JSON by the file's ending): a table of every engine's
+verdict, what ran short, the witness, the power in each test's unit, then per engine its checks,
+its plots (the token test's wealth over tokens, the deviating case's transforms, reported against
+law probabilities, acceptance at each place of an axis) and every case's plan, samples and power;
+for one deployment its sign-off. :func:`traffic_blocks` is the recorded-traffic audit's report.
 """
 
 from __future__ import annotations
@@ -314,7 +317,7 @@ def _forwards(hist: Counter[int]) -> str:
 def write_report(
     path: str, results: Sequence[EngineAuditResult], title: str = "specproof engine audit"
 ) -> None:
-    """Markdown or HTML by the file's ending, written atomically (:func:`.audit.report.write_blocks`)."""
+    """Markdown, HTML or JSON by the file's ending, written atomically (:func:`.report_model.write_blocks`)."""
     write_blocks(path, report_blocks(results, title))
 
 
