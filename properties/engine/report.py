@@ -317,7 +317,8 @@ def _forwards(hist: Counter[int]) -> str:
 def write_report(
     path: str, results: Sequence[EngineAuditResult], title: str = "specproof engine audit"
 ) -> None:
-    """Markdown, HTML or JSON by the file's ending, written atomically (:func:`.report_model.write_blocks`)."""
+    """Markdown, HTML or JSON by the file's ending, written atomically
+    (:func:`.report_model.write_blocks`)."""
     write_blocks(path, report_blocks(results, title))
 
 
