@@ -48,8 +48,8 @@ ENDPOINT = {
     "endpoint-misreported": ("zero_logprobs", ["--tv", "0.2"]),
 }
 TRAFFIC = {
-    "traffic-pass": (None, 1200, "0.1"),
-    "traffic-lossy": ("greedy_verify", 1200, "0.1"),
+    "traffic-pass": (None, 420, "0.1"),
+    "traffic-lossy": ("greedy_verify", 420, "0.1"),
     "traffic-underpowered": (None, 40, "0.05"),
 }
 CHROMIUM_FLAGS = [

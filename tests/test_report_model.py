@@ -72,7 +72,7 @@ def _endpoint_run(tmp_path, name: str, bug: str | None, options: list[str]) -> t
 def _traffic_run(tmp_path, name: str) -> tuple[dict, dict[str, str]]:
     from tests.test_traffic import _serve, _write
 
-    bug, n, tv = {"pass": (None, 1200, "0.1"), "lossy": ("greedy_verify", 1200, "0.1")}.get(
+    bug, n, tv = {"pass": (None, 420, "0.1"), "lossy": ("greedy_verify", 420, "0.1")}.get(
         name, (None, 40, "0.05")
     )
     with StandIn(bug, loop="laws", listen=False) as served:
