@@ -37,7 +37,10 @@ KINDS = ("chain", "tree", "engine", "endpoint", "traffic")
 def strip_timings(x: Any) -> Any:
     """The report without its timing keys (wall times, per-case seconds, estimates)."""
     if isinstance(x, dict):
-        return {k: strip_timings(v) for k, v in x.items() if not any(t in k for t in TIMING)}
+        out = {k: strip_timings(v) for k, v in x.items() if not any(t in k for t in TIMING)}
+        if isinstance(out.get("plan"), str):  # the plan's text quotes the probe's clock reading
+            out["plan"] = "\n".join(line for line in out["plan"].splitlines() if "probe:" not in line)
+        return out
     if isinstance(x, list):
         return [strip_timings(v) for v in x]
     return x
