@@ -131,6 +131,10 @@ def _table_text(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+#: each figure's text form (Markdown)
+_TEXT: dict[str, Any] = {"bars": _bar_text, "lines": _lines_text, "scatter": _scatter_text}
+
+
 def tidy(blocks: list[Block]) -> list[Block]:
     """The blocks as every format writes them: a table's columns that are empty in every row are
     left out (a report has no column that says nothing)."""
@@ -161,12 +165,8 @@ def to_markdown(blocks: list[Block]) -> str:
             parts.append("```\n" + str(x).rstrip() + "\n```")
         elif kind == "table":
             parts.append(_table_text(*x))
-        elif kind == "bars":
-            parts.append(_bar_text(x))
-        elif kind == "lines":
-            parts.append(_lines_text(x))
-        elif kind == "scatter":
-            parts.append(_scatter_text(x))
+        elif kind in FIGURES:
+            parts.append(_TEXT[kind](x))
     return "\n\n".join(parts) + "\n"
 
 
@@ -289,6 +289,10 @@ def _scatter_svg(s: Scatter) -> str:
     return f"<h3>{html.escape(s.title)}{legend}</h3>" + _svg(body)
 
 
+#: each figure's drawing (inline SVG)
+_SVG: dict[str, Any] = {"bars": _bar_svg, "lines": _lines_svg, "scatter": _scatter_svg}
+
+
 def to_html(blocks: list[Block]) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>specproof audit</title>",
@@ -312,12 +316,8 @@ def to_html(blocks: list[Block]) -> str:
                 cells = "".join(f"<td>{html.escape(str(c).replace('**', ''))}</td>" for c in row)
                 parts.append(f"<tr>{cells}</tr>")
             parts.append("</table>")
-        elif kind == "bars":
-            parts.append(_bar_svg(x))
-        elif kind == "lines":
-            parts.append(_lines_svg(x))
-        elif kind == "scatter":
-            parts.append(_scatter_svg(x))
+        elif kind in FIGURES:
+            parts.append(_SVG[kind](x))
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -72,7 +72,12 @@ def _audit(out: Path, name: str, argv: list[str]) -> None:
     (out / f"{name}.html").write_text(report_model.to_html(blocks))
 
 
-def _traffic_file(folder: Path, bug: str | None, n: int) -> str:
+def endpoint_args(url: str, options: list[str]) -> list[str]:
+    """The endpoint audit's arguments for the stand-in at ``url``: one prompt, T = 1, M = 4."""
+    return ["endpoint", url, "--prompt", "0 6", "--temperature", "1", "--tokens", "4", *options]
+
+
+def traffic_file(folder: Path, bug: str | None, n: int) -> str:
     """``n`` requests served by the stand-in (with ``bug`` planted), as a deployer logs them."""
     profile, rows = LlamaCpp(), []
     prompts, settings = ((0, 6), (5, 2, 5, 2)), (Sampling(1.0), Sampling(0.7))
@@ -125,7 +130,7 @@ def main_gallery(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="specproof-traffic-") as tmp:
         for name, (bug, n, tv) in TRAFFIC.items():
             if name in wanted:
-                path = _traffic_file(Path(tmp), bug, n)
+                path = traffic_file(Path(tmp), bug, n)
                 with StandIn(speculative=False, loop="laws") as twin:
                     _audit(out, name, ["traffic", path, "--twin", twin.url, "--tv", tv])
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -45,7 +45,9 @@ README_INSTALLS = [
     "specproof llamacpp build",
     "specproof llamacpp install-python",
 ]
-README_TESTS = "python -m pytest -n auto --durations=30"
+README_TESTS = "python -m pytest -n auto -m not slow --durations=30"  # the stand-in logs no quotes
+#: the slow tier, after README's run
+SLOW_TESTS = "python -m pytest -n auto -m slow --durations=30"
 #: each tier's install, then its tests
 TIERS = [
     ("specproof vllm install", "python -m pytest tests/test_vllm_cpu.py -p no:xdist"),
@@ -75,12 +77,13 @@ def test_with_every_step_succeeding_every_tier_runs_after_its_install(tmp_path):
     done, calls = _run(tmp_path)
     assert done.returncode == 0, done.stderr
     expected = [f"python3 -m venv {tmp_path}/specproof-ci-venv", "python --version"]
-    expected += [*README_INSTALLS, README_TESTS]
+    expected += [*README_INSTALLS, README_TESTS, SLOW_TESTS]
     expected += [cmd for tier in TIERS for cmd in tier]
     assert [c for c, _ in calls] == expected
     # the tiers' tests run required (a missing environment fails them); README's run does not
     required = {c: r for c, r in calls}
-    assert required[README_TESTS] == "" and all(required[tests] == "1" for _, tests in TIERS)
+    assert required[README_TESTS] == required[SLOW_TESTS] == ""
+    assert all(required[tests] == "1" for _, tests in TIERS)
 
 
 @pytest.mark.parametrize("broken", [*README_INSTALLS, *(install for install, _ in TIERS)])

@@ -2,8 +2,9 @@
 
 For the verifier, engine, endpoint and traffic audits, one audit of each verdict the kind can
 reach (pass, lossy, underpowered; misreported for the endpoint audit, the only kind whose server
-reports probabilities) is run through the command line with ``--json`` and ``--report`` in each of
-the three formats. Then:
+reports probabilities; the recipes are scripts/report_gallery.py's, whose screenshots docs/reports.md
+shows) is run through the command line with ``--json`` and ``--report x.json``, and the report's
+blocks are written in the other two formats. Then:
 
 * the three renderings are the same list: every table cell and figure title of the JSON report is
   in the Markdown and the HTML, and the HTML draws every figure as SVG;
@@ -22,6 +23,8 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,24 +33,13 @@ from specproof.properties.cli import main
 from specproof.properties.endpoint.standin import StandIn
 from specproof.properties.verdicts import USAGE_ERROR
 
-VERIFIER = {
-    "pass": ["chain", "torch.token", "--tv", "0.1", "--large-vocab-tv", "0.5"],
-    "lossy": ["chain", "mutant.residual_from_p", "--samples", "3000", "--shrink", "0", "--stop-early"],
-    "underpowered": ["chain", "torch.token", "--samples", "30"],
-}
-ENGINE = {
-    "pass": ["engine", "reference.direct", "--tv", "0.2", "--test", "tokens"],
-    "lossy": ["engine", "mutant.greedy_draft_soft_law", "--samples", "400", "--test", "tokens"],
-    # a budget far short of the plan (54,748 samples): the audit stops after a few chunks
-    "underpowered": ["engine", "reference.direct", "--test", "tokens", "--budget-seconds", "1"],
-}
-#: endpoint audits on the stand-in: (its planted bug, the command's options)
-ENDPOINT = {
-    "pass": (None, ["--tv", "0.2"]),
-    "lossy": ("greedy_verify", ["--samples", "400"]),
-    "underpowered": (None, ["--budget-seconds", "1"]),
-    "misreported": ("zero_logprobs", ["--tv", "0.2"]),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+#: the audits of scripts/report_gallery.py (its screenshots are docs/reports/): the command's
+#: arguments by kind and verdict
+from report_gallery import ENDPOINT, RECIPES, TRAFFIC, endpoint_args, traffic_file  # noqa: E402
+
+VERIFIER = {k.split("-", 1)[1]: v for k, v in RECIPES.items() if k.startswith("verifier-")}
+ENGINE = {k.split("-", 1)[1]: v for k, v in RECIPES.items() if k.startswith("engine-")}
 
 
 def _run(tmp_path, name: str, argv: list[str]) -> tuple[dict, dict[str, str]]:
@@ -63,22 +55,17 @@ def _run(tmp_path, name: str, argv: list[str]) -> tuple[dict, dict[str, str]]:
     return doc, {"json": text, "md": report_model.to_markdown(blocks), "html": report_model.to_html(blocks)}
 
 
-def _endpoint_run(tmp_path, name: str, bug: str | None, options: list[str]) -> tuple[dict, dict[str, str]]:
+def _endpoint_run(tmp_path, name: str) -> tuple[dict, dict[str, str]]:
+    bug, options = ENDPOINT[name]
     with StandIn(bug, loop="laws") as si:
-        argv = ["endpoint", si.url, "--prompt", "0 6", "--temperature", "1", "--tokens", "4", *options]
-        return _run(tmp_path, name, argv)
+        return _run(tmp_path, name, endpoint_args(si.url, options))
 
 
 def _traffic_run(tmp_path, name: str) -> tuple[dict, dict[str, str]]:
-    from tests.test_traffic import _serve, _write
-
-    bug, n, tv = {"pass": (None, 420, "0.1"), "lossy": ("greedy_verify", 420, "0.1")}.get(
-        name, (None, 40, "0.05")
-    )
-    with StandIn(bug, loop="laws", listen=False) as served:
-        path = _write(tmp_path, _serve(served, n))
+    bug, n, tv = TRAFFIC[name]
+    path = traffic_file(tmp_path, bug, n)
     with StandIn(speculative=False, loop="laws") as twin:
-        return _run(tmp_path, f"traffic-{name}", ["traffic", path, "--twin", twin.url, "--tv", tv])
+        return _run(tmp_path, name, ["traffic", path, "--twin", twin.url, "--tv", tv])
 
 
 def _check_renderings(doc: dict, reports: dict[str, str]) -> list[dict]:
@@ -158,10 +145,9 @@ def test_the_engine_report(tmp_path, verdict):
     _check_token_figures(blocks, doc["token_test"], doc["token_test"]["cases"])
 
 
-@pytest.mark.parametrize("verdict", list(ENDPOINT))
+@pytest.mark.parametrize("verdict", [k.split("-", 1)[1] for k in ENDPOINT])
 def test_the_endpoint_report(tmp_path, verdict):
-    bug, options = ENDPOINT[verdict]
-    doc, reports = _endpoint_run(tmp_path, f"endpoint-{verdict}", bug, options)
+    doc, reports = _endpoint_run(tmp_path, f"endpoint-{verdict}")
     assert doc["verdict"] == verdict
     blocks = _check_renderings(doc, reports)
     _check_token_figures(blocks, doc["token_test"], doc["token_test"]["cases"])
@@ -175,9 +161,9 @@ def test_the_endpoint_report(tmp_path, verdict):
         assert 'fill="#dc3912"' in reports["html"]
 
 
-@pytest.mark.parametrize("verdict", ["pass", "lossy", "underpowered"])
+@pytest.mark.parametrize("verdict", [k.split("-", 1)[1] for k in TRAFFIC])
 def test_the_traffic_report(tmp_path, verdict):
-    doc, reports = _traffic_run(tmp_path, verdict)
+    doc, reports = _traffic_run(tmp_path, f"traffic-{verdict}")
     assert doc["verdict"] == verdict
     blocks = _check_renderings(doc, reports)
     cases = {s["setting"]: s for s in doc["settings"]}
