@@ -246,9 +246,17 @@ class Speculative:
         return out[len(prompt_ids) :][:max_new_tokens]
 
 
-def spec(name: str, engine: type, vocab: int, tokens: int, temperature: float = 1.0, **kw: object):
+def spec(
+    name: str,
+    engine: type,
+    vocab: int,
+    tokens: int,
+    temperature: float = 1.0,
+    temperatures: tuple[float, ...] | None = None,
+    **kw: object,
+):
     """The EngineSpec of an engine class of this folder on its own model (imported lazily, so this
-    file needs specproof only to be audited)."""
+    file needs specproof only to be audited); ``temperatures``: several settings, one case each."""
     from specproof import EngineSpec, Sampling
 
     def build(sampling: Sampling) -> Speculative:
@@ -256,7 +264,11 @@ def spec(name: str, engine: type, vocab: int, tokens: int, temperature: float = 
         return engine(target, target.draft_of(0.25, seed=2), temperature=sampling.temperature)
 
     doc = " ".join((engine.__doc__ or "").split()).split(". ")[0].rstrip(".") + "."  # first sentence
-    return EngineSpec(name, "user", doc, build, vocab, ((3, 17, 5),), (Sampling(temperature),), tokens=tokens)
+    settings = tuple(Sampling(t) for t in (temperatures or (temperature,)))
+    return EngineSpec(name, "user", doc, build, vocab, ((3, 17, 5),), settings, tokens=tokens)
 
 
 exact = spec("tinylm.exact", Speculative, 4096, 256)
+#: the plan-fits row at V = 32,768 (M = 64, T = 1 and 0.7): too slow for one process on 2 cores at
+#: the default plan, it fits with two Ray actors drawing (docs/token-audit.md)
+wide = spec("tinylm[V=32768]", Speculative, 32768, 64, temperatures=(1.0, 0.7))
