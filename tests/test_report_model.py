@@ -176,3 +176,18 @@ def test_the_traffic_report(tmp_path, verdict):
         assert witness.startswith(doc["finding"]["text"]) and doc["finding"]["direction"] in witness
     if verdict == "underpowered":
         assert re.search(r"of [\d,]+ tokens", reports["md"])
+
+
+def test_the_acceptance_at_each_place_of_an_axis_is_drawn_from_the_json(tmp_path):
+    """A load axis on the stand-in (it reports its counters, declares no rule): the bars are each
+    pair's base share and share, as the JSON's ``axis_acceptance.pairs`` has them."""
+    with StandIn(None, loop="laws") as si:
+        argv = endpoint_args(si.url, ["--load", "1", "--load", "4", "--samples", "64"])
+        doc, reports = _run(tmp_path, "endpoint-load", argv)
+    blocks = _check_renderings(doc, reports)
+    pairs = doc["axis_acceptance"]["pairs"]
+    assert pairs, doc["axis_acceptance"]
+    bars = _figure(blocks, "bars", "Accepted share of the drafts at each place of the axis")
+    assert bars is not None
+    assert bars["observed"] == [round(v, 4) for p in pairs for v in (p["base_share"], p["share"])]
+    assert bars["labels"] == [f"{p[k]} ({p['case']})" for p in pairs for k in ("base", "where")]
