@@ -21,145 +21,106 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+Spec = tuple[str, Any, dict[str, str], dict[str, Any]]
 
-def _specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
-    from specproof.optimized.kernels.block_chain import block_chain_kernel
-    from specproof.optimized.kernels.greedy_tree import greedy_tree_kernel
-    from specproof.optimized.kernels.multi_draft import multi_draft_kernel
-    from specproof.optimized.kernels.target_only_tree import target_only_tree_kernel
-    from specproof.optimized.kernels.token_chain import token_chain_kernel
-    from specproof.optimized.kernels.typical_tree import typical_tree_kernel
 
-    chain = {"x_ptr": "*i64", "q_ptr": "*fp32", "p_ptr": "*fp32", "ua_ptr": "*fp64", "uf_ptr": "*fp64"}
-    specs: list[tuple[str, Any, dict[str, str], dict[str, Any]]] = []
+def _specs() -> list[Spec]:
+    """Every kernel's compile signature: the chain and tree kernels at each dtype, the tree
+    buffers, the tree attention and the split paths."""
+    specs: list[Spec] = []
     for dt in ("fp32", "bf16"):
-        for has_q in (True, False):
-            c = {k: (f"*{dt}" if k in ("q_ptr", "p_ptr") else v) for k, v in chain.items()}
-            consts = {"HAS_Q": has_q, "KB": 8, "BLOCK": 1024}
-            specs.append(
-                (
-                    f"token_chain[{dt},has_q={has_q}]",
-                    token_chain_kernel,
-                    {**c, "out_ptr": "*i64", "K": "i32", "V": "i32", **dict.fromkeys(consts, "constexpr")},
-                    consts,
-                )
-            )
-            cb = {("ue_ptr" if k == "ua_ptr" else k): v for k, v in c.items()}
-            specs.append(
-                (
-                    f"block_chain[{dt},has_q={has_q}]",
-                    block_chain_kernel,
-                    {**cb, "out_ptr": "*i64", "K": "i32", "V": "i32", **dict.fromkeys(consts, "constexpr")},
-                    consts,
-                )
-            )
-            for wor in (False, True):
-                consts2 = {"HAS_Q": has_q, "WITHOUT_REPLACEMENT": wor, "BLOCK": 1024}
-                sig = {
-                    "par_ptr": "*i64",
-                    "tok_ptr": "*i64",
-                    "q_ptr": f"*{dt}",
-                    "p_ptr": f"*{dt}",
-                    "ua_ptr": "*fp64",
-                    "uf_ptr": "*fp64",
-                    "pw_ptr": "*fp64",
-                    "qw_ptr": "*fp64",
-                    "acc_ptr": "*i64",
-                    "nxt_ptr": "*i64",
-                    "N": "i32",
-                    "V": "i32",
-                    **dict.fromkeys(consts2, "constexpr"),
-                }
-                specs.append((f"multi_draft[{dt},has_q={has_q},wor={wor}]", multi_draft_kernel, sig, consts2))
-        tree = {"par_ptr": "*i64", "tok_ptr": "*i64", "p_ptr": f"*{dt}"}
-        consts3 = {"NB": 16, "BLOCK": 1024}
-        specs.append(
-            (
-                f"target_only_tree[{dt}]",
-                target_only_tree_kernel,
-                {
-                    **tree,
-                    "uc_ptr": "*fp64",
-                    "uf_ptr": "*fp64",
-                    "acc_ptr": "*i64",
-                    "nxt_ptr": "*i64",
-                    "N": "i32",
-                    "V": "i32",
-                    "ts": "fp64",
-                    "ta": "fp64",
-                    **dict.fromkeys(consts3, "constexpr"),
-                },
-                consts3,
-            )
-        )
-        specs.append(
-            (
-                f"greedy_tree[{dt}]",
-                greedy_tree_kernel,
-                {
-                    **tree,
-                    "acc_ptr": "*i64",
-                    "nxt_ptr": "*i64",
-                    "N": "i32",
-                    "V": "i32",
-                    **dict.fromkeys(consts3, "constexpr"),
-                },
-                consts3,
-            )
-        )
-        specs.append(
-            (
-                f"typical_tree[{dt}]",
-                typical_tree_kernel,
-                {
-                    **tree,
-                    "uf_ptr": "*fp64",
-                    "acc_ptr": "*i64",
-                    "nxt_ptr": "*i64",
-                    "N": "i32",
-                    "V": "i32",
-                    "eps": "fp64",
-                    "delta": "fp64",
-                    **dict.fromkeys(consts3, "constexpr"),
-                },
-                consts3,
-            )
-        )
-    from specproof.optimized.kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
+        specs += _chain_specs(dt) + _tree_specs(dt)
     from specproof.optimized.tree_attention import compile_specs as attention_specs
 
-    specs.append(
-        (
-            "tree_buffers[fp32]",
-            tree_buffers_kernel,
-            {"par_ptr": "*i64", "mask_ptr": "*i32", "depth_ptr": "*i64", "N": "i32", "W": "constexpr"},
-            {"W": 2},
-        )
-    )
-    specs.append(
-        (
-            "gather_rows[fp32]",
-            gather_rows_kernel,
-            {
-                "src_ptr": "*fp32",
-                "src_slot_ptr": "*i64",
-                "dst_ptr": "*fp32",
-                "dst_slot_ptr": "*i64",
-                "H": "i32",
-                "S": "i32",
+    return specs + _buffer_specs() + attention_specs() + _split_specs()
+
+
+def _chain_specs(dt: str) -> list[Spec]:
+    """token_chain, block_chain and multi_draft at dtype ``dt``, with and without a draft law."""
+    from specproof.optimized.kernels.block_chain import block_chain_kernel
+    from specproof.optimized.kernels.multi_draft import multi_draft_kernel
+    from specproof.optimized.kernels.token_chain import token_chain_kernel
+
+    chain = {"x_ptr": "*i64", "q_ptr": "*fp32", "p_ptr": "*fp32", "ua_ptr": "*fp64", "uf_ptr": "*fp64"}
+    specs: list[Spec] = []
+    for has_q in (True, False):
+        c = {k: (f"*{dt}" if k in ("q_ptr", "p_ptr") else v) for k, v in chain.items()}
+        consts = {"HAS_Q": has_q, "KB": 8, "BLOCK": 1024}
+        tail = {"out_ptr": "*i64", "K": "i32", "V": "i32", **dict.fromkeys(consts, "constexpr")}
+        specs.append((f"token_chain[{dt},has_q={has_q}]", token_chain_kernel, {**c, **tail}, consts))
+        cb = {("ue_ptr" if k == "ua_ptr" else k): v for k, v in c.items()}
+        specs.append((f"block_chain[{dt},has_q={has_q}]", block_chain_kernel, {**cb, **tail}, consts))
+        for wor in (False, True):
+            consts2 = {"HAS_Q": has_q, "WITHOUT_REPLACEMENT": wor, "BLOCK": 1024}
+            sig = {
+                "par_ptr": "*i64",
+                "tok_ptr": "*i64",
+                "q_ptr": f"*{dt}",
+                "p_ptr": f"*{dt}",
+                "ua_ptr": "*fp64",
+                "uf_ptr": "*fp64",
+                "pw_ptr": "*fp64",
+                "qw_ptr": "*fp64",
+                "acc_ptr": "*i64",
+                "nxt_ptr": "*i64",
                 "N": "i32",
-                "D": "i32",
-                "DB": "constexpr",
-            },
-            {"DB": 64},
-        )
-    )
-    specs.extend(attention_specs())
-    specs.extend(_split_specs())
+                "V": "i32",
+                **dict.fromkeys(consts2, "constexpr"),
+            }
+            specs.append((f"multi_draft[{dt},has_q={has_q},wor={wor}]", multi_draft_kernel, sig, consts2))
     return specs
 
 
-def _split_specs() -> list[tuple[str, Any, dict[str, str], dict[str, Any]]]:
+def _tree_specs(dt: str) -> list[Spec]:
+    """target_only_tree, greedy_tree and typical_tree at dtype ``dt``."""
+    from specproof.optimized.kernels.greedy_tree import greedy_tree_kernel
+    from specproof.optimized.kernels.target_only_tree import target_only_tree_kernel
+    from specproof.optimized.kernels.typical_tree import typical_tree_kernel
+
+    tree = {"par_ptr": "*i64", "tok_ptr": "*i64", "p_ptr": f"*{dt}"}
+    consts = {"NB": 16, "BLOCK": 1024}
+    out = {"acc_ptr": "*i64", "nxt_ptr": "*i64", "N": "i32", "V": "i32"}
+    const_sig = dict.fromkeys(consts, "constexpr")
+    target_only = {
+        **tree,
+        "uc_ptr": "*fp64",
+        "uf_ptr": "*fp64",
+        **out,
+        "ts": "fp64",
+        "ta": "fp64",
+        **const_sig,
+    }
+    typical = {**tree, "uf_ptr": "*fp64", **out, "eps": "fp64", "delta": "fp64", **const_sig}
+    return [
+        (f"target_only_tree[{dt}]", target_only_tree_kernel, target_only, consts),
+        (f"greedy_tree[{dt}]", greedy_tree_kernel, {**tree, **out, **const_sig}, consts),
+        (f"typical_tree[{dt}]", typical_tree_kernel, typical, consts),
+    ]
+
+
+def _buffer_specs() -> list[Spec]:
+    """The tree buffers' kernels: the mask and depths, and the KV rows gathered after a step."""
+    from specproof.optimized.kernels.tree_buffers import gather_rows_kernel, tree_buffers_kernel
+
+    buffers = {"par_ptr": "*i64", "mask_ptr": "*i32", "depth_ptr": "*i64", "N": "i32", "W": "constexpr"}
+    gather = {
+        "src_ptr": "*fp32",
+        "src_slot_ptr": "*i64",
+        "dst_ptr": "*fp32",
+        "dst_slot_ptr": "*i64",
+        "H": "i32",
+        "S": "i32",
+        "N": "i32",
+        "D": "i32",
+        "DB": "constexpr",
+    }
+    return [
+        ("tree_buffers[fp32]", tree_buffers_kernel, buffers, {"W": 2}),
+        ("gather_rows[fp32]", gather_rows_kernel, gather, {"DB": 64}),
+    ]
+
+
+def _split_specs() -> list[Spec]:
     """The split paths' kernels (one launch per pass, the last chunk program draws)."""
     from specproof.optimized.kernels.block_split import block_level_kernel
     from specproof.optimized.kernels.token_split import token_split_kernel

@@ -55,7 +55,12 @@ def _spec(
 def paths() -> list[EngineSpec]:
     """The table: one row per path, its build, what the user passes, the settings it runs at and
     the verdict it should get (every row a call a user makes; the reasons for an expected
-    violation are in the row's doc)."""
+    violation are in the row's doc), grouped by candidate generator."""
+    return _assisted() + _lookup() + _universal() + _gemma4() + _dflash()
+
+
+def _assisted() -> list[EngineSpec]:
+    """AssistedCandidateGenerator: an assistant model, its generation config's options."""
     p = functools.partial
     return [
         _spec(
@@ -109,6 +114,13 @@ def paths() -> list[EngineSpec]:
             "assistant_ensemble_weight=0.5 (documented as biased: verifies against 0.5 p + 0.5 q)",
             expect="lossy",
         ),
+    ]
+
+
+def _lookup() -> list[EngineSpec]:
+    """PromptLookupCandidateGenerator and EarlyExitCandidateGenerator: no assistant model."""
+    p = functools.partial
+    return [
         _spec(
             "hf.prompt_lookup",
             prompt_lookup,
@@ -128,6 +140,13 @@ def paths() -> list[EngineSpec]:
             early_exit,
             "assistant_early_exit=1 on a 3-layer target (its first layer and head draft 3 tokens)",
         ),
+    ]
+
+
+def _universal() -> list[EngineSpec]:
+    """Another tokenizer's assistant: universal speculative decoding, and its greedy path."""
+    p = functools.partial
+    return [
         _spec(
             "hf.universal",
             universal,
@@ -152,6 +171,13 @@ def paths() -> list[EngineSpec]:
             "AssistedCandidateGeneratorDifferentTokenizers",
             (GREEDY,),
         ),
+    ]
+
+
+def _gemma4() -> list[EngineSpec]:
+    """SinglePositionMultiTokenCandidateGenerator: Gemma 4's assistants."""
+    p = functools.partial
+    return [
         _spec(
             "hf.gemma4_assistant",
             gemma4_assistant,
@@ -175,6 +201,12 @@ def paths() -> list[EngineSpec]:
             "Gemma4ForCausalLM + Gemma4AssistantForCausalLM, do_sample=False",
             (GREEDY,),
         ),
+    ]
+
+
+def _dflash() -> list[EngineSpec]:
+    """DFlashTokenCandidateGenerator: a block of drafts from a MuseGlimmer assistant."""
+    return [
         _spec(
             "hf.dflash",
             dflash,
