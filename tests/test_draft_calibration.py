@@ -26,10 +26,10 @@ from dataclasses import replace
 
 import pytest
 
-from specproof.properties.audit.report import to_markdown
 from specproof.properties.cli import main
 from specproof.properties.e2e import check as e2e
 from specproof.properties.e2e import draft_calibration as dc
+from specproof.properties.report_model import to_markdown
 from specproof.reference.decode import e2e_models
 from specproof.reference.errors import SpecproofInputError
 from specproof.reference.processes import Proposal

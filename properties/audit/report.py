@@ -11,10 +11,8 @@ import datetime
 from typing import Any
 
 from specproof.properties.audit.results import AuditResult, CaseResult
-from specproof.properties.report_model import Bars, Block, to_html, to_markdown, write_blocks
+from specproof.properties.report_model import Bars, Block, write_blocks
 from specproof.properties.verdicts import Verdict
-
-__all__ = ["Bars", "Block", "blocks_for", "to_html", "to_markdown", "write_blocks", "write_report"]
 
 
 def _steps(r: Any) -> str:

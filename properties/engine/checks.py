@@ -37,12 +37,12 @@ from specproof.properties.verdicts import CheckStatus
 #: computes and prints probabilities in float32); the control's measured difference, times
 #: :data:`TOLERANCE_FACTOR`, takes over when it is larger
 TOLERANCE_FLOOR = 1e-6
-#: how many (law, reported) pairs the reports check keeps for the report's scatter
-REPORT_PAIRS = 400
 TOLERANCE_FACTOR = 4.0
 #: a difference larger than this between the twin's reports and the recipe's laws is not
 #: rounding: the twin's reports are not its law there (or the recipe does not read it)
 NUMERIC_LIMIT = 1e-3
+#: how many (law, reported) pairs the reports check keeps for the report's scatter
+REPORT_PAIRS = 400
 
 
 @dataclass
