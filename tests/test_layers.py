@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("specproof.properties.shard",),
     ("specproof.properties.run",),  # the one way in: the audits run from the doors' values
     ("specproof.properties.bench",),
+    ("specproof.properties.measure",),  # the findings in third-party engines, above every audit
     ("specproof.properties.cli", "specproof.properties.pytest_plugin"),
     ("specproof",),
 ]

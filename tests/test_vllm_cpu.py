@@ -16,6 +16,7 @@ past it (measured: docs/measurements/vllm-cpu.md).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +94,24 @@ def test_the_stock_expand_drops_its_result_and_the_fix_writes_it():
     assert got["stock.int64"] == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
     assert np.allclose(got["fixed.float32"], [0.7, 0.7, 3.0, 3.0, 3.0, 3.0])
     assert got["fixed.int32"] == got["fixed.int64"] == [1.0, 1.0, 3.0, 3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("script", ["vllm_cpu_expand.py", "vllm_cpu_top_k.py"])
+def test_the_findings_standalone_reproductions_show_the_defect(script):
+    """docs/findings/repro/: each script, run as a maintainer would run it (vLLM's environment,
+    no specproof on its path), exits 1 and says the defect holds on the pinned release."""
+    import subprocess
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "findings" / "repro" / script
+    done = subprocess.run(
+        [str(vllm_cpu.python()), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=path.parent,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert done.returncode == 1 and "the defect holds" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
 def test_the_served_law_is_the_numpy_law(twin):

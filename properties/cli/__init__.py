@@ -6,7 +6,7 @@ backend against what it declares (:mod:`.audit`); ``specproof replay`` turns an 
 into a pytest test; ``specproof matrix`` prints the exactness matrix (proposal process x rule,
 each cell checked exactly with Fraction arithmetic); ``specproof rule``, ``calibrate``,
 ``bench``, ``e2e``, ``conform`` and ``backends`` are in :mod:`.tools`, ``llamacpp`` in
-:mod:`.llamacpp`.
+:mod:`.llamacpp`, ``findings`` (the findings in third-party engines) in :mod:`.findings`.
 
 Everything that parses options, shows progress or writes files lives in this package
 (:mod:`.common`); the library below returns results and never prints them.
@@ -21,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from specproof.properties.cli import audit, llamacpp, serving, tools
+from specproof.properties.cli import audit, findings, llamacpp, serving, tools
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR
 from specproof.reference.errors import NotFoundError, SpecproofInputError, UsageError
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_mistralrs_parser(sub)
     serving.add_tiny_models_parser(sub)
     tools.add_backends_parser(sub)
+    findings.add_findings_parser(sub)
     return parser
 
 

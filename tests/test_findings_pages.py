@@ -1,0 +1,181 @@
+"""The findings pages (docs/findings/) agree with the table, the measurement JSON and the sources.
+
+Each page's written part is what ``specproof findings pages`` writes from
+properties/measure/findings.py and the JSON (so a re-run measurement or an edited entry shows up
+here as a stale page); every test a finding names exists; every place in an engine's source a
+finding names still says what the finding quotes, wherever that source is on this machine (the
+installed transformers and llama-cpp-python, vLLM's pinned environment, llama.cpp in the source
+archive the build keeps); README links every page. ``specproof findings reproduce`` runs a
+finding's tests and reads their outcomes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from specproof.properties.measure import pages
+from specproof.properties.measure.findings import FINDINGS, Where, by_slug
+from specproof.reference.errors import UsageError
+
+ROOT = pages.ROOT
+
+
+def test_every_page_is_what_the_table_and_the_json_write():
+    assert pages.stale_pages() == [], "run `specproof findings pages` and commit the result"
+
+
+def test_a_changed_measurement_makes_its_page_stale(tmp_path, monkeypatch):
+    """The check can fail: a page written from one JSON differs once the JSON's verdict changes."""
+    finding = by_slug("mistralrs-draft-model-is-greedy")
+    (tmp_path / "measurements").mkdir()
+    for name in {ev.json for f in FINDINGS for ev in f.evidence}:
+        (tmp_path / "measurements" / name).write_text((pages.MEASUREMENTS / name).read_text())
+    src = (pages.MEASUREMENTS / "mistralrs.json").read_text()
+    monkeypatch.setattr(pages, "MEASUREMENTS", tmp_path / "measurements")
+    pages.write_pages(tmp_path / "findings")
+    assert pages.stale_pages(tmp_path / "findings") == []
+    doc = json.loads(src)
+    next(r for r in doc["results"] if r["engine"] == "mistralrs.plain")["verdict"] = "lossy"
+    (tmp_path / "measurements" / "mistralrs.json").write_text(json.dumps(doc))
+    assert pages.stale_pages(tmp_path / "findings") == [tmp_path / "findings" / f"{finding.slug}.md"]
+
+
+def test_every_page_has_its_prose():
+    for f in FINDINGS:
+        text = (pages.PAGES / f"{f.slug}.md").read_text()
+        prose = text.split(pages.END, 1)[1]
+        for section in ("## What happens", "## The cause", "## The fix"):
+            assert section in prose, (f.slug, section)
+            body = prose.split(section, 1)[1].split("\n## ", 1)[0]
+            assert len(body.split()) >= 15, (f.slug, section, body)
+
+
+def _functions(path: str) -> set[str]:
+    tree = ast.parse((ROOT / path).read_text())
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_test_a_finding_names_exists():
+    for f in FINDINGS:
+        assert f.tests, f.slug
+        for node in f.tests:
+            path, _, name = node.partition("::")
+            assert name.split("[")[0] in _functions(path), (f.slug, node)
+
+
+def test_every_finding_names_its_place_in_the_source_or_says_it_was_read_from_the_behaviour():
+    unplaced = {f.slug for f in FINDINGS if not f.where}
+    assert unplaced == {"vllm-probabilistic-drafts-ignore-the-seed"}, unplaced
+    for f in FINDINGS:
+        for w in f.where:
+            assert w.line > 0 and w.text, (f.slug, w)
+
+
+@pytest.mark.parametrize(
+    "finding, where",
+    [(f.slug, w) for f in FINDINGS for w in f.where],
+    ids=[f"{f.slug}:{w.path}:{w.line}" for f in FINDINGS for w in f.where],
+)
+def test_each_place_still_says_what_the_finding_quotes(finding: str, where: Where):
+    """Where the source is on this machine, at the version the finding names, the line says it.
+    (A different installed version would make this a statement about that version: the test
+    then names the version it read.)"""
+    state = pages.place_state(where)
+    if state == "not here":
+        pytest.skip(f"{where.path}: no {where.root or 'compiled'} source on this machine")
+    assert state == "same", f"{finding}: {where.path}:{where.line} {state} (wanted {where.text!r})"
+
+
+def test_the_place_check_can_fail():
+    w = next(w for f in FINDINGS for w in f.where if w.root == "py:transformers")
+    if pages.source_lines(w) is None:
+        pytest.skip("transformers is not installed")
+    assert pages.place_state(Where(w.path, w.line, w.symbol, "no such text in the file", w.root)) == "changed"
+    moved = pages.place_state(Where(w.path, w.line + 1, w.symbol, w.text, w.root))
+    assert moved == f"moved to {w.line}" or moved == "same", moved
+
+
+def test_readme_links_every_finding_and_the_index_lists_them():
+    readme = (ROOT / "README.md").read_text()
+    index = (pages.PAGES / "README.md").read_text()
+    for f in FINDINGS:
+        assert f"docs/findings/{f.slug}.md" in readme, f.slug
+        assert f"({f.slug}.md)" in index, f.slug
+
+
+def test_standalone_reproductions_exist_and_name_what_they_need():
+    for f in FINDINGS:
+        for s in f.scripts:
+            text = (pages.PAGES / "repro" / s).read_text()
+            assert "specproof" not in text.split('"""', 2)[2], f"{s} must run without specproof"
+            assert "Exit 0" in text and "exit 1" in text, s
+
+
+def test_an_unknown_finding_is_refused_by_name(tmp_path):
+    with pytest.raises(UsageError, match="'no-such-thing': no such finding"):
+        by_slug("no-such-thing")
+    done = subprocess.run(
+        [sys.executable, "-m", "specproof.properties.cli", "findings", "reproduce", "no-such-thing"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 4 and "no such finding" in done.stderr, done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "specproof.properties.cli", "findings", "list", "--json", "x.json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 4 and "takes no finding and no --json" in done.stderr, done.stderr
+
+
+def test_the_state_is_read_from_the_outcomes():
+    assert pages.Reproduction("x", "y", (("a", "passed", ""), ("b", "passed", ""))).state == "holds"
+    r = pages.Reproduction("x", "y", (("a", "passed", ""), ("b", "skipped", "not installed")))
+    assert r.state == "not_run"  # the reference reproduction ran, the engine's test did not
+    assert pages.Reproduction("x", "y", (("a", "passed", ""), ("b", "failed", "assert"))).state == "changed"
+    assert pages.Reproduction("x", "y", (("a", "skipped", "not installed"),)).state == "not_run"
+
+
+@pytest.mark.slow
+def test_reproduce_runs_a_findings_tests_and_says_it_holds(tmp_path):
+    """llama-cpp-python's min_tokens finding, re-run as a user would (its engine is installed by
+    README's set-up): its tests pass, so it holds, and the JSON says which ran."""
+    from specproof.properties.servers import llamacpp_python
+
+    if not llamacpp_python.is_installed():
+        pytest.skip("llama-cpp-python is not installed (`specproof llamacpp install-python`)")
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specproof.properties.cli",
+            "findings",
+            "reproduce",
+            "llama-cpp-python-min-tokens-under-lookup",
+        ]
+        + ["--json", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.exists(), done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert done.returncode == 0 and doc["state"] == "holds", done.stdout + done.stderr
+    assert {t["outcome"] for t in doc["tests"]} == {"passed"} and len(doc["tests"]) == 3, doc
+    assert re.search(r"llama_cpp/llama.py:1339: same", done.stdout), done.stdout
+
+
+def test_a_finding_on_an_older_release_says_what_its_reproduction_gave_on_the_newest():
+    for f in FINDINGS:
+        pinned = f.newest in f.version
+        assert pinned or len(f.on_newest.split()) >= 5, (f.slug, f.version, f.newest)
+        assert not (pinned and f.on_newest), f.slug
