@@ -23,6 +23,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+import tier_helpers
 import torch
 
 from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
@@ -34,6 +35,8 @@ from specproof.properties.verdicts import Verdict
 def _need_hf() -> None:
     ok, why = availability(next(a for a in ADAPTERS if a.module == "hf"))
     if not ok:
+        if tier_helpers.required():  # .ci/run's HF tier: transformers was just installed
+            pytest.fail(f"the HF tier is required here (SPECPROOF_TIER_REQUIRED=1): {why}", pytrace=False)
         pytest.skip(why)
 
 

@@ -23,6 +23,7 @@ The reference loop with a processor state that is never rolled back: tests/test_
 from __future__ import annotations
 
 import pytest
+import tier_helpers
 import torch
 
 from specproof.properties.conformance.backends.thirdparty import ADAPTERS, availability
@@ -42,6 +43,8 @@ def _hf(request: pytest.FixtureRequest) -> None:
         return
     ok, why = availability(next(a for a in ADAPTERS if a.module == "hf"))
     if not ok:
+        if tier_helpers.required():  # .ci/run's HF tier: transformers was just installed
+            pytest.fail(f"the HF tier is required here (SPECPROOF_TIER_REQUIRED=1): {why}", pytrace=False)
         pytest.skip(why)
 
 

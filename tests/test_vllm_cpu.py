@@ -114,6 +114,44 @@ def test_the_findings_standalone_reproductions_show_the_defect(script):
     assert done.returncode == 1 and "the defect holds" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
+def test_no_lossy_mode_of_vllms_own_runs_on_the_cpu_build():
+    """The positive control a real engine ships (a rejection method documented as lossy) does not
+    run here, as NOT_RUNNABLE says: 0.32's rejection methods are standard, synthetic and block (no
+    FLy), and synthetic acceptance asserts in the CPU sampling kernels before it samples."""
+    import json
+    import subprocess
+
+    probe = (
+        "import json, typing\n"
+        "from vllm.config.speculative import RejectionSampleMethod\n"
+        "from vllm.utils import cpu_triton_utils as c\n"
+        "out = {'methods': list(typing.get_args(RejectionSampleMethod))}\n"
+        "kernels = (('_rejection_greedy_sample_kernel_impl', 7),\n"
+        "           ('_rejection_random_sample_kernel_impl', 11))\n"
+        "for name, n in kernels:\n"
+        "    try:\n"
+        "        getattr(c, name)(*([None] * n), SYNTHETIC_MODE=True)\n"
+        "        out[name] = 'ran'\n"
+        "    except AssertionError as e:\n"
+        "        out[name] = str(e)\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [str(vllm_cpu.python()), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["methods"] == ["standard", "synthetic", "block"], got
+    refused = "Synthetic acceptance not supported with CPU sampling"
+    kernels = ("_rejection_greedy_sample_kernel_impl", "_rejection_random_sample_kernel_impl")
+    assert [got[k] for k in kernels] == [refused, refused], got
+    assert {"FLy", "draft_model[synthetic]"} <= set(vllm_cpu.NOT_RUNNABLE)
+
+
 def test_the_served_law_is_the_numpy_law(twin):
     """The plain server's processed law after the prompt (every id's log-probability) equals the
     exact float64 law of the tiny target within float32 rounding, at T = 1 and 0.7."""

@@ -101,6 +101,11 @@ NOT_RUNNABLE = {
     "mtp": "a plain llama has no multi-token-prediction layers; vLLM refuses the method for it",
     "dflash": "vLLM 0.32 loads only its DFlash drafter architecture; no tiny checkpoint of it exists",
     "draft_model[block] with VLLM_USE_V2_MODEL_RUNNER=1": "the V2 model runner requires Triton's GPU backend",
+    # the lossy controls a real engine ships: none runs on this build (tests/test_vllm_cpu.py)
+    "FLy": "vLLM 0.32 has no FLy rejection method (its methods: standard, synthetic, block)",
+    "draft_model[synthetic]": "synthetic acceptance (vLLM's own lossy benchmarking mode) asserts in the "
+    "CPU build's sampling kernels: 'Synthetic acceptance not supported with CPU sampling'",
+    "adaptive verification": "enable_adaptive_verification is supported for method dspark only",
 }
 
 
