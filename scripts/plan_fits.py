@@ -113,8 +113,8 @@ def standin_row(tv: float | None = None) -> dict[str, Any]:
 def llama_server_row(tv: float | None = None) -> dict[str, Any]:
     import tempfile
 
-    from specproof.properties.endpoint import llamacpp_suite as suite
     from specproof.properties.engine.request import EngineRequest
+    from specproof.properties.measure import llamacpp_suite as suite
     from specproof.properties.run import EndpointOptions, run_endpoint
     from specproof.properties.servers import gguf_models, llamacpp
 

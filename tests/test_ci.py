@@ -55,7 +55,8 @@ TIERS = [
     ("specproof mistralrs install", "python -m pytest tests/test_mistralrs.py -p no:xdist"),
     (
         "pip install -c constraints.txt -e .[hf]",
-        "python -m pytest -n auto tests/test_engines_hf.py tests/test_engines_hf_options.py tests/test_findings_pages.py",
+        "python -m pytest -n auto tests/test_engines_hf.py tests/test_engines_hf_options.py "
+        "tests/test_findings_pages.py",
     ),
 ]
 

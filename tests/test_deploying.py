@@ -6,15 +6,12 @@ without ``--spec-type`` the same block stops in seconds with ``no_speculation`` 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from page_blocks import bash_blocks, run_block
 
 from specproof.properties.servers import llamacpp
 from specproof.properties.verdicts import Verdict
@@ -23,10 +20,10 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "deploying.md"
 
 
 def block() -> str:
-    """The page's first bash block."""
-    m = re.search(r"^```bash\n(.*?)^```", PAGE.read_text(), re.S | re.M)
-    assert m, "docs/deploying.md has no bash block"
-    return m.group(1)
+    """The page's first bash block (llama-server)."""
+    found = bash_blocks(PAGE)
+    assert found, "docs/deploying.md has no bash block"
+    return found[0]
 
 
 def expanded() -> str:
@@ -60,35 +57,8 @@ def test_the_page_serves_with_the_flags_the_tests_serve_with() -> None:
         assert pair in twin
 
 
-#: where a machine has no curl, the page's health wait (``curl -sf URL``) is answered by this
-CURL = """import sys, urllib.request
-try:
-    urllib.request.urlopen(sys.argv[-1], timeout=2)
-except Exception:
-    sys.exit(22)
-"""
-
-
 def _run(tmp_path: Path, script: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], float]:
-    path = [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
-    if shutil.which("curl") is None:
-        tools = tmp_path / "tools"
-        tools.mkdir()
-        (tools / "curl").write_text(f"#!{sys.executable}\n{CURL}")
-        (tools / "curl").chmod(0o755)
-        path.insert(0, str(tools))
-    env = dict(
-        os.environ,
-        DIR=str(tmp_path),
-        PORT=str(llamacpp.free_port()),
-        TWIN_PORT=str(llamacpp.free_port()),
-        PATH=os.pathsep.join(path),
-    )
-    # the servers started in the background are stopped however the block ends
-    full = "set -u\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + script
-    t0 = time.monotonic()
-    done = subprocess.run(["bash", "-c", full], env=env, capture_output=True, text=True, timeout=timeout)
-    return done, time.monotonic() - t0
+    return run_block(tmp_path, script, timeout)
 
 
 @pytest.mark.llamacpp
@@ -118,3 +88,22 @@ def test_without_a_speculation_type_the_block_stops_at_once_with_the_cause(
     result = json.loads((tmp_path / "audit.json").read_text())
     assert result["verdict"] == "no_speculation" and result["samples"] == 0
     assert result["seconds"] < 30, result["seconds"]
+
+
+@pytest.mark.llamacpp
+def test_the_llama_cpp_python_block_runs_to_a_pass(tmp_path: Path) -> None:
+    """The page's second block as written: llama-cpp-python's server with prompt lookup and its
+    twin, audited through text prompts and the token map `tiny-models` writes: `pass` (exit 0)."""
+    from specproof.properties.servers import llamacpp_python
+
+    if not llamacpp_python.is_installed():
+        pytest.skip("llama-cpp-python is not installed (`specproof llamacpp install-python`)")
+    script = bash_blocks(PAGE)[1]
+    assert "--profile llamacpp-python" in script and "llama_cpp.server" in script
+    done, _ = _run(tmp_path, script, timeout=900)
+    assert done.returncode == Verdict.PASS.exit_code, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "lcp.json").read_text())
+    assert result["verdict"] == "pass" and result["samples"] >= 64, result["verdict"]
+    from specproof.properties.servers import gguf_models
+
+    assert json.loads((tmp_path / "vocab.json").read_text()) == list(gguf_models.VOCAB)

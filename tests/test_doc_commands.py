@@ -2,7 +2,8 @@
 
 The commands are read from the pages' shell blocks (```bash, ```sh, ```console and ``` without a
 language), a line at a time, a trailing backslash joining the next; the text after `` #`` is a
-comment. Each is split as a shell would and given to :func:`specproof.properties.cli.build_parser`
+comment; a pipe's right side, redirections (``> FILE``) and a trailing ``&`` are the shell's,
+not the command's. Each is split as a shell would and given to :func:`specproof.properties.cli.build_parser`
 (its ``parse_args``: nothing runs). A flag a page writes that the parser does not know, a value it
 refuses (a choice, a switch given a value) or a subcommand that does not exist fails here with the
 page, the line and argparse's own message. Inline commands (between backticks in the prose) that
@@ -50,6 +51,8 @@ def commands(page: pathlib.Path) -> list[tuple[int, str]]:
             line = line.strip().removeprefix("$ ")
             for part in re.split(r"\s(?:&&|\|\||;)\s", line):
                 part = part.split(" #", 1)[0].strip()
+                part = re.split(r"\s\|\s", part)[0]  # what a pipe feeds is another command
+                part = re.sub(r"\s+\d?>>?\s*\S+", "", part).removesuffix("&").strip()  # redirections, &
                 words = part.split()
                 # a line the command printed ("specproof e2e: ...") is output, not a command
                 if words[:1] == ["specproof"] and len(words) > 1 and not words[1].endswith(":"):

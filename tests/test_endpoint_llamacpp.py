@@ -36,12 +36,12 @@ import pytest
 
 pytest.importorskip("gguf", reason="the tiny GGUF models need the gguf package")
 
-from specproof.properties.endpoint import llamacpp_suite as suite  # noqa: E402
 from specproof.properties.endpoint.client import Client  # noqa: E402
 from specproof.properties.endpoint.families import make_profile  # noqa: E402
 from specproof.properties.endpoint.families.llamacpp_python import NEUTRAL_LCP, LlamaCppPython  # noqa: E402
 from specproof.properties.engine.audit import EngineAuditConfig  # noqa: E402
 from specproof.properties.engine.contract import GREEDY, T1, Sampling  # noqa: E402
+from specproof.properties.measure import llamacpp_suite as suite  # noqa: E402
 from specproof.properties.servers import gguf_models as gm  # noqa: E402
 from specproof.properties.servers import llamacpp, llamacpp_python  # noqa: E402
 from specproof.properties.verdicts import Verdict  # noqa: E402

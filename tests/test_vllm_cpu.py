@@ -15,6 +15,7 @@ past it (measured: docs/measurements/vllm-cpu.md).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -150,6 +151,20 @@ def test_no_lossy_mode_of_vllms_own_runs_on_the_cpu_build():
     kernels = ("_rejection_greedy_sample_kernel_impl", "_rejection_random_sample_kernel_impl")
     assert [got[k] for k in kernels] == [refused, refused], got
     assert {"FLy", "draft_model[synthetic]"} <= set(vllm_cpu.NOT_RUNNABLE)
+
+
+def test_the_deploying_pages_vllm_block_runs_to_a_pass(tmp_path):
+    """docs/deploying.md's vLLM block as written: `specproof vllm serve` (n-gram with both fixes,
+    and the plain twin) and the endpoint audit of the pair: `pass` (exit 0), 64 samples a case."""
+    from page_blocks import bash_blocks, run_block
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "deploying.md"
+    script = next(b for b in bash_blocks(page) if "specproof vllm serve" in b)
+    done, _ = run_block(tmp_path, script, timeout=900)
+    assert done.returncode == Verdict.PASS.exit_code, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "vllm.json").read_text())
+    assert result["verdict"] == "pass" and result["samples"] >= 64, result["verdict"]
+    assert result["speculation"]["drafted"] > 0, result["speculation"]
 
 
 def test_the_served_law_is_the_numpy_law(twin):

@@ -87,8 +87,8 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
         llamacpp_python.ensure_installed(progress=lambda m: print(m, file=sys.stderr, flush=True))
         print(json.dumps(llamacpp_python.info(), indent=2))
         return 0
-    from specproof.properties.endpoint import llamacpp_suite as suite
     from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.measure import llamacpp_suite as suite
     from specproof.properties.plan import build_config
 
     unit, option = getattr(args, "tv_unit", None) or (None, None)
@@ -121,8 +121,8 @@ def _llamacpp_tokens(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from specproof.properties.endpoint import llamacpp_suite as suite
     from specproof.properties.engine.audit import EngineAuditConfig
+    from specproof.properties.measure import llamacpp_suite as suite
     from specproof.properties.plan import build_config
     from specproof.properties.verdicts import Verdict
 

