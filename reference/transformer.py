@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specproof.reference.errors import UsageError
+from specproof.reference.memo import Memo
 
 from .errors import ShapeError, TokenOutOfRangeError
 from .tree import DraftTree
@@ -248,8 +249,9 @@ class TinyTransformer(torch.nn.Module):
 class TransformerLM:
     """A :class:`TinyTransformer` as a reference :class:`~specproof.reference.models.LM`: the
     float64 law of the next token after a context, ``softmax(logits / temperature)`` (one-hot
-    at the argmax for temperature 0). Laws are memoized per context, so the exact oracle and
-    the proposal processes can run on a real transformer target or draft model."""
+    at the argmax for temperature 0). Laws are memoized per context (the most recent
+    :data:`.memo.LIMIT`), so the exact oracle and the proposal processes can run on a real
+    transformer target or draft model."""
 
     def __init__(self, model: TinyTransformer, temperature: float = 1.0) -> None:
         if not temperature >= 0:
@@ -257,8 +259,8 @@ class TransformerLM:
         self.model = model
         self.temperature = temperature
         self.vocab = model.vocab
-        self._laws: dict[tuple[int, ...], tuple[float, ...]] = {}
-        self._logits: dict[tuple[int, ...], torch.Tensor] = {}
+        self._laws: Memo[tuple[int, ...], tuple[float, ...]] = Memo()
+        self._logits: Memo[tuple[int, ...], torch.Tensor] = Memo()
 
     def logits(self, context: tuple[int, ...]) -> tuple[float, ...]:
         """The raw logits after ``context`` (before any temperature), for the request parameters
@@ -269,13 +271,17 @@ class TransformerLM:
         if not context:
             raise ShapeError("context", "needs at least one token (the last committed token)")
         context = tuple(context)
-        if context not in self._logits:
+
+        def last() -> torch.Tensor:  # a copy of the last row: a view would hold the whole forward
             logits, _ = self.model.forward(torch.tensor(context), KVCache())
-            self._logits[context] = logits[-1]
-        return self._logits[context]
+            return logits[-1].clone()
+
+        return self._logits.get(context, last)
 
     def law(self, context: tuple[int, ...]) -> tuple[float, ...]:
         context = tuple(context)
-        if context not in self._laws:
-            self._laws[context] = self.model.law_from_logits(self._row(context), self.temperature)
-        return self._laws[context]
+
+        def law() -> tuple[float, ...]:
+            return self.model.law_from_logits(self._row(context), self.temperature)
+
+        return self._laws.get(context, law)

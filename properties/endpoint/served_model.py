@@ -14,6 +14,7 @@ import torch
 from specproof.properties.engine.contract import Sampling, Seq
 from specproof.properties.engine.loops import ReferenceEngine, engine_target
 from specproof.reference.choices import Sampler
+from specproof.reference.memo import Memo
 from specproof.reference.processes import node_contexts
 from specproof.reference.proposers import PROPOSERS
 from specproof.reference.rules import RULES
@@ -24,8 +25,8 @@ from specproof.reference.tree import DraftTree
 
 
 class ServedModel:
-    """The model a stand-in serves: the target, its laws (memoized logits), the ``draft``
-    proposer's drafter and the reference loops. Not thread-safe: :class:`StandIn` calls it from
+    """The model a stand-in serves: the target, its laws (the most recent logits memoized), the
+    ``draft`` proposer's drafter and the reference loops. Not thread-safe: :class:`StandIn` calls it from
     one worker thread."""
 
     def __init__(self, seed: int = 0, vocab: int = 8) -> None:
@@ -39,17 +40,18 @@ class ServedModel:
         self.drafter = self.proposer.make_drafter(self.target, trained=False)
         self.name = f"tiny-transformer-seed{seed}-v{vocab}"
         self.params = sum(p.numel() for p in self.target.parameters())
-        self._logits: dict[Seq, np.ndarray] = {}
+        self._logits: Memo[Seq, np.ndarray] = Memo()
         self._loops: dict[tuple[float, str], ReferenceEngine] = {}
         self._lms: dict[float, TransformerLM] = {}
         self.last_steps: list[int] = []  # tokens emitted per step by the last laws_loop
 
     def logits(self, context: Seq) -> np.ndarray:
-        if context not in self._logits:
+        def last() -> np.ndarray:
             with torch.no_grad():
                 out, _ = self.target.forward(torch.tensor(context), KVCache())
-            self._logits[context] = out[-1].to(torch.float64).numpy().copy()
-        return self._logits[context]
+            return out[-1].to(torch.float64).numpy().copy()
+
+        return self._logits.get(context, last)
 
     def adapter_bias(self, adapter: int) -> np.ndarray:
         """What LoRA adapter ``adapter`` adds to the logits at scale 1 (a fixed vector of the model
