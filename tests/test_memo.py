@@ -8,7 +8,7 @@ import pytest
 
 from specproof.reference.errors import UsageError
 from specproof.reference.memo import Memo
-from specproof.reference.transformer import TinyTransformer, TransformerLM
+from specproof.reference.transformer import TransformerLM
 
 
 def test_the_memo_keeps_the_most_recently_used_and_forgets_the_oldest():
@@ -43,13 +43,23 @@ def test_a_transformers_laws_stay_bounded_and_equal_after_being_forgotten():
 
 
 def test_a_memoized_row_holds_only_itself():
-    model = TinyTransformer(engine_config(), seed=0)
-    lm = TransformerLM(model)
+    from specproof.properties.engine.loops import engine_target
+
+    lm = TransformerLM(engine_target())
     row = lm._row(tuple(range(1, 8)))
     assert row.untyped_storage().nbytes() == row.numel() * row.element_size()
 
 
-def engine_config():
-    from specproof.properties.engine.loops import engine_target
+def test_a_memo_weighed_in_bytes_keeps_what_fits_and_the_newest_even_if_alone_over():
+    """The engine runner's law memo (``LawMemo``) is this memo weighed by each row's bytes."""
+    import numpy as np
 
-    return engine_target().config
+    from specproof.properties.engine.runner import LawMemo
+
+    m = LawMemo(budget=3 * 80)  # three rows of ten float64
+    for k in range(5):
+        m.put((k,), np.zeros(10))
+    assert [k for k, _ in m.items()] == [(2,), (3,), (4,)] and m.weight == 240
+    assert m.peek((2,)) is not None and m.peek((0,)) is None
+    m.put((9,), np.zeros(100))  # over the budget alone: kept, everything older let go
+    assert [k for k, _ in m.items()] == [(9,)] and m.weight == 800

@@ -115,7 +115,7 @@ class StageTimer:
         if warm:
             assert self.memo is not None, "a cold run first"
             for runner, memo in zip(audit.runners, self.memo):
-                runner.memo.budget = 2**62  # every law the cold run read stays
+                runner.memo.limit = 2**62  # every law the cold run read stays
                 runner.memo.update(memo)
         law_client = self.endpoint.twin_client or self.endpoint.client
         before = law_client.requests

@@ -8,7 +8,6 @@ engine's checked capabilities (:mod:`.capabilities`), never by looking names up.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from specproof.properties.engine.contract import (
     WorkerFault,
 )
 from specproof.reference.errors import SpecproofError, UsageError
+from specproof.reference.memo import Memo
 
 
 def sample_seed(*parts: int) -> int:
@@ -85,41 +85,13 @@ MEMO_BYTES = 64 * 2**20
 GROUP_BYTES = 128 * 2**20
 
 
-class LawMemo:
-    """Laws after shallow prefixes, as read-only arrays, kept while they fit in ``budget`` bytes:
-    past it the law used longest ago is let go first (and read again if asked for)."""
+class LawMemo(Memo[Seq, np.ndarray]):
+    """Laws after shallow prefixes, as read-only arrays, kept while they fit in ``budget`` bytes
+    (its ``limit``): past it the law used longest ago is let go first (and read again if asked
+    for). The reference models' bounded memo, weighed in bytes."""
 
     def __init__(self, budget: int = MEMO_BYTES) -> None:
-        self.budget, self.bytes = budget, 0
-        self._laws: collections.OrderedDict[Seq, np.ndarray] = collections.OrderedDict()
-
-    def get(self, prefix: Seq) -> np.ndarray | None:
-        row = self._laws.get(prefix)
-        if row is not None:
-            self._laws.move_to_end(prefix)
-        return row
-
-    def put(self, prefix: Seq, row: np.ndarray) -> None:
-        if prefix in self._laws:
-            return
-        self._laws[prefix] = row
-        self.bytes += row.nbytes
-        while self.bytes > self.budget and len(self._laws) > 1:
-            _, old = self._laws.popitem(last=False)
-            self.bytes -= old.nbytes
-
-    def update(self, laws: dict[Seq, np.ndarray]) -> None:
-        for prefix, row in laws.items():
-            self.put(prefix, row)
-
-    def items(self) -> list[tuple[Seq, np.ndarray]]:
-        return list(self._laws.items())
-
-    def __contains__(self, prefix: object) -> bool:
-        return prefix in self._laws
-
-    def __len__(self) -> int:
-        return len(self._laws)
+        super().__init__(budget, weigh=lambda row: row.nbytes)
 
 
 def as_rows(rows: object) -> np.ndarray:
@@ -189,7 +161,7 @@ class CaseRunner:
             return self._one_hot(prefix[k - 1])
         row = self._chunk.get(prefix)
         if row is None:
-            row = self.memo.get(prefix)
+            row = self.memo.peek(prefix)
         if row is not None:
             return row
         context = list(self.case.prompt + prefix)
