@@ -69,17 +69,43 @@ class KVCache:
                 store[layer] = t[:, :new_len].clone()
 
 
+def rope_tables(
+    positions: torch.Tensor, half: int, base: float, device: torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary angles' ``cos`` and ``sin`` (float64, ``[..., 1, T, half]``) at ``positions
+    [..., T]``: what :func:`rope` rotates by. A forward computes them once, for every layer and
+    for queries and keys alike (the same numbers as computing them each time)."""
+    inv = _inverse_frequencies(half, base, positions.device if device is None else device)
+    ang = positions.to(torch.float64)[..., None, :, None] * inv  # [..., 1, T, half]
+    return ang.cos(), ang.sin()
+
+
+_INVERSE: dict[tuple[int, float, str], torch.Tensor] = {}
+
+
+def _inverse_frequencies(half: int, base: float, device: torch.device) -> torch.Tensor:
+    """``base ** (-i / half)`` for i < half (float64), computed once per (half, base, device)."""
+    key = (half, base, str(device))
+    if key not in _INVERSE:
+        _INVERSE[key] = base ** (-torch.arange(half, dtype=torch.float64, device=device) / half)
+    return _INVERSE[key]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half rotary embedding of ``x [..., heads, T, d]`` by :func:`rope_tables`' ``cos``
+    and ``sin``, computed in float64 and returned in x's dtype; an odd last feature passes
+    through unrotated."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half].double(), x[..., half : 2 * half].double()
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * half :].double()], -1)
+    return out.to(x.dtype)
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
     """Rotary embedding (rotate-half layout) of ``x [..., heads, T, d]`` at integer
     ``positions [..., T]``, computed in float64 and returned in x's dtype; an odd last feature
     passes through unrotated. Shared by this model and the optimized tree attention."""
-    half = x.shape[-1] // 2
-    inv = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
-    ang = positions.to(torch.float64)[..., None, :, None] * inv  # [..., 1, T, half]
-    cos, sin = ang.cos(), ang.sin()
-    x1, x2 = x[..., :half].double(), x[..., half : 2 * half].double()
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., 2 * half :].double()], -1)
-    return out.to(x.dtype)
+    return rotate(x, *rope_tables(positions, x.shape[-1] // 2, base, x.device))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -134,11 +160,13 @@ def block_forward(
     rope_base: float,
     past_k: torch.Tensor | None = None,
     past_v: torch.Tensor | None = None,
+    tables: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One pre-norm block on ``x [T, width]`` at ``positions [T]``: token t attends to every
     past key (``past_k/past_v [heads, P, d]``) and to the new tokens ``visible[t]`` allows.
     Returns the block's output and the keys/values, past and new (``[heads, P + T, d]``).
-    Shared by the target and the proposers' draft networks."""
+    ``tables``: :func:`rope_tables` at ``positions``, where the caller computed them once for
+    several blocks. Shared by the target and the proposers' draft networks."""
     T, width = x.shape
     d = width // heads
     if past_k is None or past_v is None:
@@ -147,7 +175,8 @@ def block_forward(
     h = rms_norm(x, blk.norm1)
     q, k, v = (h @ blk.qkv).split(width, dim=-1)
     q, k, v = (t.reshape(T, heads, d).transpose(0, 1) for t in (q, k, v))  # [H, T, d]
-    q, k = rope(q, positions, rope_base), rope(k, positions, rope_base)
+    cos, sin = tables if tables is not None else rope_tables(positions, d // 2, rope_base, x.device)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     keys, values = torch.cat([past_k, k], 1), torch.cat([past_v, v], 1)
     mask = torch.cat([torch.ones(T, prefix, dtype=torch.bool), visible], 1)  # [T, prefix+T]
     scores = (q @ keys.transpose(1, 2)) / math.sqrt(d)
@@ -195,13 +224,15 @@ class TinyTransformer(torch.nn.Module):
         x = self.embed[tokens]
         hidden = [x]
         blocks: list[Block] = list(self.blocks)  # type: ignore[arg-type]
+        tables = rope_tables(positions, cfg.width // cfg.heads // 2, cfg.rope_base, x.device)
         for layer, blk in enumerate(blocks):
             if len(cache.keys) <= layer:
                 d = cfg.width // cfg.heads
                 cache.keys.append(torch.zeros(cfg.heads, 0, d, dtype=torch.float64))
                 cache.values.append(torch.zeros(cfg.heads, 0, d, dtype=torch.float64))
+            past = cache.keys[layer], cache.values[layer]
             x, cache.keys[layer], cache.values[layer] = block_forward(
-                blk, x, positions, visible, cfg.heads, cfg.rope_base, cache.keys[layer], cache.values[layer]
+                blk, x, positions, visible, cfg.heads, cfg.rope_base, *past, tables
             )
             hidden.append(x)
         return self.head(x), hidden
