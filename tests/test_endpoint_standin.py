@@ -11,6 +11,7 @@ the KV-cache loop, checked below) except where ``loop="kv"`` is named.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 
@@ -145,6 +146,62 @@ def test_kv_loop_and_laws_loop_draw_the_same_tokens():
             a = c.post(kv.url + "/completion", json={**body, "seed": seed}).json()
             b = c.post(laws.url + "/completion", json={**body, "seed": seed}).json()
             assert (a["tokens"], a["timings"]) == (b["tokens"], b["timings"])
+
+
+def test_laws_along_a_path_and_kv_decoding_agree_with_one_forward_per_context():
+    """The stand-in reads the laws along an output in one forward, and decodes without
+    speculation on a KV cache: each row equals the forward of its own prefix up to rounding
+    (1e-12), the path alone decides it (the same numbers asked twice, in any order), and KV
+    decoding draws the same tokens as drawing from each prefix's own forward."""
+    from specproof.properties.endpoint.served_model import ServedModel
+
+    m = ServedModel()
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        prompt = tuple(int(x) for x in rng.integers(0, 8, int(rng.integers(1, 6))))
+        tokens = tuple(int(x) for x in rng.integers(0, 8, int(rng.integers(1, 40))))
+        rows = m.logits_along(prompt, tokens)
+        assert rows.shape == (len(tokens), 8)
+        for d, z in enumerate(rows):
+            assert np.max(np.abs(z - m.logits(prompt + tokens[:d]))) < 1e-12
+        assert np.array_equal(m.logits_along(prompt, tokens[:3])[:3], m.logits_along(prompt, tokens[:3]))
+        assert np.array_equal(rows, ServedModel().logits_along(prompt, tokens))
+    s = Sampling(0.7)
+    for seed in range(20):
+        gen = np.random.default_rng(seed)
+        kv = m.decode((1, 2), [3], 24, lambda z: m.law_of(z, s), functools.partial(_pick, rng=gen))
+        draw, out = np.random.default_rng(seed), [3]
+        while len(out) < 24:
+            out.append(_pick(m.law((1, 2, *out), s), draw))
+        assert kv == out
+
+
+def _pick(p: np.ndarray, rng: np.random.Generator) -> int:
+    return int(np.searchsorted(np.cumsum(p), rng.random() * float(np.sum(p)), side="right"))
+
+
+def test_the_standin_command_serves_until_terminated():
+    """``specproof standin`` prints its URL, answers there, refuses an unknown bug by name, and
+    exits 0 on SIGTERM."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "specproof.properties.cli", "standin", "--no-speculation"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        with httpx.Client(timeout=30) as c:
+            assert c.get(url + "/health").json() == {"status": "ok"}
+            one = {"prompt": [0, 6], "n_predict": 3, "seed": 1, "temperature": 1.0}
+            answer = c.post(url + "/completion", json=one).json()
+            assert len(answer["tokens"]) == 3 and "draft_n" not in answer["timings"]  # no speculation
+    finally:
+        proc.terminate()
+    assert proc.wait(60) == 0
+    bad = subprocess.run([*cmd[:-1], "--bug", "nonesuch"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 4 and "--bug: 'nonesuch' is not a planted bug" in bad.stderr
 
 
 # --------------------------------------------------------------------------- the correct stand-in

@@ -65,13 +65,49 @@ class ServedModel:
         """The law after ``context`` under ``s`` with the LoRA ``adapter`` scales: HF's order of the
         cut-offs, or SGLang's (top-k and top-p jointly on the tempered law, then min-p) with
         ``joint``."""
-        z = self.logits(context)
+        return self.law_of(self.logits(context), s, joint, adapter)
+
+    def law_of(
+        self, z: np.ndarray, s: Sampling, joint: bool = False, adapter: tuple[tuple[int, float], ...] = ()
+    ) -> np.ndarray:
+        """:meth:`law` from a row of logits ``z`` (one of :meth:`logits_along`'s, say)."""
         for i, scale in adapter:
             if scale:
                 z = z + scale * self.adapter_bias(i)
         if joint and s.truncated and not s.greedy:
             return np.asarray(warp(z, s, order="sglang"))
         return np.asarray(s.law(list(z)))
+
+    def logits_along(self, prompt: Seq, tokens: Seq) -> np.ndarray:
+        """The logits after ``prompt + tokens[:d]`` for each d < len(tokens) (``[len(tokens), V]``),
+        from one causal forward over ``prompt + tokens[:-1]``, as a server reads the laws along a
+        path it has: the same model, the same numbers up to rounding (a row of a longer forward may
+        differ from the shorter forward's last row in the last bits), and a function of the path
+        alone."""
+        path = tuple(prompt) + tuple(tokens)[:-1]
+        with torch.no_grad():
+            out, _ = self.target.forward(torch.tensor(path), KVCache())
+        return out[len(prompt) - 1 :].to(torch.float64).numpy().copy()
+
+    def decode(
+        self, prompt: Seq, start: Sequence[int], n: int, law: Callable[[np.ndarray], np.ndarray], draw: Any
+    ) -> list[int]:
+        """Plain decoding after ``prompt`` of the tokens ``start`` then more, to ``n`` in all: each
+        next token is ``draw(law(row))`` of the logits row after the tokens so far, read on a KV
+        cache (one forward of the prompt and ``start``, then one token's forward per token, as a
+        server decodes: the same numbers as :meth:`logits` up to rounding, a function of the path
+        alone)."""
+        out = list(start)
+        if len(out) >= n:
+            return out[:n]
+        cache = KVCache()
+        with torch.no_grad():
+            rows, _ = self.target.forward(torch.tensor(tuple(prompt) + tuple(out)), cache)
+            while True:
+                out.append(draw(law(rows[-1].to(torch.float64).numpy())))
+                if len(out) == n:
+                    return out
+                rows, _ = self.target.forward(torch.tensor(out[-1:]), cache)
 
     def draft_prob(self, context: Seq, token: int) -> float:
         """The draft model's probability of ``token`` after ``context`` (its law at T = 1)."""

@@ -48,8 +48,11 @@ order on ``/generate``), the drafts still from the untruncated draft model at T 
 verification is exact for any draft law the drafts truly come from). Temperature 0 verifies
 greedily (the ``greedy`` rule). ``ignore_eos`` and the other neutral fields are accepted and
 ignored (the model has no end of sequence). Reported probabilities are the laws the audit's
-recipes read, in float64. Model work runs on one worker thread with one torch thread (its own
-setting: the caller's threads are left alone).
+recipes read, in float64, read along the output in one forward (as a server reads the rows it
+verified); without speculation the stand-in decodes on a KV cache, one token's forward per token.
+Both agree with each prefix's own forward up to rounding, and each is a function of the path
+alone. Model work runs on one worker thread with one torch thread (its own setting: the caller's
+threads are left alone).
 
 Planted bugs (``bug=``): :data:`~.standin_bugs.BUGS`, each a one-line change marked ``# bug:`` in
 the code below; :mod:`.standin_bugs` lists them with the verdict each must get.
@@ -388,24 +391,26 @@ class StandIn:
             drawn.steps = [1] + _cut(steps, rest)
             self._last_rows = context + tuple(more)  # where this request's draft rows were last read
         else:
-            while len(out) < ask.tokens:
-                out.append(_draw(law(ask.prompt + tuple(out)), rng))
+            row_law = functools.partial(m.law_of, s=s, joint=ask.joint, adapter=ask.adapter)
+            out = drawn.tokens = m.decode(ask.prompt, out, ask.tokens, row_law, lambda p: _draw(p, rng))
             drawn.steps = [1] * len(out)
         if ask.stop:
             self._stop(ask, drawn)
-        if ask.report:
-            for d, x in enumerate(out):
-                ctx = ask.prompt + tuple(out[:d])
-                plain = Sampling(s.temperature)
-                shown = m.law(ctx, plain, adapter=ask.adapter) if ask.tempered_reports else law(ctx)
+        if ask.report:  # the laws along the output, read in one forward
+            plain = Sampling(s.temperature)
+            for d, (x, z) in enumerate(zip(out, m.logits_along(ask.prompt, out))):
+                if ask.tempered_reports:
+                    shown = m.law_of(z, plain, adapter=ask.adapter)
+                else:
+                    shown = m.law_of(z, s, joint=ask.joint, adapter=ask.adapter)
                 p = float(shown[x])
                 if bug == "zero_logprobs":
                     p = 1.0  # bug: zero_logprobs
                 if bug == "first_token_only" and d > 0:
-                    p = m.draft_prob(ctx, x)  # bug: first_token_only
+                    p = m.draft_prob(ask.prompt + tuple(out[:d]), x)  # bug: first_token_only
                 drawn.reported.append(p)
                 drawn.shown.append(shown)
-                drawn.raw.append(m.law(ctx, Sampling(1.0), adapter=ask.adapter))
+                drawn.raw.append(m.law_of(z, Sampling(1.0), adapter=ask.adapter))
         return drawn
 
     def _target(self, ask: Ask, adapted: bool) -> Any:
