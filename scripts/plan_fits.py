@@ -8,8 +8,9 @@ told otherwise), one after the other, each in a process of its own (its peak mem
   (M = 32 and 256) and V = 32,768 (M = 64);
 * ``narrow``: properties/engine/narrow.py at V = 512 and 32,768 (M = 64);
 * the endpoint audit at its defaults (M = 64, T = 1 and 0.7) of the project's correct stand-in
-  server against its speculation-off twin, and of llama-server (the pinned build, its draft model)
-  against its twin, where the build is there.
+  server against its speculation-off twin (each served by ``specproof standin`` in a process of
+  its own, as a user starts a server: the peak memory is the audit's), and of llama-server (the
+  pinned build, its draft model) against its twin, where the build is there.
 
     python scripts/plan_fits.py --markdown docs/measurements/plan-fits.md \\
         --json docs/measurements/plan-fits.json
@@ -98,15 +99,33 @@ def engine_row(kind: str, vocab: int, tokens: int, tv: float | None = None) -> d
 
 
 def standin_row(tv: float | None = None) -> dict[str, Any]:
-    from specproof.properties.endpoint.standin import StandIn
+    """The correct stand-in and its twin, each served by ``specproof standin`` in a process of its
+    own (as a user starts a server), audited from this process."""
+    import contextlib
+    import subprocess
+
     from specproof.properties.engine.request import EngineRequest
     from specproof.properties.run import EndpointOptions, run_endpoint
 
-    with StandIn() as server, StandIn(speculative=False) as twin:
+    def server(*flags: str) -> Any:
+        cmd = [sys.executable, "-m", "specproof.properties.cli", "standin", *flags]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline().strip()
+
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for flags in ((), ("--no-speculation",)):
+            proc, url = server(*flags)
+            stack.callback(proc.wait, 30)
+            stack.callback(proc.terminate)
+            if not url.startswith("http://"):
+                raise RuntimeError(f"specproof standin {' '.join(flags)} printed no URL")
+            urls.append(url)
+        server_url, twin_url = urls
         t0 = time.perf_counter()
-        res = run_endpoint(
-            EndpointOptions((server.url,), "llamacpp", twin=twin.url), EngineRequest(), _plan(tv)
-        )
+        options = EndpointOptions((server_url,), "llamacpp", twin=twin_url)
+        res = run_endpoint(options, EngineRequest(), _plan(tv))
         return _row("stand-in (correct) against its twin", res, time.perf_counter() - t0)
 
 

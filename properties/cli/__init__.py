@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_openvino_parser(sub)
     serving.add_mistralrs_parser(sub)
     serving.add_tiny_models_parser(sub)
+    serving.add_standin_parser(sub)
     tools.add_backends_parser(sub)
     findings.add_findings_parser(sub)
     return parser

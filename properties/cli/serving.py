@@ -199,6 +199,48 @@ def cmd_mistralrs(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def add_standin_parser(sub: Any) -> None:
+    g = sub.add_parser(
+        "standin",
+        help="serve the project's stand-in server on 127.0.0.1 until interrupted (a known engine to audit)",
+        description="The project's own server (the reference decoding loop behind llama-server's, vLLM's, "
+        "SGLang's and OpenAI's HTTP shapes), correct or with one planted bug, on a free port of "
+        "127.0.0.1. It prints its URL on the first line and serves until Ctrl-C or SIGTERM: audit it "
+        "with `specproof audit endpoint URL --family llamacpp --twin TWIN_URL`, where the twin is "
+        "`specproof standin --no-speculation`.",
+    )
+    g.add_argument("--bug", help="a planted bug (a wrong name lists them); default: the correct server")
+    g.add_argument(
+        "--no-speculation", action="store_true", help="serve the same model without speculation (a twin)"
+    )
+    g.add_argument(
+        "--loop", choices=("kv", "laws"), default="kv", help="the KV-cache loop (default) or memoized laws"
+    )
+    g.add_argument("--model-seed", type=int, default=0, help="the model's seed (another makes a wrong twin)")
+    g.set_defaults(func=cmd_standin)
+
+
+def cmd_standin(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from specproof.properties.endpoint.standin import StandIn
+    from specproof.properties.endpoint.standin_bugs import BUGS
+
+    if args.bug is not None and args.bug not in BUGS:
+        raise UsageError(f"--bug: {args.bug!r} is not a planted bug (one of {', '.join(sorted(BUGS))})")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with StandIn(args.bug, not args.no_speculation, args.model_seed, loop=args.loop) as si:
+        print(si.url, flush=True)
+        try:
+            while not done.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 def add_tiny_models_parser(sub: Any) -> None:
     g = sub.add_parser(
         "tiny-models",
