@@ -178,8 +178,8 @@ def markdown(rows: list[dict[str, Any]], when: str) -> str:
         )
     fits = [r for r in rows if r.get("fit")]
     if fits:
-        out += ["", "Where the plan did not fit, what the audit said before sampling:", ""]
-        out += [f"* {r['engine']}: {r['fit']}" for r in fits]
+        out += ["", "Where the probe said the plan would not fit, what the audit said before sampling:", ""]
+        out += [f"* {r['engine']} (then {r['verdict']} in {r['seconds']:.0f} s): {r['fit']}" for r in fits]
     return "\n".join(out) + "\n"
 
 
