@@ -78,7 +78,7 @@ class ServedModel:
             return np.asarray(warp(z, s, order="sglang"))
         return np.asarray(s.law(list(z)))
 
-    def logits_along(self, prompt: Seq, tokens: Seq) -> np.ndarray:
+    def logits_along(self, prompt: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
         """The logits after ``prompt + tokens[:d]`` for each d < len(tokens) (``[len(tokens), V]``),
         from one causal forward over ``prompt + tokens[:-1]``, as a server reads the laws along a
         path it has: the same model, the same numbers up to rounding (a row of a longer forward may

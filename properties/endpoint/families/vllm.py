@@ -216,7 +216,7 @@ def completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
         choice["prompt_token_ids"] = list(ask.prompt)
     if body.get("prompt_logprobs") is not None:  # the raw law at each position of the prompt
         rows: list[dict[str, Any] | None] = [None]
-        along = si.model.logits_along(ask.prompt[:1], ask.prompt[1:]) if len(ask.prompt) > 1 else []
+        along: Any = si.model.logits_along(ask.prompt[:1], ask.prompt[1:]) if len(ask.prompt) > 1 else []
         for z in along:  # after each prefix of the prompt, read in one forward
             raw = si.model.law_of(z, Sampling(1.0))
             ranked = sorted(range(len(raw)), key=lambda i: -float(raw[i]))
