@@ -2,14 +2,15 @@
 
 A system reaches specproof through some of: a **pinned environment** of its own (installed outside
 the clone, so its dependencies never meet the project's: vLLM's CPU build, OpenVINO GenAI,
-mistral.rs, llama.cpp built from a pinned source), a **server launcher** (started on loopback by
-the tests and suites), an **in-process adapter** (its engines behind the engine contract), a
-**server family** (its HTTP API, for the endpoint audit), a **suite** (its configurations audited
-into a table under docs/measurements) and its **tests**. :data:`INTEGRATIONS` names each part by
-module (``package.module`` or ``package.module:attribute``); tests/test_integrations.py imports
-every one, and ``specproof env install NAME`` / ``specproof env info NAME`` read the table (the
-older ``specproof vllm install``, ``openvino install``, ``mistralrs install`` and ``llamacpp
-build`` stay as aliases).
+mistral.rs, ONNX Runtime GenAI, llama.cpp built from a pinned source), a **server launcher**
+(started on loopback by the tests and suites), an **in-process adapter** (its engines behind the
+engine contract), a **server family** (its HTTP API, for the endpoint audit), a **suite** (its
+configurations audited into a table under docs/measurements) and its **tests**.
+:data:`INTEGRATIONS` names each part by module (``package.module`` or
+``package.module:attribute``); tests/test_integrations.py imports every one, and ``specproof env
+install NAME`` / ``specproof env info NAME`` read the table (the older ``specproof vllm
+install``, ``openvino install``, ``mistralrs install``, ``ort install`` and ``llamacpp build``
+stay as aliases).
 """
 
 from __future__ import annotations
@@ -83,6 +84,14 @@ INTEGRATIONS: tuple[Integration, ...] = (
         adapter=f"{P}.engine.adapters.mistralrs",
         tests=("tests/test_mistralrs.py",),
         alias="specproof mistralrs install",
+    ),
+    Integration(
+        "ort",
+        "ONNX Runtime GenAI (onnxruntime-genai, its Python wheel)",
+        environment=f"{P}.servers.environments:ORTGenAI",
+        adapter=f"{P}.engine.adapters.onnxruntime_genai",
+        tests=("tests/test_ort_genai.py",),
+        alias="specproof ort install",
     ),
     Integration(
         "hf",

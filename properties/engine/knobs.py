@@ -1,12 +1,14 @@
 """A :class:`~specproof.properties.engine.contract.Sampling` setting in an engine's own knobs.
 
 Writing an adapter means saying the audit's setting in the engine's words, and engines spell
-"off" differently. Top-k off is ``0`` in vLLM's ``SamplingParams`` and llama.cpp, ``-1`` in
-SGLang, ``None`` in HF ``generate`` and mistral.rs, and ``2**31 - 1`` (its default) in OpenVINO GenAI; top-p
-off is ``1.0`` everywhere; min-p off is ``0.0``. Temperature 0 is greedy decoding in vLLM,
-SGLang and llama.cpp, but HF ``generate`` and OpenVINO GenAI want ``do_sample=False`` instead
-(with sampling on, they refuse temperature 0). A wrong "off" is a silent bug of the adapter, not
-of the engine: ``top_k=-1`` read as "keep the last token", a top-k of 0 read as "keep none".
+"off" differently. Top-k off is ``0`` in vLLM's ``SamplingParams``, llama.cpp and ONNX Runtime
+GenAI (where ``1`` is greedy decoding), ``-1`` in SGLang, ``None`` in HF ``generate`` and
+mistral.rs, and ``2**31 - 1`` (its default) in OpenVINO GenAI; top-p off is ``1.0`` everywhere;
+min-p off is ``0.0``. Temperature 0 is greedy decoding in vLLM, SGLang and llama.cpp, but HF
+``generate`` and OpenVINO GenAI want ``do_sample=False`` instead (with sampling on, they refuse
+temperature 0), and ONNX Runtime GenAI samples only with ``do_sample=True``. A wrong "off" is a
+silent bug of the adapter, not of the engine: ``top_k=-1`` read as "keep the last token", a top-k
+of 0 read as "keep none".
 
 :data:`KNOBS` holds each engine's spelling; :meth:`Knobs.of` maps a setting, and refuses a
 parameter the engine's knobs cannot say (a :class:`BadParameterError` naming it) rather than
@@ -70,5 +72,12 @@ KNOBS: dict[str, Knobs] = {
         min_p_off=None,
         greedy="do_sample",
         says=frozenset({"temperature", "top_k", "top_p"}),
+    ),
+    # ONNX Runtime GenAI's search options: top_k 0 is off (1 is greedy decoding), top_p 1 is off; its
+    # repetition_penalty the adapter passes itself
+    "onnxruntime_genai": Knobs(
+        min_p_off=None,
+        greedy="do_sample",
+        says=frozenset({"temperature", "top_k", "top_p", "repetition_penalty"}),
     ),
 }

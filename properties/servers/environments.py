@@ -12,7 +12,7 @@ from typing import Any
 
 class PinnedEnvironment:
     """An environment kept by one module of :mod:`specproof.properties.servers` with ``install``,
-    ``installed`` and ``venv_dir`` (vLLM's CPU build, OpenVINO GenAI, mistral.rs)."""
+    ``installed`` and ``venv_dir`` (vLLM's CPU build, OpenVINO GenAI, mistral.rs, ONNX Runtime GenAI)."""
 
     module = ""
 
@@ -43,6 +43,10 @@ class MistralRS(PinnedEnvironment):
         out = super().info()
         ok, why = self._mod().usable()  # the wheel may not run on this CPU
         return {**out, "usable": ok, "usable_detail": why}
+
+
+class ORTGenAI(PinnedEnvironment):
+    module = "ort_env"
 
 
 class LlamaCpp(PinnedEnvironment):
