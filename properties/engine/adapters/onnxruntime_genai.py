@@ -55,9 +55,13 @@ LOOKUP_PROMPTS = ((4, 13, 6, 4, 13),)
 #: M: the first token comes from the prompt's forward, then room for a whole step of 3 drafts and
 #: its bonus token
 TOKENS = 6
-#: the settings audited: temperature 1, and 0.7 with top-k and top-p; the end of sequence is the
-#: model's (module docstring)
-SETTINGS = (Sampling(1.0, eos=gm.EOS_ID), Sampling(0.7, top_k=8, top_p=0.9, eos=gm.EOS_ID))
+#: the settings audited: temperature 1, and 0.7 with top-k 8; the end of sequence is the model's
+#: (module docstring). Top-p is audited apart, at a fixed size (:data:`TOP_P`): over a whole plan's
+#: contexts some law has a cumulative mass within float32's reach of any top-p, where the law an
+#: engine computing in float32 keeps is not pinned down, and the audit refuses to hold it to one
+SETTINGS = (Sampling(1.0, eos=gm.EOS_ID), Sampling(0.7, top_k=8, eos=gm.EOS_ID))
+#: top-p with top-k at T 0.7, audited at a fixed number of samples (tests/test_ort_genai.py)
+TOP_P = Sampling(0.7, top_k=8, top_p=0.9, eos=gm.EOS_ID)
 #: top-k 1 while sampling: the argmax, a point mass (the Generator decodes greedily)
 TOP1 = Sampling(1.0, top_k=1, eos=gm.EOS_ID)
 #: a repetition penalty over the prompt and the output (the Generator's and MtpGenerator's rows
