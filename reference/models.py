@@ -33,6 +33,7 @@ import numpy as np
 from specproof.reference.errors import UsageError
 
 from .laws import Law, Num, argmax
+from .memo import Memo
 
 STYLES = ("random", "sparse", "peaked", "onehot", "uniform", "tiny", "ties")
 
@@ -84,7 +85,9 @@ class ToyLM:
     seed: int
     styles: Sequence[str] = ("random",)
     exact: bool = True
-    _cache: dict[tuple[int, ...], Law] = field(default_factory=dict, repr=False, compare=False)
+    #: the laws of the most recently used contexts (:mod:`.memo`: a long audit asks for a new
+    #: context at every position, so a dict of them all would grow with every sample)
+    _cache: Memo[tuple[int, ...], Law] = field(default_factory=Memo, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.vocab < 1:
@@ -98,17 +101,15 @@ class ToyLM:
 
     def law(self, context: tuple[int, ...]) -> Law:
         context = tuple(context)
-        hit = self._cache.get(context)
-        if hit is None:
-            rng = _rng(self.seed, context)
-            style = self.styles[int(rng.integers(len(self.styles)))]
-            w = _weights(style, self.vocab, rng)
-            total = sum(w)
-            hit = tuple(Fraction(v, total) for v in w)
-            if not self.exact:
-                hit = tuple(float(v) for v in hit)
-            self._cache[context] = hit
-        return hit
+        return self._cache.get(context, lambda: self._law(context))
+
+    def _law(self, context: tuple[int, ...]) -> Law:
+        rng = _rng(self.seed, context)
+        style = self.styles[int(rng.integers(len(self.styles)))]
+        w = _weights(style, self.vocab, rng)
+        total = sum(w)
+        law = tuple(Fraction(v, total) for v in w)
+        return law if self.exact else tuple(float(v) for v in law)
 
 
 @dataclass

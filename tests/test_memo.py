@@ -63,3 +63,17 @@ def test_a_memo_weighed_in_bytes_keeps_what_fits_and_the_newest_even_if_alone_ov
     assert m.peek((2,)) is not None and m.peek((0,)) is None
     m.put((9,), np.zeros(100))  # over the budget alone: kept, everything older let go
     assert [k for k, _ in m.items()] == [(9,)] and m.weight == 800
+
+
+def test_a_toy_models_laws_stay_bounded_and_equal_after_being_forgotten():
+    """ToyLM (the exact oracle's and the toy engines' model) keeps the laws of the most recently
+    used contexts only; a forgotten law comes back equal (it is a function of seed and context)."""
+    from specproof.reference.models import ToyLM
+
+    lm = ToyLM(vocab=5, seed=3)
+    contexts = [(i % 5, i // 5) for i in range(12)]
+    first = [lm.law(c) for c in contexts]
+    lm._cache = Memo(limit=4)
+    again = [lm.law(c) for c in contexts]
+    assert len(lm._cache) == 4
+    assert again == first == [ToyLM(vocab=5, seed=3).law(c) for c in contexts]
