@@ -46,7 +46,7 @@ from specproof.properties.engine.contract import EngineSpec, Generation, Samplin
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
 from specproof.properties.servers import ort_env, venvs
-from specproof.reference.errors import BadParameterError
+from specproof.reference.errors import BadParameterError, SpecproofError
 
 VOCAB = len(gm.VOCAB)
 PROMPTS = ((1, 2, 3, 4),)
@@ -98,7 +98,7 @@ def ended(tokens: Sequence[int], m: int) -> tuple[int, ...]:
     return out
 
 
-class EngineRaised(RuntimeError):
+class EngineRaised(SpecproofError, RuntimeError):
     """ONNX Runtime GenAI's own call raised while generating (the worker is fine): the engine's
     behaviour, which the audit reports as an exception of the engine (``contract_violation``), not
     as a fault of its own side."""
