@@ -1,4 +1,4 @@
-"""The findings in vLLM's CPU build, OpenVINO GenAI and mistral.rs.
+"""The findings in vLLM's CPU build, OpenVINO GenAI, mistral.rs and ONNX Runtime GenAI.
 
 One entry each (the shape: :mod:`.finding`); :mod:`.findings` joins them into the one table."""
 
@@ -13,6 +13,22 @@ _OV_AT = (
     "public history read here; the same lines sit 24 earlier at tag 2026.3.0.0"
 )
 _VLLM = "tests/test_vllm_cpu.py::"
+_ORT_AT = (
+    "main a0c04eb1313b (VERSION_INFO 0.16.0-dev, 2026-08-22): the wheel's commit, 00d66ef04ec5, is not in "
+    "the public history read here; the wheel holds these paths' symbols and messages"
+)
+_ORT = "tests/test_ort_genai.py::"
+
+_ort = functools.partial(
+    Finding,
+    system="ONNX Runtime GenAI",
+    package="onnxruntime-genai",
+    version="0.18.0",
+    commit="00d66ef04ec56c0dae66d93ae2690f72e7bb90eb",
+    newest="0.18.0",
+    note="onnx-runtime-genai-0180-mtpgenerator-on-the-cpu",
+    needs="`specproof env install ort`",
+)
 
 _vllm_cpu = functools.partial(
     Finding,
@@ -231,5 +247,89 @@ SERVED: tuple[Finding, ...] = (
             "(the tier's pin, properties/servers/mistralrs_env.py)"
         ),
         needs="`specproof env install mistralrs` (a CPU with GFNI)",
+    ),
+    _ort(
+        slug="ort-genai-mtp-float32-cast",
+        title="ONNX Runtime GenAI's MtpGenerator raises on every call with a float32 model on the CPU",
+        verdict="contract_violation [exception]: every call raises",
+        where=(
+            Where(
+                "src/mtp_generator.cpp",
+                375,
+                "MtpGenerator::MainLogitsRowsCpu",
+                "Cast(*raw, logits_fp32_, *main_model_.p_device_, Ort::TypeToTensorType<float>);",
+                read_at=_ORT_AT,
+            ),
+            Where(
+                "src/mtp_generator.cpp",
+                496,
+                "MtpGenerator::ArgmaxMainRows (host fallback)",
+                "Cast(*raw, logits_fp32_, *main_model_.p_device_, Ort::TypeToTensorType<float>);",
+                read_at=_ORT_AT,
+            ),
+            Where(
+                "src/cpu/interface.cpp",
+                76,
+                "CpuInterface::Cast",
+                'throw std::runtime_error("Cast - input and output types are the same");',
+                read_at=_ORT_AT,
+            ),
+            Where(
+                "src/models/logits.cpp",
+                73,
+                "Logits (the Generator casts only float16 and bfloat16)",
+                "if (type_ == Ort::TypeToTensorType<Ort::Float16_t> ||",
+                read_at=_ORT_AT,
+            ),
+        ),
+        evidence=(Evidence("ort-genai.json", ("ort.mtp", "ort.plain")),),
+        command="specproof audit engine ort.mtp",
+        tests=(
+            f"{_ORT}test_mtp_on_the_float32_main_model_raises_on_every_call",
+            f"{_ORT}test_plain_decoding_keeps_the_law",
+            f"{_ORT}test_the_graphs_compute_the_numpy_law",
+        ),
+    ),
+    _ort(
+        slug="ort-genai-mtp-top-k-1-samples",
+        title="ONNX Runtime GenAI's MtpGenerator samples the whole softmax at top-k 1",
+        verdict="lossy: a token the law (the argmax alone) cannot emit",
+        where=(
+            Where(
+                "src/mtp_generator.cpp",
+                137,
+                "MtpGenerator::MtpGenerator",
+                "sampling_ = params.search.do_sample && params.search.temperature > 0.0f;",
+                read_at=_ORT_AT,
+            ),
+            Where(
+                "src/sampling_distribution.h",
+                240,
+                "ComputeSampledCategorical",
+                "const bool apply_topk = (top_k > 1);",
+                read_at=_ORT_AT,
+            ),
+            Where(
+                "src/mtp_generator.cpp",
+                390,
+                "MtpGenerator::TopKScoresRows",
+                "if (top_k_ <= 1) return false;",
+                read_at=_ORT_AT,
+            ),
+            Where(
+                "src/generators.cpp",
+                663,
+                "Generator::InitializeSamplingMethod (top-k 1 is greedy there)",
+                "if (!search.do_sample || search.top_k == 1 || search.temperature == 0) {",
+                read_at=_ORT_AT,
+            ),
+        ),
+        evidence=(Evidence("ort-genai.json", ("ort.mtp.fp16.top_k1", "ort.mtp.fp16", "ort.plain.fp16")),),
+        command="specproof audit engine ort.mtp.fp16.top_k1",
+        tests=(
+            f"{_ORT}test_mtp_at_top_k_1_samples_where_the_generator_decodes_greedily",
+            f"{_ORT}test_speculation_keeps_the_law_with_drafts_accepted",
+            f"{_ORT}test_plain_decoding_keeps_the_law",
+        ),
     ),
 )
