@@ -67,8 +67,9 @@ def plan_text(audit: EngineAudit) -> str:
     audit.fit = fit(audit, estimate)
     if audit.fit:
         lines.append(
-            "  the plan does not fit the budget: unless a deviation is found first, the audit will end "
-            f"underpowered; {audit.fit}"
+            "  the plan is estimated not to fit the budget (at the probe's rate, which one chunk sets: "
+            "an engine that speeds up once warm may still finish): unless a deviation is found first "
+            f"or the rate improves, the audit ends underpowered; {audit.fit}"
         )
     return "\n".join(lines)
 
