@@ -179,3 +179,30 @@ def test_a_finding_on_an_older_release_says_what_its_reproduction_gave_on_the_ne
         pinned = f.newest in f.version
         assert pinned or len(f.on_newest.split()) >= 5, (f.slug, f.version, f.newest)
         assert not (pinned and f.on_newest), f.slug
+
+
+def test_the_release_met_is_read_from_the_pinned_environment_the_finding_needs(monkeypatch):
+    """A package not in this Python is looked up in the pinned environment that the finding's
+    ``needs`` names; not installed there (or no such environment), the line says what to install."""
+    from specproof.properties import integrations
+
+    ort = by_slug("ort-genai-mtp-top-k-1-samples")
+    asked = []
+
+    def info(name):
+        asked.append(name)
+        return {"installed": True, "detail": "9.9.9"}
+
+    monkeypatch.setattr(integrations, "info", info)
+    assert pages._installed(ort) == "onnxruntime-genai 9.9.9 in its pinned environment (ort)"
+    assert asked == ["ort"]
+    monkeypatch.setattr(integrations, "info", lambda name: {"installed": False, "detail": "no venv"})
+    assert pages._installed(ort) == (
+        "onnxruntime-genai: not in this Python environment; its tests need `specproof env install ort`"
+    )
+
+    def refused(name):
+        raise UsageError("NAME: no such environment")
+
+    monkeypatch.setattr(integrations, "info", refused)
+    assert "not in this Python environment" in pages._installed(ort)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -277,10 +278,33 @@ class Reproduction:
 
 
 def _installed(finding: Finding) -> str:
+    """Which release of the finding's package the reproduction meets: this Python's, else the one
+    in the pinned environment its ``needs`` names (``specproof env install NAME``), else none."""
     try:
         return f"{finding.package} {importlib.metadata.version(finding.package)} installed here"
     except importlib.metadata.PackageNotFoundError:
-        return f"{finding.package}: not in this Python environment; its tests need {finding.needs}"
+        pass
+    pinned = _pinned_release(finding)
+    if pinned:
+        return pinned
+    return f"{finding.package}: not in this Python environment; its tests need {finding.needs}"
+
+
+def _pinned_release(finding: Finding) -> str:
+    """``PACKAGE VERSION in its pinned environment (NAME)`` where ``finding.needs`` names one that
+    is installed and says its version, else ''."""
+    from specproof.properties import integrations
+
+    named = re.search(r"specproof env install ([\w.-]+)", finding.needs)
+    if not named:
+        return ""
+    try:
+        info = integrations.info(named.group(1))
+    except UsageError:  # no pinned environment of that name
+        return ""
+    if not info.get("installed") or not info.get("detail"):
+        return ""
+    return f"{finding.package} {info['detail']} in its pinned environment ({named.group(1)})"
 
 
 def _outcomes(xml: Path) -> list[tuple[str, str, str]]:
