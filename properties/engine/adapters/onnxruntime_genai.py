@@ -37,7 +37,8 @@ The engine's own counters, as they are: ``draft_tokens_proposed`` and ``draft_to
 
 Where the library's own call raises while generating (``ort.mtp``), the worker answers so apart
 and :class:`EngineRaised` is raised here: the engine's answer, which the audit reports as its
-exception; any other failure of the worker is the tier's :class:`~.ort_env.ORTGenAIError`, an
+exception; any other failure of the worker is the tier's
+:class:`~specproof.properties.servers.ort_env.ORTGenAIError`, an
 error of the audit's side. The settings registered are T 1 and T 0.7 with top-k 8 (and top-k 1
 and a repetition penalty where a generator takes them); top-p (:data:`TOP_P`) is audited apart at
 a fixed size, since over a whole plan's contexts some law's cumulative mass comes within float32's
