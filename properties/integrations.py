@@ -9,7 +9,7 @@ configurations audited into a table under docs/measurements) and its **tests**.
 :data:`INTEGRATIONS` names each part by module (``package.module`` or
 ``package.module:attribute``); tests/test_integrations.py imports every one, and ``specproof env
 install NAME`` / ``specproof env info NAME`` read the table (the older ``specproof vllm
-install``, ``openvino install``, ``mistralrs install``, ``ort install`` and ``llamacpp build``
+install``, ``openvino install``, ``mistralrs install`` and ``llamacpp build``
 stay as aliases).
 """
 
@@ -91,7 +91,6 @@ INTEGRATIONS: tuple[Integration, ...] = (
         environment=f"{P}.servers.environments:ORTGenAI",
         adapter=f"{P}.engine.adapters.onnxruntime_genai",
         tests=("tests/test_ort_genai.py",),
-        alias="specproof ort install",
     ),
     Integration(
         "hf",

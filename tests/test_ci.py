@@ -53,7 +53,7 @@ TIERS = [
     ("specproof vllm install", "python -m pytest tests/test_vllm_cpu.py -p no:xdist"),
     ("specproof openvino install", "python -m pytest tests/test_openvino_genai.py -p no:xdist"),
     ("specproof mistralrs install", "python -m pytest tests/test_mistralrs.py -p no:xdist"),
-    ("specproof ort install", "python -m pytest tests/test_ort_genai.py -p no:xdist"),
+    ("specproof env install ort", "python -m pytest tests/test_ort_genai.py -p no:xdist"),
     (
         "pip install -c constraints.txt -e .[hf]",
         "python -m pytest -n auto tests/test_engines_hf.py tests/test_engines_hf_options.py "

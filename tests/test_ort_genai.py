@@ -1,7 +1,7 @@
 """ONNX Runtime GenAI 0.18.0 audited as a user runs it (properties/engine/adapters/onnxruntime_genai.py),
 on the project's tiny pair written as ONNX graphs by the project.
 
-The tier (skipped unless ``specproof ort install`` made its environment; run apart by .ci/run's own
+The tier (skipped unless ``specproof env install ort`` made its environment; run apart by .ci/run's own
 step, its workers closed when the module ends):
 
 * the graphs compute the project's numpy law (the plain target's logits at 40 contexts);
@@ -207,9 +207,9 @@ def test_a_failed_install_exits_4_with_pips_log(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "links"))
     monkeypatch.setenv("SPECPROOF_ORT_VENV", str(tmp_path / "venv"))
-    assert main(["ort", "install"]) == USAGE_ERROR
+    assert main(["env", "install", "ort"]) == USAGE_ERROR
     err = capsys.readouterr().err
-    assert "specproof ort install: pip install -q onnxruntime-genai==0.18.0" in err, err
+    assert "specproof env install ort: pip install -q onnxruntime-genai==0.18.0" in err, err
     assert "failed" in err and "install.log" in err, err
     assert not ort_env.installed(tmp_path / "venv")[0]
 
@@ -245,4 +245,4 @@ def test_the_search_options_say_top_k_off_as_0_pass_the_penalty_and_refuse_min_p
 def test_without_the_environment_the_engines_are_listed_unavailable_with_the_install_line():
     rows = [e for e in list_engines() if e["group"] == "ort"]
     assert {e["name"] for e in rows} == set(adapter.DOCS)
-    assert all(not e["available"] and "specproof ort install" in e["reason"] for e in rows), rows
+    assert all(not e["available"] and "specproof env install ort" in e["reason"] for e in rows), rows

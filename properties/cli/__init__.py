@@ -49,7 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_vllm_parser(sub)
     serving.add_openvino_parser(sub)
     serving.add_mistralrs_parser(sub)
-    serving.add_ort_parser(sub)
     serving.add_tiny_models_parser(sub)
     serving.add_standin_parser(sub)
     tools.add_backends_parser(sub)

@@ -1,7 +1,7 @@
 """The commands of the servers specproof runs beside llama.cpp: ``specproof vllm`` (vLLM's CPU
 build in its own environment: install, serve, the audited table), ``specproof openvino``
 (OpenVINO GenAI in its own environment: install, info, the tiny pair exported to IR),
-``specproof mistralrs`` and ``specproof ort`` (mistral.rs and ONNX Runtime GenAI in theirs),
+``specproof mistralrs`` (mistral.rs in its own; newer tiers only through ``specproof env``),
 ``specproof tiny-models`` (the tiny target and draft as HF folders and GGUF files) and
 ``specproof standin`` (the project's own stand-in server, in a process of its own)."""
 
@@ -50,8 +50,14 @@ def cmd_env(args: argparse.Namespace) -> int:
     if not args.name:
         raise UsageError(f"env {args.action}: name an integration ({', '.join(integrations.BY_NAME)})")
     if args.action == "install":
+        from specproof.properties.servers.venvs import WorkerFault
+
         say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        print(integrations.install(args.name, say))
+        try:
+            print(integrations.install(args.name, say))
+        except WorkerFault as e:  # a failed install (pip's log quoted), not a bug of specproof
+            say(f"specproof env install {args.name}: {e}")
+            return USAGE_ERROR
         return 0
     info = integrations.info(args.name)
     print(json.dumps(info, indent=2))
@@ -200,44 +206,6 @@ def cmd_mistralrs(args: argparse.Namespace) -> int:
     ok, why = mistralrs_env.usable()
     print(json.dumps({"usable": ok, "detail": why, "venv": str(mistralrs_env.venv_dir())}, indent=2))
     return 0 if ok else 1
-
-
-def add_ort_parser(sub: Any) -> None:
-    g = sub.add_parser(
-        "ort",
-        help="ONNX Runtime GenAI in its own environment (install, info, build)",
-        description="install: onnxruntime-genai 0.18.0 with onnxruntime and onnx in its own environment "
-        "cached outside the clone (about 150 MB; $SPECPROOF_ORT_VENV overrides where); a failed install "
-        "exits 4 with pip's log. info: whether it is there. build [DIR]: the tiny models as ONNX graphs "
-        "(default: under the cache). Then: specproof audit engine --engine-group ort (ort.draft, "
-        ".ngram, .mtp, .mtp.fp16, .plain, .plain.fp16).",
-    )
-    g.add_argument("action", choices=("install", "info", "build"))
-    g.add_argument("dir", nargs="?", help="build: the folder to write into (DIR/weights, DIR/models)")
-    g.set_defaults(func=cmd_ort)
-
-
-def cmd_ort(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from specproof.properties.servers import ort_env
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    try:
-        if args.action == "install":
-            print(ort_env.install(progress=say))
-            return 0
-        if args.action == "info":
-            ok, why = ort_env.installed()
-            print(json.dumps({"installed": ok, "detail": why, "venv": str(ort_env.venv_dir())}, indent=2))
-            return 0 if ok else 1
-        print(ort_env.build(Path(args.dir) if args.dir else None, progress=say))
-        return 0
-    except ort_env.ORTGenAIError as e:
-        say(f"specproof ort {args.action}: {e}")
-        return USAGE_ERROR
 
 
 def add_standin_parser(sub: Any) -> None:

@@ -1,7 +1,7 @@
 """ONNX Runtime GenAI (``onnxruntime-genai`` 0.18.0) in an environment of its own, driven through a
 worker process (:mod:`.ort_worker`).
 
-``specproof ort install`` builds the environment (onnxruntime-genai with onnxruntime, and the
+``specproof env install ort`` builds the environment (onnxruntime-genai with onnxruntime, and the
 ``onnx`` package that writes the graphs; about 150 MB, under a minute here; cached outside the
 clone). It is not a pip extra of this project: the engine is a native library with pins of its own
 (onnxruntime, protobuf), and the project's environment needs none of it. A failed install raises
@@ -73,13 +73,13 @@ def installed(venv: Path | None = None) -> tuple[bool, str]:
     why not)."""
     py = python(venv)
     if not py.exists():
-        return False, f"no ONNX Runtime GenAI environment at {py.parent.parent} (specproof ort install)"
+        return False, f"no ONNX Runtime GenAI environment at {py.parent.parent} (specproof env install ort)"
     version, said = venvs.dist_version(py, "onnxruntime-genai")
     if version != VERSION:
-        return False, f"{py} has no onnxruntime-genai {VERSION} ({said}; specproof ort install)"
+        return False, f"{py} has no onnxruntime-genai {VERSION} ({said}; specproof env install ort)"
     writer, said = venvs.dist_version(py, "onnx")
     if writer is None:
-        return False, f"{py} has no onnx package ({said}; specproof ort install)"
+        return False, f"{py} has no onnx package ({said}; specproof env install ort)"
     return True, version
 
 

@@ -2,7 +2,7 @@
 ``MtpGenerator`` as a user's script runs them.
 
 The models run in ONNX Runtime GenAI's own environment, in a worker process each
-(properties/servers/ort_env.py, ``specproof ort install``), on the project's tiny llama pair
+(properties/servers/ort_env.py, ``specproof env install ort``), on the project's tiny llama pair
 written as ONNX graphs by the project (V = 16, end of sequence 0, float32):
 
 * ``ort.draft``: the target with the tiny draft model (``model.draft``, 3 tokens a step);
@@ -282,7 +282,7 @@ def engines() -> list[EngineSpec]:
             expect=expect,
             tokens=TOKENS,
             available=available,
-            notes="its own environment: specproof ort install (onnxruntime-genai 0.18.0, about 150 MB)",
+            notes="its own environment: specproof env install ort (onnxruntime-genai 0.18.0, about 150 MB)",
             close=close_workers,  # its workers stopped when its audit ends
         )
         for name, (expect, doc) in DOCS.items()
