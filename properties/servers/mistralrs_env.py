@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,28 +35,21 @@ class MistralRSError(venvs.WorkerFault):
     """mistral.rs's environment cannot be built, or its worker failed."""
 
 
-def cache_root() -> Path:
-    return venvs.cache_root(f"mistralrs-{VERSION}")
+class Environment(venvs.PinnedVenv):
+    """The environment: ``SPECPROOF_MISTRALRS_VENV``, else under the cache; one wheel."""
+
+    dist, version, variable, folder = "mistralrs", VERSION, "SPECPROOF_MISTRALRS_VENV", f"mistralrs-{VERSION}"
+    label, command, about = "mistral.rs", "specproof env install mistralrs", "one wheel"
+    error = MistralRSError
+
+    def steps(self, py: Path, log: Path, progress: Callable[[str], None]) -> None:
+        self.pip(py, ["install", "-q", f"mistralrs=={VERSION}"], log)
 
 
-def venv_dir() -> Path:
-    """The environment: ``SPECPROOF_MISTRALRS_VENV``, else under the cache."""
-    return venvs.venv_dir("SPECPROOF_MISTRALRS_VENV", f"mistralrs-{VERSION}")
-
-
-def python(venv: Path | None = None) -> Path:
-    return venvs.python(venv or venv_dir())
-
-
-def installed(venv: Path | None = None) -> tuple[bool, str]:
-    """Whether the environment holds ``mistralrs`` at :data:`VERSION` (and why not)."""
-    py = python(venv)
-    if not py.exists():
-        return False, f"no mistral.rs environment at {py.parent.parent} (specproof mistralrs install)"
-    version, said = venvs.dist_version(py, "mistralrs")
-    if version != VERSION:
-        return False, f"{py} has no mistralrs {VERSION} ({said})"
-    return True, version
+ENV = Environment()
+# the module's functions, as its callers name them
+cache_root, venv_dir, python = ENV.cache_root, ENV.venv_dir, ENV.python
+installed, install = ENV.installed, ENV.install
 
 
 #: the exit codes of an import killed by SIGILL (a signal, or a shell's 128 + 4)
@@ -96,27 +86,6 @@ def usable() -> tuple[bool, str]:
             sig if code in SIGILL_CODES else f": {err}"
         )
     return True, VERSION
-
-
-def install(venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:
-    """Build the environment unless it is there; return its Python."""
-    venv = venv or venv_dir()
-    if installed(venv)[0]:
-        progress(f"mistralrs {VERSION} is installed in {venv}")
-        return python(venv)
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    log = venv.parent / "install.log"
-    log.write_text("")
-    t0 = time.monotonic()
-    progress(f"creating {venv} (mistralrs {VERSION}; log {log})")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    venvs.pip(python(venv), ["install", "-q", f"mistralrs=={VERSION}"], log, MistralRSError)
-    ok, why = installed(venv)
-    if not ok:
-        raise MistralRSError(f"the environment was built but has no mistralrs {VERSION}: {why}")
-    progress(f"mistralrs {VERSION} installed in {venv} in {time.monotonic() - t0:.0f} s")
-    return python(venv)
 
 
 def models_dir() -> Path:

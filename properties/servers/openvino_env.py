@@ -15,11 +15,8 @@ prompt lookup or plain) and answers generation requests over JSON lines.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from specproof.properties.servers import tiny_hf, venvs
@@ -37,68 +34,26 @@ class OpenVINOError(venvs.WorkerFault):
     """OpenVINO GenAI's environment cannot be built, or its worker failed."""
 
 
-def cache_root() -> Path:
-    return venvs.cache_root(f"openvino-genai-{VERSION}")
+class Environment(venvs.PinnedVenv):
+    """The environment: ``SPECPROOF_OPENVINO_VENV``, else under the cache (module docstring)."""
+
+    dist, version, version_prefix = "openvino-genai", VERSION, True
+    variable, folder = "SPECPROOF_OPENVINO_VENV", f"openvino-genai-{VERSION}"
+    label, command, error = "OpenVINO GenAI", "specproof env install openvino", OpenVINOError
+    about = f"optimum-intel {OPTIMUM_INTEL}, about 1.6 GB"
+
+    def steps(self, py: Path, log: Path, progress: Callable[[str], None]) -> None:
+        pins = log.parent / "pins.txt"
+        pins.write_text(TORCH + "\n")
+        self.pip(py, ["install", "-q", TORCH], log)
+        wanted = [f"openvino-genai=={VERSION}", f"optimum-intel[openvino]=={OPTIMUM_INTEL}"]
+        self.pip(py, ["install", "-q", "-c", str(pins), *wanted], log)
 
 
-def venv_dir() -> Path:
-    """The environment: ``SPECPROOF_OPENVINO_VENV``, else under the cache (:func:`cache_root`)."""
-    return venvs.venv_dir("SPECPROOF_OPENVINO_VENV", f"openvino-genai-{VERSION}")
-
-
-def python(venv: Path | None = None) -> Path:
-    return venvs.python(venv or venv_dir())
-
-
-def installed(venv: Path | None = None) -> tuple[bool, str]:
-    """Whether the environment holds ``openvino-genai`` at :data:`VERSION` (and why not)."""
-    py = python(venv)
-    if not py.exists():
-        return False, f"no OpenVINO GenAI environment at {py.parent.parent} (specproof openvino install)"
-    version, said = venvs.dist_version(py, "openvino-genai")
-    if version is None or not version.startswith(VERSION):
-        return False, f"{py} has no openvino-genai {VERSION} ({said})"
-    return True, version
-
-
-def _pip(py: Path, args: Sequence[str], log: Path) -> None:
-    venvs.pip(py, args, log, OpenVINOError)
-
-
-def install(venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:
-    """Build the environment (module docstring) unless it is there; return its Python."""
-    venv = venv or venv_dir()
-    if installed(venv)[0]:
-        progress(f"openvino-genai {VERSION} is installed in {venv}")
-        return python(venv)
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    log = venv.parent / "install.log"
-    log.write_text("")
-    t0 = time.monotonic()
-    progress(f"creating {venv} (openvino-genai {VERSION}, optimum-intel {OPTIMUM_INTEL}; log {log})")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = python(venv)
-    pins = venv.parent / "pins.txt"
-    pins.write_text(TORCH + "\n")
-    _pip(py, ["install", "-q", TORCH], log)
-    _pip(
-        py,
-        [
-            "install",
-            "-q",
-            "-c",
-            str(pins),
-            f"openvino-genai=={VERSION}",
-            f"optimum-intel[openvino]=={OPTIMUM_INTEL}",
-        ],
-        log,
-    )
-    ok, why = installed(venv)
-    if not ok:
-        raise OpenVINOError(f"the environment was built but does not import: {why}")
-    progress(f"openvino-genai {VERSION} installed in {venv} in {time.monotonic() - t0:.0f} s")
-    return py
+ENV = Environment()
+# the module's functions, as its callers name them
+cache_root, venv_dir, python = ENV.cache_root, ENV.venv_dir, ENV.python
+installed, install = ENV.installed, ENV.install
 
 
 def models_dir() -> Path:

