@@ -253,3 +253,47 @@ def test_each_engines_workers_are_closed_when_its_audit_ends(script, monkeypatch
     seconds = [alive for mode, alive in tier.alive_at_build if mode == "second"]
     assert seconds and all("stand-in (first)" not in alive for alive in seconds), tier.alive_at_build
     assert all(w.proc.poll() is not None for w in tier.started)  # and the second's, after its audit
+
+
+def test_the_workers_loop_answers_raises_and_errors_apart_and_stops_on_quit(capsys):
+    """properties/servers/worker_loop.py, the loop the tiers' workers run: the handler's answer;
+    an engine error (the library's own exception) as ``raised``; any other as ``error``; both
+    tracebacks to stderr; blank lines skipped; nothing read after ``quit``."""
+    import io
+    import json
+
+    from specproof.properties.servers import worker_loop
+
+    def handle(req):
+        if req["op"] == "engine":
+            raise RuntimeError("Cast: same type")
+        if req["op"] == "bug":
+            raise KeyError("seeds")
+        return {"echo": req["x"]}
+
+    lines = io.StringIO(
+        '{"op": "go", "x": 1}\n\n{"op": "engine"}\n{"op": "bug"}\nnot json\n'
+        '{"op": "quit"}\n{"op": "go", "x": 2}\n'
+    )
+    out = io.StringIO()
+    worker_loop.answer_requests({"mode": "toy"}, handle, (RuntimeError,), lines=lines, out=out)
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert answers == [
+        {"ready": True, "mode": "toy"},
+        {"echo": 1},
+        {"raised": "RuntimeError: Cast: same type"},
+        {"error": "KeyError: 'seeds'"},
+        {"error": answers[4]["error"]},
+    ]
+    assert answers[4]["error"].startswith("JSONDecodeError")
+    err = capsys.readouterr().err
+    assert err.count("Traceback") == 3 and "Cast: same type" in err
+
+
+def test_every_tier_worker_runs_the_shared_loop():
+    """Each worker script loads worker_loop.py from beside it (its environment has no specproof)."""
+    folder = Path(venvs.__file__).parent
+    for name in ("mistralrs_worker", "openvino_worker", "ort_worker"):
+        text = (folder / f"{name}.py").read_text()
+        assert 'import_module("worker_loop")' in text and "answer_requests(" in text, name
+        assert "for line in sys.stdin" not in text, name

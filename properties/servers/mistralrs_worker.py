@@ -22,10 +22,8 @@ be seeded). A request that fails answers ``{"error": "..."}`` and the worker goe
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import os
-import sys
-import traceback
 from typing import Any
 
 #: the tiny vocabulary (properties/servers/gguf_models.py's VOCAB): id -> text
@@ -85,19 +83,13 @@ def serve(hf: str, mode: str, gamma: int, prefix_cache: int) -> None:
     import importlib.metadata as md
 
     r = runner(hf, mode, gamma, prefix_cache)
-    print(json.dumps({"ready": True, "mistralrs": md.version("mistralrs"), "mode": mode}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            if req.get("op") == "quit":
-                break
-            answer = generate(r, req)
-        except Exception as e:  # said to the caller, who decides; the traceback to the log
-            traceback.print_exc()
-            answer = {"error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(answer), flush=True)
+    ready = {"mistralrs": md.version("mistralrs"), "mode": mode}
+    _loop().answer_requests(ready, lambda req: generate(r, req))
+
+
+def _loop() -> Any:
+    """``worker_loop.py``, beside this file (a script's folder leads ``sys.path``)."""
+    return importlib.import_module("worker_loop")
 
 
 def main() -> None:

@@ -21,11 +21,11 @@ A request that fails answers ``{"error": "..."}`` and the worker goes on.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import time
-import traceback
 from typing import Any
 
 # optimum-intel declares torchvision; the registry's build does not match the CPU torch and
@@ -114,22 +114,13 @@ def serve(ir: str, mode: str, assistant: int) -> None:
     import openvino_genai as g
 
     pipe = pipeline(ir, mode)
-    print(
-        json.dumps({"ready": True, "openvino_genai": getattr(g, "__version__", "?"), "mode": mode}),
-        flush=True,
-    )
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            if req.get("op") == "quit":
-                break
-            answer = generate(pipe, mode, assistant, req)
-        except Exception as e:  # said to the caller, who decides; the traceback to the log
-            traceback.print_exc()
-            answer = {"error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(answer), flush=True)
+    ready = {"openvino_genai": getattr(g, "__version__", "?"), "mode": mode}
+    _loop().answer_requests(ready, lambda req: generate(pipe, mode, assistant, req))
+
+
+def _loop() -> Any:
+    """``worker_loop.py``, beside this file (a script's folder leads ``sys.path``)."""
+    return importlib.import_module("worker_loop")
 
 
 def main() -> None:

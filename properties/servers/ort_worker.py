@@ -1,5 +1,6 @@
 """ONNX Runtime GenAI behind JSON lines, run with the ONNX Runtime GenAI environment's Python
-(standalone: it imports nothing of the project, whose environment it does not share).
+(standalone: of the project it imports only ``worker_loop.py`` beside it, the JSON-lines loop every
+tier's worker runs; the project's environment it does not share).
 
 ``build --weights DIR --out DIR [--draft-tokens K]``: the models as ONNX graphs, written with the
 ``onnx`` package from the float32 weights the project wrote (``DIR/spec.json``, the shapes;
@@ -42,11 +43,10 @@ other failure answers ``{"error": "..."}`` (the worker's own fault). The worker 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
-import sys
-import traceback
 from typing import Any
 
 #: each mode's model folder under the models' root
@@ -504,29 +504,21 @@ def serve(models: str, mode: str, draft_tokens: int, ngram_size: int) -> None:
     import onnxruntime_genai as og
 
     runner = Runner(models, mode, draft_tokens, ngram_size)
-    ready = {"ready": True, "onnxruntime_genai": og.__version__, "commit": getattr(og, "__commit__", None)}
-    print(json.dumps({**ready, "mode": mode}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            if req.get("op") == "quit":
-                break
-            if req.get("op") == "logits":
-                answer: dict[str, Any] = {"logits": runner.logits(req["contexts"])}
-            else:
-                s = req.get("sampling") or {}
-                try:
-                    samples = [runner.sample(req["prompt"], int(req["tokens"]), x, s) for x in req["seeds"]]
-                    answer = {"samples": samples}
-                except RuntimeError as e:  # what the library's own calls raise: the engine's answer
-                    traceback.print_exc(file=sys.stderr)
-                    answer = {"raised": f"{type(e).__name__}: {e}"}
-        except Exception as e:  # said to the caller, who decides; the traceback to the log
-            traceback.print_exc(file=sys.stderr)
-            answer = {"error": f"{type(e).__name__}: {e}"}
-        print(json.dumps(answer), flush=True)
+
+    def handle(req: dict[str, Any]) -> dict[str, Any]:
+        if req.get("op") == "logits":
+            return {"logits": runner.logits(req["contexts"])}
+        s = req.get("sampling") or {}
+        return {"samples": [runner.sample(req["prompt"], int(req["tokens"]), x, s) for x in req["seeds"]]}
+
+    ready = {"onnxruntime_genai": og.__version__, "commit": getattr(og, "__commit__", None), "mode": mode}
+    # a RuntimeError is what the library's own calls raise: the engine's answer, not the worker's fault
+    _loop().answer_requests(ready, handle, engine_errors=(RuntimeError,))
+
+
+def _loop() -> Any:
+    """``worker_loop.py``, beside this file (a script's folder leads ``sys.path``)."""
+    return importlib.import_module("worker_loop")
 
 
 def main() -> None:
