@@ -170,6 +170,23 @@ def test_mtp_at_top_k_1_samples_where_the_generator_decodes_greedily():
 
 
 @tier
+def test_the_findings_standalone_reproduction_shows_both_defects(tmp_path):
+    """docs/findings/repro/ort_genai_mtp.py, run as a maintainer would (the environment's Python,
+    no specproof on its path, from another folder): it writes its own random tiny model, both
+    defects hold on the pinned release, and it exits 1."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "docs" / "findings" / "repro" / "ort_genai_mtp.py"
+    done = subprocess.run(
+        [str(ort_env.python()), str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr[-2000:]
+    assert out.count("Cast - input and output types are the same  <- the defect holds") == 2, out
+    assert "seeds gave other tokens" in out and out.count("the defect holds") == 3, out
+
+
+@tier
 def test_one_seed_and_one_max_length_give_one_output_and_a_shorter_cap_is_not_a_prefix():
     """200 seeds with the draft model: M = 6 twice gives the same tokens; M = 6 against M = 20,
     the 6 tokens are not always the first 6 of the longer run (the draft length is cut at the cap,

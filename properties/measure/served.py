@@ -288,7 +288,9 @@ SERVED: tuple[Finding, ...] = (
             f"{_ORT}test_mtp_on_the_float32_main_model_raises_on_every_call",
             f"{_ORT}test_plain_decoding_keeps_the_law",
             f"{_ORT}test_the_graphs_compute_the_numpy_law",
+            f"{_ORT}test_the_findings_standalone_reproduction_shows_both_defects",
         ),
+        scripts=("ort_genai_mtp.py",),
     ),
     _ort(
         slug="ort-genai-mtp-top-k-1-samples",
@@ -330,6 +332,8 @@ SERVED: tuple[Finding, ...] = (
             f"{_ORT}test_mtp_at_top_k_1_samples_where_the_generator_decodes_greedily",
             f"{_ORT}test_speculation_keeps_the_law_with_drafts_accepted",
             f"{_ORT}test_plain_decoding_keeps_the_law",
+            f"{_ORT}test_the_findings_standalone_reproduction_shows_both_defects",
         ),
+        scripts=("ort_genai_mtp.py",),
     ),
 )
