@@ -25,6 +25,7 @@ so the two laws agree on much of their mass: drafts are both accepted and reject
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 from dataclasses import dataclass
@@ -328,6 +329,18 @@ def logits(weights: dict[str, np.ndarray], tokens: Tokens, spec: Spec = SPEC) ->
         x = x + _attention(_rms_norm(x, w[n["attn_norm"]], spec.rms_eps), w, n, spec)
         x = x + _mlp(_rms_norm(x, w[n["ffn_norm"]], spec.rms_eps), w, n)
     return _rms_norm(x, w["output_norm.weight"], spec.rms_eps) @ w["output.weight"].T
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_target(seed: int) -> dict[str, np.ndarray]:
+    return target_weights(seed)
+
+
+def last_logits(context: Tokens, seed: int = 0) -> np.ndarray:
+    """The float64 logits after ``context`` of the tiny target of ``seed`` (its weights made once a
+    process): the law the engine tiers' adapters hold their engines to, put through each
+    setting's ``Sampling.law``. A fresh array (the caller may change it)."""
+    return logits(_cached_target(seed), context)[-1].astype(np.float64)
 
 
 def next_token_law(

@@ -173,17 +173,8 @@ def build(folder: Path | None = None, seed: int = 0, progress: Callable[[str], N
 def target_law_logits(context: Sequence[int], half: bool = False, seed: int = 0) -> np.ndarray:
     """The target's float64 logits after ``context`` (numpy, :func:`.gguf_models.logits`), rounded
     to float16 for a model whose logits are (``half``)."""
-    z = gm.logits(_target(seed), list(context))[-1]
+    z = gm.last_logits(list(context), seed)
     return z.astype(np.float32).astype(np.float16).astype(np.float64) if half else z.astype(np.float64)
-
-
-_TARGETS: dict[int, dict[str, np.ndarray]] = {}
-
-
-def _target(seed: int) -> dict[str, np.ndarray]:
-    if seed not in _TARGETS:
-        _TARGETS[seed] = gm.target_weights(seed)
-    return _TARGETS[seed]
 
 
 class Worker(venvs.JsonLinesWorker):

@@ -36,8 +36,6 @@ import functools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
 from specproof.properties.engine.contract import EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
@@ -70,11 +68,6 @@ def _worker(mode: str) -> mistralrs_env.Worker:
 def close_workers() -> None:
     """Stop every runner's worker (the next call starts them again)."""
     _WORKERS.close()
-
-
-@functools.lru_cache(maxsize=1)
-def _weights() -> dict[str, np.ndarray]:
-    return gm.target_weights(0)
 
 
 #: What each mistral.rs release was seen to do, by release (tests/test_mistralrs.py checks the
@@ -153,8 +146,7 @@ class MistralRSEngine:
         return list(g.tokens)
 
     def target_law(self, context: Sequence[int]) -> list[float]:
-        z = gm.logits(_weights(), list(context))[-1].astype(np.float64)
-        return list(self.sampling.law(list(z)))
+        return list(self.sampling.law(list(gm.last_logits(list(context)))))
 
     def describe(self) -> dict[str, Any]:
         w = _WORKERS.workers.get(self.mode)

@@ -22,8 +22,6 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
@@ -51,11 +49,6 @@ def _worker(mode: str) -> openvino_env.Worker:
 def close_workers() -> None:
     """Stop every pipeline's worker (the next call starts them again)."""
     _WORKERS.close()
-
-
-@functools.lru_cache(maxsize=1)
-def _weights() -> dict[str, np.ndarray]:
-    return gm.target_weights(0)
 
 
 class OpenVINOEngine:
@@ -107,8 +100,7 @@ class OpenVINOEngine:
         return list(g.tokens)
 
     def target_law(self, context: Sequence[int]) -> list[float]:
-        z = gm.logits(_weights(), list(context))[-1].astype(np.float64)
-        return list(self.sampling.law(list(z)))
+        return list(self.sampling.law(list(gm.last_logits(list(context)))))
 
     def describe(self) -> dict[str, Any]:
         w = _WORKERS.workers.get(self.mode)
