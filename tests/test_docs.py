@@ -107,6 +107,13 @@ def test_readme_has_python_blocks_to_run():
     assert len(blocks(README)) >= 5
 
 
+def test_readme_stays_under_200_lines():
+    """README is what a newcomer reads in ten minutes: what it is, the set-up, a tour, one line per
+    finding; the rest lives under docs/."""
+    lines = README.read_text().splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines; move detail under docs/"
+
+
 @pytest.mark.parametrize("page", pages(), ids=rel)
 def test_links_stay_inside_the_repository_and_resolve(page):
     assert not broken_links(page), f"{rel(page)}: " + "; ".join(broken_links(page))
