@@ -70,8 +70,10 @@ CMAKE_FLAGS = (
 #   turns the unified cache on.
 # * Both examples print through common's logger, whose queue a thread writes out and which is
 #   never stopped at exit (the singleton is leaked on purpose), so what is still queued when main
-#   returns is lost: on 2 cores beside two busy processes, 52 of 60 runs of llama-speculative lost
-#   their text. The edit drains the queue (common_log_flush) before main returns.
+#   returns is lost: on 2 cores beside two busy processes, 23 of 30 runs of llama-speculative and
+#   26 of 30 of llama-speculative-simple lost their text, against 0 of 60 each with the edit,
+#   which drains the queue (common_log_flush) before main returns
+#   (scripts/llamacpp_output_loss.py).
 _DRAIN = "common_log_flush(common_log_main());  // specproof: print what the logger still holds"
 PATCHES = (
     (
@@ -469,10 +471,11 @@ def run_speculative(
     """Run ``program`` on ``prompt`` (text) with ``args`` after ``-c 256 -t 1 -fa off``; parse its output.
 
     These programs print through a logging thread, which the build's patch drains before main
-    returns (:data:`PATCHES`; without it, 52 of 60 runs beside two busy processes on 2 cores lost
-    their text). A complete stdout is two newlines, the text, four newlines or more (the last ones
-    are the last entries printed); an incomplete one is still repeated, up to ``attempts`` times
-    (runs are seeded: the same result), and then raises :class:`LlamaRunError`.
+    returns (:data:`PATCHES`; without it, most runs beside two busy processes on 2 cores lost
+    their text: scripts/llamacpp_output_loss.py). A complete stdout is two newlines, the text,
+    four newlines or more (the last ones are the last entries printed); an incomplete one is still
+    repeated, up to ``attempts`` times (runs are seeded: the same result), and then raises
+    :class:`LlamaRunError`.
     """
     cmd = [str(Path(binary_dir) / program), "-m", str(target), "-md", str(draft), "-p", prompt]
     cmd += ["-c", "256", "-t", "1", "-fa", "off"]
