@@ -285,6 +285,42 @@ def test_a_server_that_never_hits_its_cache_is_not_signed_off_for_it(twin):
     assert item.answer == "not tested" and "cache_n" in item.detail, item
 
 
+def test_vllm_requests_are_salted_cold_and_unsalted_warm_and_hits_are_read_from_usage(correct, twin):
+    """vLLM caches prompts by itself: every generation the audit sends carries a cache_salt of its
+    own (no other request's cache), the prefix-cache axis's warm ones none; the hits are read from
+    usage.prompt_tokens_details.cached_tokens. The correct stand-in in vLLM's shape passes cold and
+    warm, and the sign-off says yes with the hits it counted."""
+    from specproof.properties.engine.signoff import signoff
+
+    vllm = families.make_profile("vllm")
+    _, a = vllm.generation(PROMPT, 4, 1, T1, False)
+    _, b = vllm.generation(PROMPT, 4, 1, T1, False)
+    assert a["cache_salt"] != b["cache_salt"] and "cache_salt" not in vllm.warm_body(a)
+    assert (
+        vllm.read_generation(
+            {"choices": [{"token_ids": [1]}], "usage": {"prompt_tokens_details": {"cached_tokens": 3}}}, False
+        ).cached
+        == 3
+    )
+    assert vllm.read_generation({"choices": [{"token_ids": [1]}], "usage": {}}, False).cached is None
+    r = audit(correct.url, "vllm", twin.url, endpoint_options={"prefix_cache": True})
+    assert r.verdict == Verdict.PASS, r.summary()
+    assert [c.case.cache for c in r.cases] == ["cold", "warm"]
+    hits = r.to_json()["plugins"]["cache"]
+    assert hits["counted"] == hits["warm"] == r.cases[1].n and hits["hits"] > 0, hits
+    (item,) = [i for i in signoff(r) if i.question == "a prefix-cache hit behaves as a cold request"]
+    assert item.answer == "yes", item
+
+
+def test_a_vllm_shaped_server_poisoned_after_a_hit_is_lossy_only_warm(twin):
+    """prefix_poison in vLLM's shape: the cold (salted) requests keep the law, the warm ones do not."""
+    with StandIn("prefix_poison", loop="laws") as si:
+        r = audit(si.url, "vllm", twin.url, endpoint_options={"prefix_cache": True}, samples=200)
+    assert r.verdict == Verdict.LOSSY, r.summary()
+    assert "lossy only after a prefix-cache hit (the same prompt and setting held cold)" in r.summary()
+    assert "after a prefix-cache hit" in r.short_witness() and "200 of 200 warm requests hit" in r.summary()
+
+
 def test_the_prefix_cache_axis_needs_a_family_that_caches_and_no_load_axis(correct):
     with pytest.raises(UsageError, match="prefix_cache"):
         EndpointOptions((correct.url,), prefix_cache=True, loads=(1, 8))

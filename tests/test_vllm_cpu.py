@@ -51,12 +51,14 @@ def twin():
         yield s
 
 
-def audit(url: str, twin_url: str, samples: int, samplings=(T1, T07), tokens: int = 6, **options):
+def audit(
+    url: str, twin_url: str, samples: int, samplings=(T1, T07), tokens: int = 6, prompt=PROMPT, **options
+):
     ep = Endpoint(
         EndpointOptions((url,), "vllm", twin=twin_url, vocab=len(gm.VOCAB), concurrency=8, **options)
     ).open()
     try:
-        spec = endpoint_spec(ep, prompts=[PROMPT], samplings=list(samplings), tokens=tokens)
+        spec = endpoint_spec(ep, prompts=[prompt], samplings=list(samplings), tokens=tokens)
         return audit_engine(spec, EngineAuditConfig(alpha=ALPHA, samples=samples, seed=3, report_samples=16))
     finally:
         ep.close()
@@ -242,6 +244,30 @@ def test_top_k_kills_the_stock_server_and_the_audit_names_the_crash(twin):
     with vllm_cpu.VLLMServer("ngram", fixes=FIXED) as fixed:
         good = audit(fixed.url, twin.url, samples=96, samplings=(k5,))
     assert good.verdict == Verdict.PASS, good.summary()
+
+
+def test_the_prefix_cache_axis_counts_vllms_own_hits_and_the_law_holds_warm(twin):
+    """vLLM caches whole KV blocks by itself. With 32-token blocks and a 36-token prompt: a request
+    with a cache_salt of its own (the audit's cold requests) is served no prompt token from the
+    cache, a second unsalted one (the warm requests) a block, read from
+    usage.prompt_tokens_details. The audit with --prefix-cache counts those hits; the law holds
+    cold and warm; the sign-off says yes with the hits it counted."""
+    from specproof.properties.engine.signoff import signoff
+
+    long = (PROMPT * 5)[:36]
+    body = {"model": "tiny", "prompt": list(long), "max_tokens": 2, "temperature": 1.0, "seed": 1}
+    with vllm_cpu.VLLMServer("ngram", fixes=FIXED, prefix_cache=True) as server:
+        url = f"{server.url}/v1/completions"
+        salted = [vllm_cpu.post(url, {**body, "cache_salt": f"s{j}"}) for j in range(2)]
+        unsalted = [vllm_cpu.post(url, body) for _ in range(2)]
+        r = audit(server.url, twin.url, samples=96, samplings=(T1,), prompt=long, prefix_cache=True)
+    cached = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in salted + unsalted]
+    assert cached == [0, 0, 0, vllm_cpu.CACHE_BLOCK], cached
+    assert r.verdict == Verdict.PASS, r.summary()
+    hits = r.to_json()["plugins"]["cache"]
+    assert hits["counted"] == hits["warm"] == r.cases[1].n and hits["hits"] >= hits["warm"] - 1, hits
+    (item,) = [i for i in signoff(r) if i.question == "a prefix-cache hit behaves as a cold request"]
+    assert item.answer == "yes", item
 
 
 def test_block_verification_is_silently_standard_verification_on_the_v1_runner(twin):

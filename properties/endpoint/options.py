@@ -90,7 +90,8 @@ class EndpointOptions:
         "prefix_cache": Flag(
             "--prefix-cache",
             "audit every case cold and after a prefix-cache hit: the same requests asking the server to "
-            "reuse its cached prompt (profile llamacpp: cache_prompt); the law must be the same",
+            "reuse its cached prompt (profile llamacpp: cache_prompt; vllm: no cache_salt, where cold "
+            "requests each carry their own); the law must be the same",
             switch=True,
             example=True,
         ),

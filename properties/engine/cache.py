@@ -37,7 +37,7 @@ class CacheAxis(Axis):
     calibration = "docs/measurements/prefix-calibration.md"
 
     name, capability, attr, option = "cache", "prefix_cache", "at_cache", "prefix_cache"
-    why = "it cannot be asked to reuse a cached prompt (profile llamacpp can)"
+    why = "it cannot be asked to reuse a cached prompt (profiles llamacpp and vllm can)"
 
     def values(self, spec: EngineSpec) -> tuple[Any, ...]:
         return ("cold", "warm") if spec.prefix_cache else ()

@@ -227,7 +227,8 @@ def _prefix_cache(r: EngineAuditResult) -> Item:
             q,
             NOT_TESTED,
             f"the law held in {drawn} warm samples, but no request was counted as a cache hit (the "
-            "server's cached prompt tokens, llama-server's timings.cache_n): was cache_prompt honoured?",
+            "server's cached prompt tokens: llama-server's timings.cache_n, vLLM's "
+            "usage.prompt_tokens_details with --enable-prompt-tokens-details): was the cache used?",
         )
     return Item(
         q,

@@ -164,9 +164,18 @@ def models_dir() -> Path:
     return folder
 
 
-def server_command(method: str, port: int, models: Path, py: Path | None = None) -> list[str]:
+#: the KV block size of a server started for the prefix-cache axis: vLLM caches whole blocks, and
+#: the CPU build's default (128) is the model's whole context here
+CACHE_BLOCK = 32
+
+
+def server_command(
+    method: str, port: int, models: Path, py: Path | None = None, prefix_cache: bool = False
+) -> list[str]:
     """``vllm serve`` through the launcher: loopback, float32, eager, small memory, the reads
-    the endpoint audit needs (module docstring)."""
+    the endpoint audit needs (module docstring), and the prompt tokens served from the prefix
+    cache in each answer's usage; ``prefix_cache``: KV blocks of :data:`CACHE_BLOCK` tokens, so
+    that a prompt of a block or more can hit the cache."""
     if method not in METHODS:
         known = ", ".join(METHODS)
         raise UsageError(
@@ -177,8 +186,10 @@ def server_command(method: str, port: int, models: Path, py: Path | None = None)
         str(py or python()), str(LAUNCHER), "serve", str(models / "target"),
         "--host", HOST, "--port", str(port), "--served-model-name", "tiny", "--dtype", "float32",
         "--max-model-len", "128", "--max-num-seqs", "8", "--enforce-eager", "--seed", "0",
-        "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1",
+        "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1", "--enable-prompt-tokens-details",
     ]  # fmt: skip
+    if prefix_cache:
+        cmd += ["--block-size", str(CACHE_BLOCK)]
     if config is not None:
         text = json.dumps(config).replace("{draft}", str(models / "draft"))
         spec = json.loads(text.replace("{eagle}", str(models / "eagle")))
@@ -223,16 +234,19 @@ def vllm_env(method: str, fixes: Sequence[str]) -> dict[str, str]:
 
 class VLLMServer:
     """``vllm serve`` of :data:`METHODS` ``method`` on loopback, stock or with ``fixes`` (a subset
-    of :data:`FIXES`), as a context manager: ``url`` while it runs, ``log`` its output."""
+    of :data:`FIXES`), as a context manager: ``url`` while it runs, ``log`` its output;
+    ``prefix_cache``: small KV blocks (:func:`server_command`)."""
 
-    def __init__(self, method: str, fixes: Sequence[str] = (), timeout: float = 600.0) -> None:
+    def __init__(
+        self, method: str, fixes: Sequence[str] = (), timeout: float = 600.0, prefix_cache: bool = False
+    ) -> None:
         bad = [f for f in fixes if f not in FIXES]
         if bad:
             raise UsageError(f"fixes: {bad[0]!r} is not one of {', '.join(FIXES)}")
         ok, why = installed()
         if not ok:
             raise VLLMError(why)
-        self.method, self.fixes, self.timeout = method, tuple(fixes), timeout
+        self.method, self.fixes, self.timeout, self.prefix_cache = method, tuple(fixes), timeout, prefix_cache
         self.port = free_port()
         self.url = f"http://{HOST}:{self.port}"
         tag = method.replace("[", "-").replace("]", "") + ("-fixed" if fixes else "-stock")
@@ -246,7 +260,7 @@ class VLLMServer:
         return env
 
     def start(self) -> VLLMServer:
-        cmd = server_command(self.method, self.port, models_dir())
+        cmd = server_command(self.method, self.port, models_dir(), prefix_cache=self.prefix_cache)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         with open(self.log, "wb") as out:

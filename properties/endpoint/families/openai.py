@@ -133,10 +133,11 @@ class OpenAI(Profile, family="openai", recipe=RECIPE, counters=False, offers=OFF
 
 
 def completions_head(
-    si: StandIn, body: dict[str, Any]
+    si: StandIn, body: dict[str, Any], cache_prompt: bool = False
 ) -> tuple[wire.Ask, wire.Drawn, dict, dict, int | None]:
     """What every OpenAI-compatible answer holds: the request read, drawn and recorded, its one
-    choice and the answer around it, and how many alternatives were asked (None: all)."""
+    choice and the answer around it, and how many alternatives were asked (None: all);
+    ``cache_prompt``: the request may reuse the stand-in's cached prompt (vLLM's unsalted ones)."""
     model = body.get("model")
     if model is not None and model != si.model_name:
         raise wire.RequestError(f"The model `{model}` does not exist.", 404)
@@ -150,6 +151,7 @@ def completions_head(
         si.sampling(body.get("temperature"), body.get("top_k"), body.get("top_p"), body.get("min_p")),
         logprobs is not None,
         stop=wire.stops(body.get("stop")),
+        cache_prompt=cache_prompt,
     )
     d = si.run(ask)
     si.record("/v1/completions", ask)

@@ -7,11 +7,20 @@ processed_logprobs --max-logprobs -1``. Counters: ``metrics.speculative_decoding
 output; the cut-offs are sent as their neutral values (top-k off is -1). Stop strings go as
 ``stop`` on generations only (vLLM returns the stopping token's id, and leaves the stop string out
 of the text). ``n`` asks for several completions; ``/metrics`` gives the speculation totals.
+
+Prefix cache: vLLM reuses cached prompt blocks on its own (automatic prefix caching), so every
+generation the audit sends carries a ``cache_salt`` of its own (a cache no other request shares:
+served cold), and the prefix-cache axis's warm requests carry none (each finds the blocks the
+requests before it left). The prompt tokens served from the cache are read from
+``usage.prompt_tokens_details.cached_tokens``, which a server gives only with
+``--enable-prompt-tokens-details``; a hit needs a prompt of at least one KV block (``--block-size``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -49,7 +58,15 @@ OFFERS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: each cold generation's cache salt: this process's token and a count (unique across runs and
+#: servers; a salt changes where a prompt is cached, never what is sampled)
+_SALT_TOKEN = secrets.token_hex(6)
+_SALTS = itertools.count()
+
+
 class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
+    #: the prefix-cache axis: cold requests salted apart, warm ones unsalted (module docstring)
+    caches: ClassVar[bool] = True
     #: n completions a request: vLLM's child requests, completion j seeded by seed + j (and no
     #: per-request metrics for the parent: the completions' counters are not observable)
     completions: ClassVar[str | None] = "n"
@@ -89,7 +106,13 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
             body["stop"] = list(s.stop)
         if report:
             body["logprobs"] = 1
+        body["cache_salt"] = f"specproof-{_SALT_TOKEN}-{next(_SALTS)}"  # cold: no other request's cache
         return "/v1/completions", {**body, **self.extra}
+
+    def warm_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """No ``cache_salt``: the request shares vLLM's prefix cache with every other unsalted one
+        (the case's earlier warm requests left its prompt's blocks there)."""
+        return {k: v for k, v in body.items() if k != "cache_salt"}
 
     def law_request(
         self, context: Sequence[int], s: Sampling, vocab: int, prompt_len: int | None = None
@@ -153,7 +176,7 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
         if report:
             lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
             reported = tuple(prob(x) if x is not None else None for x in lp)
-        return Generation(ids, drafted, accepted, None, reported)
+        return Generation(ids, drafted, accepted, None, reported, cached=_cached(answer))
 
     def read_completions(self, answer: Any, report: bool) -> list[Generation]:
         """``n`` > 1: one choice a completion, by ``index``; the parent's metrics (absent) for each."""
@@ -183,6 +206,14 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
         }
 
 
+def _cached(answer: Any) -> int | None:
+    """The prompt tokens served from the prefix cache (``usage.prompt_tokens_details.cached_tokens``;
+    None where the server does not say: it runs without ``--enable-prompt-tokens-details``)."""
+    details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
+    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
 # --------------------------------------------------------------------------- the stand-in's answer
 
 
@@ -205,7 +236,12 @@ def completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
         out["choices"] = [{**p["choices"][0], "index": j} for j, p in enumerate(parts)]
         out["metrics"] = None
         return out
-    ask, d, choice, out, n_top = completions_head(si, body)
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise wire.RequestError("Parameter 'cache_salt' must be a non-empty string if provided.")
+    # vLLM caches every prompt's blocks by itself; a salted request shares them with no other
+    ask, d, choice, out, n_top = completions_head(si, body, cache_prompt=salt is None)
+    out["usage"]["prompt_tokens_details"] = {"cached_tokens": d.cached}
     as_ids = bool(body.get("return_tokens_as_token_ids"))
 
     def key(i: int) -> str:
