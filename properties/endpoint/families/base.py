@@ -50,6 +50,12 @@ def prob(logprob: float | None) -> float:
     return float(math.exp(float(logprob)))
 
 
+def cached_count(n: object) -> int | None:
+    """A count of prompt tokens served from a server's cache, as its answer gives it (None where
+    it gives none, or not a number)."""
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
 def law_from_pairs(pairs: Sequence[tuple[int, float]], vocab: int, where: str) -> list[float]:
     """A law of length ``vocab`` from (id, probability) pairs; an id outside it is an answer error."""
     law = np.zeros(vocab, dtype=np.float64)

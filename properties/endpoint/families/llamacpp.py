@@ -30,6 +30,7 @@ from specproof.properties.endpoint.families import wire
 from specproof.properties.endpoint.families.base import (
     AnswerError,
     Profile,
+    cached_count,
     knobs,
     law_from_pairs,
     rebuilt_from_raw,
@@ -457,5 +458,4 @@ ROUTES: dict[str, wire.Answer] = {"/completion": completion}
 
 def _cached(timings: dict[str, Any]) -> int | None:
     """The prompt tokens served from the cache (``timings.cache_n``), None where not said."""
-    n = timings.get("cache_n")
-    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+    return cached_count(timings.get("cache_n"))

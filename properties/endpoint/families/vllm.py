@@ -28,6 +28,7 @@ from specproof.properties.endpoint.families import wire
 from specproof.properties.endpoint.families.base import (
     AnswerError,
     Profile,
+    cached_count,
     knobs,
     law_from_pairs,
     prob,
@@ -210,8 +211,7 @@ def _cached(answer: Any) -> int | None:
     """The prompt tokens served from the prefix cache (``usage.prompt_tokens_details.cached_tokens``;
     None where the server does not say: it runs without ``--enable-prompt-tokens-details``)."""
     details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
-    n = details.get("cached_tokens") if isinstance(details, dict) else None
-    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+    return cached_count(details.get("cached_tokens") if isinstance(details, dict) else None)
 
 
 # --------------------------------------------------------------------------- the stand-in's answer
