@@ -40,6 +40,8 @@ ENGINES = [
     ("greedy_accept", bugs.greedy_accept, "lossy"),
     ("temperature_twice", bugs.temperature_twice, "lossy"),
     ("residual_floor", bugs.residual_floor, "lossy"),
+    ("exact_two_turns", bugs.exact_two_turns, "pass"),
+    ("pad_mask", bugs.pad_mask, "lossy"),
 ]
 
 

@@ -98,3 +98,48 @@ def test_the_cli_takes_long_horizons_for_the_token_test_and_refuses_them_for_the
     assert "cells test of the joint law takes M <= 12" in capsys.readouterr().err
     assert main(["audit", "engine", ref, "--tokens", "256", "--tv", "0.05"]) == 1  # lossy
     assert "statistic greedy" in capsys.readouterr().out
+
+
+def test_the_pad_mask_moves_the_verify_law_only_where_an_end_of_sequence_is_in_the_context():
+    """The planted bug's premise, checked directly: with no end of sequence in the context the
+    verify forward is the plain one; with one (the two-turn prompt) every position's law moves,
+    by a per-token TV of about 0.01, and almost none of it along sharpening or flattening."""
+    import sys
+
+    sys.path.insert(0, HERE)
+    import bugs
+
+    spec, bad = engine("bugs.py:pad_mask")
+    for prompt, moved in (([3, 17, 5], False), (list(spec.prompts[0]), True)):
+        assert (bugs.EOS in prompt) is moved
+        cb, cg = bad.cache(), bad.cache()
+        zb = bad.verify_forward(prompt, cb)
+        zg = bad.target.forward(prompt, cg)
+        assert np.allclose(zb, zg) is not moved
+    tokens = bad.generate(list(spec.prompts[0]), 32, seed=1)
+    p = bad.target_laws_along(list(spec.prompts[0]), tokens)
+    seq = list(spec.prompts[0]) + tokens
+    z = bad.target.forward(seq[:-1], bad.cache(), masked_id=bugs.EOS)[len(spec.prompts[0]) - 1 :]
+    pm = bad.law_from_logits(z)
+    tv = 0.5 * np.abs(pm - p).sum(axis=1)
+    assert (tv > 0).all() and 0.005 < tv.mean() < 0.1, tv.mean()
+    # what it moves lies off the sharpening direction (a tilt by log p): under 1 % of its KL there
+    d, lp = np.log(pm) - np.log(p), np.log(p)
+    dc, fc = d - (p * d).sum(1, keepdims=True), lp - (p * lp).sum(1, keepdims=True)
+    along = float((p * dc * fc).sum(1).mean()) ** 2 / (2 * float((p * fc * fc).sum(1).mean()))
+    assert along < 0.01 * float((pm * d).sum(1).mean())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "ref, verdict", [("bugs.py:pad_mask", Verdict.LOSSY), ("bugs.py:exact_two_turns", Verdict.PASS)]
+)
+def test_the_pad_mask_is_found_by_the_ids_statistic_at_the_default_plan(ref, verdict):
+    """The default plan (per-token TV 0.01, alpha 1e-4, power 0.99; seed 0): the pad mask, which
+    the transform's statistics do not see (docs/token-audit.md, "What a pass does not cover"), is
+    lossy with ``ids`` leading; its control, the same two-turn prompt attended to in full, passes."""
+    spec = resolve_engine(HERE + ref)
+    r = audit_engine(spec, EngineAuditConfig(test="tokens", seed=0, report_samples=0, budget_seconds=1e9))
+    assert r.verdict == verdict, r.short_witness()
+    if verdict == Verdict.LOSSY:
+        assert r.token_test["finding"]["statistic"] == "ids"

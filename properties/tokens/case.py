@@ -21,6 +21,7 @@ import numpy as np
 from specproof.properties.tokens import power
 from specproof.properties.tokens.family import DOCS, Family, direction
 from specproof.properties.tokens.law import TokenLaw
+from specproof.properties.tokens.tilt import TiltLearner
 from specproof.properties.tokens.trace import Point, Trace
 from specproof.properties.tokens.transform import (
     Observations,
@@ -61,6 +62,8 @@ class TokenCase:
     #: the case's transforms counted in :data:`PIT_BINS` equal cells of [0, 1] (uniform under the
     #: law: the report's histogram of the case that deviates)
     pit: np.ndarray = field(default_factory=lambda: np.zeros(PIT_BINS, dtype=np.int64))
+    #: the ``ids`` statistic's counts and weights (:mod:`.tilt`), learned as each sample is scored
+    tilt: TiltLearner = field(default_factory=TiltLearner)
 
     @property
     def tokens(self) -> int:
@@ -131,9 +134,16 @@ class TokenTest:
         probability 0 is recorded as the case's hard witness."""
         v = seeded_uniforms(self.seed, case.index, smp.index, len(smp.tokens))
         if isinstance(smp.laws, np.ndarray):
-            obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts, case.eos)
+            w = case.tilt.sized(np.shape(smp.laws)[-1])
+            obs = observe_dense(smp.laws, smp.tokens, v, smp.drafts, case.eos, w)
         else:
-            obs = observe(smp.laws, smp.tokens, v, None if smp.drafts is None else list(smp.drafts), case.eos)
+            w = case.tilt.sized(max((law.vocab for law in smp.laws), default=0))
+            drafts = None if smp.drafts is None else list(smp.drafts)
+            obs = observe(smp.laws, smp.tokens, v, drafts, case.eos, w)
+        if obs.ids_seen is not None and obs.ids_mass is not None:
+            # the weights move only now, after this sample was scored with them (predictable)
+            case.tilt.learn(obs.ids_seen, obs.ids_mass)
+            obs.ids_seen = obs.ids_mass = None  # nothing the size of the vocabulary is kept
         if obs.impossible is not None and case.impossible is None:
             t = obs.impossible
             case.impossible = {

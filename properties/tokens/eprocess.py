@@ -9,7 +9,7 @@ false-alarm rate is still at most ``alpha`` (proofs_notes/token_audit.md, claim 
 average of such wealths, weights summing to 1, is one too: the family of statistics is combined
 into one wealth, tested at ``1/alpha``, and the statistic that moved it is named.
 
-Two kinds:
+Three kinds:
 
 * :class:`MeanBettor`, on a statistic ``g`` with conditional mean 0 under the null and
   ``|g| <= c``: the average over a grid of fixed bets ``lambda`` (``+-1/(2c) 2^-k``, k = 0..K-1)
@@ -21,7 +21,11 @@ Two kinds:
   frequencies against the uniform law (``prod K p_t(b_t)``, ``p_t`` the add-1/2 estimate from the
   cells seen before ``t``): a test martingale that grows against any deviation of the cell law.
 
-Both take their observations in order, in arrays (a chunk at a time), and keep their wealth in
+* :class:`FactorBettor`, on factors a statistic computed itself, each nonnegative with
+  conditional mean 1 under the null (a likelihood ratio of a law it learned against the target's:
+  :mod:`.tilt`): their product.
+
+All take their observations in order, in arrays (a chunk at a time), and keep their wealth in
 logarithms.
 """
 
@@ -108,3 +112,26 @@ class BinBettor:
             return 0.0
         share = self.counts / self.n - 1.0 / self.bins
         return float(share[int(np.argmax(np.abs(share)))])
+
+
+class FactorBettor:
+    """The product of factors, given as logarithms, each of conditional mean 1 under the null
+    (module docstring): its wealth is theirs."""
+
+    def __init__(self) -> None:
+        self.log_wealth = 0.0
+        self.n = 0
+
+    def update(self, log_factors: np.ndarray) -> None:
+        logs = np.asarray(log_factors, dtype=np.float64)
+        if not len(logs):
+            return
+        if np.isnan(logs).any():
+            raise InternalError("a factor that is not a number")
+        self.log_wealth += float(logs.sum())
+        self.n += len(logs)
+
+    @property
+    def drift(self) -> float:
+        """The mean log factor so far: positive where the learned tilt has been gaining."""
+        return self.log_wealth / self.n if self.n else 0.0

@@ -36,6 +36,9 @@ statistic      per token                                   catches
 ``eos``        ``[x = eos] - p(eos)``                      the end of sequence's mass moved (a draft
                                                            loop that drops an end-of-sequence draft;
                                                            where the audit has an end of sequence)
+``ids``        the log of ``w(x) / sum p w``, ``w`` a      mass moved toward some ids at every
+               weight per id learned from the tokens       position, the order by probability kept
+               before (:mod:`.tilt`)                       (a logit bias, a key masked by its id)
 =============  ==========================================  =========================================
 
 :data:`WEIGHTS` gives each family its share of the case's wealth (a family of several bettors
@@ -54,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.tokens.eprocess import BinBettor, MeanBettor
+from specproof.properties.tokens.eprocess import BinBettor, FactorBettor, MeanBettor
 from specproof.properties.tokens.transform import SURPRISAL_CLIP, Observations
 
 #: each statistic's share of a case's wealth (renormalized over those that apply)
@@ -69,6 +72,7 @@ WEIGHTS: dict[str, float] = {
     "block": 0.05,
     "index": 0.10,
     "eos": 0.10,
+    "ids": 0.10,
 }
 #: what each statistic catches, for the reports
 DOCS: dict[str, str] = {
@@ -82,6 +86,7 @@ DOCS: dict[str, str] = {
     "block": "a deviation at one index of the speculative block",
     "index": "the transform in the ids' order moved (reused uniforms)",
     "eos": "the end of sequence's mass moved",
+    "ids": "mass moved toward some token ids at every position (the order by probability kept)",
 }
 #: which way a statistic's drift leans, in words: (negative, positive), by the last part of its name
 #: (``position[8-16].mean`` reads as ``mean``); cells (``uniform``) have no single direction
@@ -110,6 +115,8 @@ def direction(statistic: str, drift: float) -> str:
     last = statistic.rsplit(".", 1)[-1].split("[")[0]
     if last == "uniform" or statistic == "index":
         return "mass moved between cells of the transform (no single direction)"
+    if statistic == "ids":
+        return "toward the ids the engine emitted more often than the laws say"
     if drift == 0:
         return "no lean yet"
     ways = _INDEX if statistic == "index.mean" else _WAYS.get(last)
@@ -190,7 +197,7 @@ class Bet:
     name: str  # e.g. "mean", "position[32-63].uniform"
     family: str  # the statistic it belongs to (a key of WEIGHTS)
     weight: float
-    bettor: MeanBettor | BinBettor
+    bettor: MeanBettor | BinBettor | FactorBettor
 
     @property
     def log_wealth(self) -> float:
@@ -232,6 +239,7 @@ class Family:
             self.bets.append(Bet("draft", "draft", share["draft"], MeanBettor(1.0)))
         if self.eos:
             self.bets.append(Bet("eos", "eos", share["eos"], MeanBettor(1.0)))
+        self.bets.append(Bet("ids", "ids", share["ids"], FactorBettor()))
         parts = 3 if self.blocks else 2
         self.bets.append(Bet("index", "index", share["index"] / parts, BinBettor()))
         self.bets.append(Bet("index.mean", "index", share["index"] / parts, MeanBettor(0.5)))
@@ -285,6 +293,8 @@ class Family:
         if self.eos and obs.p_eos is not None and obs.eos_hit is not None:
             known = ~np.isnan(obs.p_eos)  # a censored law that hides the end's mass says nothing of it
             get["eos"].bettor.update((obs.eos_hit.astype(np.float64) - obs.p_eos)[known])
+        if obs.ids_log is not None:
+            get["ids"].bettor.update(obs.ids_log)
         excess = obs.surprisal - obs.expected_surprisal
         for lo, hi in position_bins(self.horizon):
             sel = (pos >= lo) & (pos <= hi)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specproof.properties.tokens.law import TokenLaw
+from specproof.properties.tokens.tilt import sparse_factors
 from specproof.reference.errors import SpecproofInputError
 
 #: surprisal is clipped at this many nats (a bounded statistic: its betting stays valid)
@@ -55,6 +56,11 @@ class Observations:
     #: ids): uniform under the null too, it sees deviations tied to the ids' order (an inverse-CDF
     #: sampler fed a uniform it already used); NaN where a censored law hides the smaller ids' mass
     u_id: np.ndarray | None = None
+    #: where the audit gave weights over the ids (:mod:`.tilt`): each token's log factor under
+    #: them, the ids to count and the laws' mass per id (the last two dropped once learned)
+    ids_log: np.ndarray | None = None
+    ids_seen: np.ndarray | None = None
+    ids_mass: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.u)
@@ -78,10 +84,12 @@ def observe(
     v: np.ndarray,
     drafts: Sequence[np.ndarray] | None = None,
     eos: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> Observations:
     """The observations of one sample from its laws as :class:`TokenLaw` rows (module docstring);
     ``drafts``: the draft's dense law at each position, where the engine tells it; ``eos``: the
-    audit's end of sequence, where it has one."""
+    audit's end of sequence, where it has one; ``weights``: the ``ids`` statistic's weights over
+    the ids (:mod:`.tilt`), sized to the vocabulary."""
     m = len(tokens)
     out = Observations(np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m))
     if drafts is not None:
@@ -110,6 +118,8 @@ def observe(
             if law.censored:
                 qc = np.append(qc, max(0.0, 1.0 - qc.sum()))
             out.q[t], out.expected_q[t] = qc[c], float((cp * qc).sum())  # type: ignore[index]
+    if weights is not None:
+        out.ids_log, out.ids_seen, out.ids_mass = sparse_factors(list(laws[:m]), list(tokens), weights)
     return out
 
 
@@ -157,6 +167,7 @@ def observe_dense(
     v: np.ndarray,
     drafts: np.ndarray | None = None,
     eos: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> Observations:
     """:func:`observe` for laws given as a dense ``[M, V]`` array (each row a law, checked here and
     normalized by its sum: :class:`RowNotALaw` names a row that is not one), read in blocks of
@@ -181,8 +192,10 @@ def observe_dense(
     if eos is not None:
         out.p_eos, out.eos_hit = np.zeros(m), x == eos
     out.u_id = np.zeros(m)
+    if weights is not None:
+        out.ids_log, out.ids_seen, out.ids_mass = np.zeros(m), x, np.zeros(V)
     rows = max(1, BLOCK_BYTES // (8 * max(1, V)))
-    stop = _read_rows(P, Q, x, v, eos, out, rows)
+    stop = _read_rows(P, Q, x, v, eos, out, rows, weights)
     if stop is not None:
         out.impossible = stop
         return _cut(out, stop)
@@ -197,6 +210,7 @@ def _read_rows(
     eos: int | None,
     out: Observations,
     rows: int,
+    weights: np.ndarray | None = None,
 ) -> int | None:
     """:func:`observe_dense`'s reading of the rows into ``out``, ``rows`` at a time, in order: the
     first position whose token has probability 0 (None: none), or :class:`RowNotALaw` for the
@@ -234,6 +248,10 @@ def _read_rows(
             out.expected_surprisal[sl] = expected[:k]
             if out.p_eos is not None:
                 out.p_eos[sl] = B[:, eos] / s
+            if weights is not None:  # the ids statistic (.tilt): the factor and the laws' mass
+                out.ids_log[sl] = np.log(weights[xb]) - np.log((B @ weights) / s)  # type: ignore[index]
+                inv = 1.0 / s  # one row (a large V) as a scaled add: a one-row product is slower
+                out.ids_mass += B[0] * inv[0] if len(B) == 1 else inv @ B  # type: ignore[operator]
             if Q is not None:
                 D = Q[a:stop].astype(np.float64, copy=False)
                 sq = _rows_checked(D, "drafts", a)
@@ -267,12 +285,14 @@ def joined(parts: Sequence[Observations]) -> Observations:
     out.q, out.expected_q = cat("q"), cat("expected_q")
     out.p_eos, out.eos_hit = cat("p_eos"), cat("eos_hit")
     out.u_id = cat("u_id")
+    out.ids_log = cat("ids_log")
     return out
 
 
 def _cut(out: Observations, t: int) -> Observations:
     """The observations before position ``t`` (where the law gave the token probability 0)."""
     names = ("u", "p_first", "surprisal", "expected_surprisal", "q", "expected_q", "p_eos", "eos_hit", "u_id")
+    names += ("ids_log", "ids_seen")
     for name in names:
         value = getattr(out, name)
         if value is not None:

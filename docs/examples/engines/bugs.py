@@ -95,6 +95,23 @@ class ResidualFloor(Speculative):
         return r / r.sum()
 
 
+#: the end of sequence, which this engine also uses as its padding id
+EOS = 2
+
+
+class PadMask(Speculative):
+    """The verify forward's attention mask built from the ids, ``ids != pad_id``, with the padding
+    id equal to the end of sequence (a tokenizer without a pad token): every end of sequence
+    already in the context (a turn's end in a two-turn prompt) is left out of attention on the
+    speculative path, while plain decoding and its laws attend to it. The law moves a little at
+    every position (a per-token TV of 0.0135), keeping the tokens' order by probability, toward
+    the same ids every time: the token test's ``ids`` statistic finds it (docs/token-audit.md,
+    "What a pass does not cover")."""
+
+    def verify_forward(self, tokens, cache):  # type: ignore[no-untyped-def]
+        return self.target.forward(tokens, cache, masked_id=EOS)  # bug: the pad mask masks EOS
+
+
 kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256)
 position_ids = spec("tinylm.position_ids_past_40", PositionsPast40, 4096, 256)
 stale_page = spec("tinylm.stale_page", StalePage, 4096, 256)
@@ -103,6 +120,7 @@ shared_uniform = spec("tinylm.shared_uniform", SharedUniform, 4096, 256)
 greedy_accept = spec("tinylm.greedy_accept", GreedyAccept, 4096, 256)
 temperature_twice = spec("tinylm.temperature_twice", TemperatureTwice, 4096, 256, temperature=0.7)
 residual_floor = spec("tinylm.residual_floor", ResidualFloor, 512, 256)
+pad_mask = spec("tinylm.pad_mask", PadMask, 4096, 256, prompt=(3, 17, EOS, 5))
 
 
 class PagedExact(Speculative):
@@ -114,3 +132,5 @@ class PagedExact(Speculative):
 #: controls: the correct engines the bugs were planted in (exact, at V = 4,096 and M = 256)
 exact_paged = spec("tinylm.exact_paged", PagedExact, 4096, 256)
 exact_window = spec("tinylm.exact_window_16", Speculative, 4096, 256, window=16)
+#: the control of ``pad_mask``: the same two-turn prompt, every key attended to
+exact_two_turns = spec("tinylm.exact_two_turns", Speculative, 4096, 256, prompt=(3, 17, EOS, 5))

@@ -32,6 +32,7 @@ class Cache:
         self.k = np.zeros((64, width))
         self.v = np.zeros((64, width))
         self.length = 0
+        self.ids: list[int] = []  # the token id of each position (the first ``length`` hold)
 
     def append(self, k: np.ndarray, v: np.ndarray) -> None:
         n = len(k)
@@ -56,6 +57,7 @@ class PagedCache:
         self.width, self.page = width, page
         self.pages: list[tuple[np.ndarray, np.ndarray]] = []
         self.length = 0
+        self.ids: list[int] = []  # the token id of each position (the first ``length`` hold)
 
     def append(self, k: np.ndarray, v: np.ndarray) -> None:
         for i in range(len(k)):
@@ -106,14 +108,18 @@ class AttentionLM:
         cache: Cache | PagedCache,
         window: int | None | str = "own",
         offset: int = 0,
+        masked_id: int | None = None,
     ) -> np.ndarray:
         """Logits after each of ``tokens`` (appended to ``cache``): ``[len(tokens), vocab]``;
-        ``offset``: added to the position ids (0 in a correct engine)."""
+        ``offset``: added to the position ids (0 in a correct engine); ``masked_id``: keys of this
+        token id left out of attention (None in a correct engine)."""
         window = self.window if window == "own" else window
         start = cache.length
         h = self.embed[tokens] + self.positions(start + offset, len(tokens))
         q, k, v = h @ self.wq, h @ self.wk, h @ self.wv
         cache.append(k, v)
+        del cache.ids[start:]
+        cache.ids.extend(int(x) for x in tokens)
         keys, values = cache.keys()
         scores = q @ keys.T / np.sqrt(self.width)
         t = np.arange(start, start + len(tokens))[:, None]
@@ -121,6 +127,8 @@ class AttentionLM:
         mask = j <= t
         if window is not None:
             mask &= j > t - window
+        if masked_id is not None:
+            mask &= np.asarray(cache.ids[: len(keys)])[None, :] != masked_id
         scores = np.where(mask, scores, -np.inf)
         h = h + _softmax(scores) @ values
         return h @ self.out + self.bias
@@ -253,6 +261,7 @@ def spec(
     tokens: int,
     temperature: float = 1.0,
     temperatures: tuple[float, ...] | None = None,
+    prompt: tuple[int, ...] = (3, 17, 5),
     **kw: object,
 ):
     """The EngineSpec of an engine class of this folder on its own model (imported lazily, so this
@@ -265,7 +274,7 @@ def spec(
 
     doc = " ".join((engine.__doc__ or "").split()).split(". ")[0].rstrip(".") + "."  # first sentence
     settings = tuple(Sampling(t) for t in (temperatures or (temperature,)))
-    return EngineSpec(name, "user", doc, build, vocab, ((3, 17, 5),), settings, tokens=tokens)
+    return EngineSpec(name, "user", doc, build, vocab, (prompt,), settings, tokens=tokens)
 
 
 exact = spec("tinylm.exact", Speculative, 4096, 256)
