@@ -107,3 +107,19 @@ def test_the_llama_cpp_python_block_runs_to_a_pass(tmp_path: Path) -> None:
     from specproof.properties.servers import gguf_models
 
     assert json.loads((tmp_path / "vocab.json").read_text()) == list(gguf_models.VOCAB)
+
+
+def test_the_pages_table_of_what_tiny_models_writes_is_what_it_writes(tmp_path: Path) -> None:
+    """Every path the page's table of ``specproof tiny-models DIR`` names is written, and the
+    command writes no top-level entry the table leaves out."""
+    from specproof.properties.cli import main
+
+    text = PAGE.read_text()
+    part = text.split("## What `specproof tiny-models DIR` writes", 1)[1].split("\n## ", 1)[0]
+    paths = re.findall(r"`(DIR/[^`]+)`", part)
+    assert len(paths) >= 6, paths
+    assert main(["tiny-models", str(tmp_path)]) == 0
+    for p in paths:
+        assert (tmp_path / p.removeprefix("DIR/")).exists(), p
+    named = {p.removeprefix("DIR/").split("/")[0] for p in paths}
+    assert {e.name for e in tmp_path.iterdir()} <= named

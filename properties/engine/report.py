@@ -190,6 +190,8 @@ def _details(r: EngineAuditResult) -> list[Any]:
         out.append(("p", f"{label}: {w.case.name}.{detail}"))
         if w.test is not None and not w.hard_failure:
             out.append(("p", w.test.summary()))
+    if r.token_rejected:  # the token test's witness in full: its statistic, e-value and direction
+        out.append(("p", f"Token test: {r.token_text()}"))
     return [*out, *figures(r), *_case_table(r)]
 
 

@@ -151,7 +151,10 @@ class EngineAuditResult:
             f"{1 / self.token_test['alpha']:.3g} after {f['tokens']:,} tokens; its drift {f['drift']:+.3g}"
             + (f" ({f['direction']})" if f.get("direction") else "")
         )
-        return text if not short else text.split("; its drift")[0]
+        if not short:
+            return text
+        way = f", leaning {f['direction']}" if f.get("direction") else ""
+        return text.split("; its drift")[0] + way
 
     def _background_witness(self) -> str:
         """The deviation found beside the cases' law tests: in the background requests (the token
