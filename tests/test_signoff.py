@@ -128,3 +128,24 @@ def test_a_deployment_is_signed_off_once_over_its_audits(tmp_path, capsys):
     (tmp_path / "other.json").write_text(json.dumps(other))
     assert main(["signoff", str(paths["cache"]), str(tmp_path / "other.json")]) == 4
     assert "different servers" in capsys.readouterr().err
+    # the audits record the build the server said (GET /props); another build of it is refused
+    load = json.loads(paths["load"].read_text())
+    assert load["description"]["server"]["build"] == "specproof-standin"
+    load["description"]["server"]["build"] = "specproof-standin+fixed_seed"
+    (tmp_path / "rebuilt.json").write_text(json.dumps(load))
+    assert main(["signoff", str(paths["cache"]), str(tmp_path / "rebuilt.json")]) == 4
+    err = capsys.readouterr().err
+    assert "different builds" in err and "specproof-standin+fixed_seed" in err
+
+
+def test_the_build_is_read_from_the_server_in_each_familys_place():
+    """llama-server's GET /props build_info and vLLM's GET /version, as the stand-in answers them
+    in each shape; a planted bug is a build of its own."""
+    for family in ("llamacpp", "vllm"):
+        for bug in (None, "zero_logprobs"):
+            with StandIn(bug, loop="laws") as si:
+                ep = Endpoint(EndpointOptions((si.url,), profile=family, vocab=si.model.vocab)).open()
+                try:
+                    assert ep.build == "specproof-standin" + (f"+{bug}" if bug else "")
+                finally:
+                    ep.close()

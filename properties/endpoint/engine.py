@@ -245,6 +245,10 @@ class EndpointEngine:
         return {
             **self.profile.describe(),
             "endpoints": self.client.urls,
+            #: what the server says it serves and which build it is (the sign-off compares them)
+            "server": None
+            if self.endpoint is None
+            else {"model": self.endpoint.identity.get("model"), "build": self.endpoint.build},
             "twin": None if self.twin is None else self.twin.client.urls,
             "law_read_from": self._laws.urls,
             "concurrency": self.client.concurrency,
@@ -455,6 +459,8 @@ class Endpoint:
             else Client([o.twin], o.concurrency, o.timeout, o.retries, transport=ways.get(o.twin))
         )
         self.identity: dict[str, Any] = {}
+        #: the build the server says it is (the family's ``build_route``; None: not said)
+        self.build: str | None = None
         self.vocab = 0
         #: the LoRA adapters the endpoint holds: id -> the scale a request naming none runs at
         self.adapters: dict[int, float] = {}
@@ -489,6 +495,7 @@ class Endpoint:
     def _check_servers(self, vocab: int | None) -> None:
         self.identity = self._identity(self.client, "URL")
         self.profile = self.profile.learned(self.identity)
+        self.build = self._build()
         twin_identity = None if self.twin_client is None else self._identity(self.twin_client, "--twin")
         vocab = vocab or self.identity.get("vocab")
         if not vocab:
@@ -539,6 +546,19 @@ class Endpoint:
             raise UsageError(f"{option}: {client.urls[0]} lists its LoRA adapters wrongly: {e}") from e
         except EngineUnavailable as e:
             raise UsageError(f"{option}: cannot reach {client.urls[0]}: {e.detail}") from e
+
+    def _build(self) -> str | None:
+        """The build the server says it is, where its family says where to ask (None where it
+        does not answer: an older build, or a server that does not say)."""
+        route = self.profile.build_route
+        if route is None:
+            return None
+        try:
+            said = self.client.get(route[0])
+        except (EngineUnavailable, RequestRefused, AnswerError):
+            return None
+        value = said.get(route[1]) if isinstance(said, dict) else None
+        return None if value is None else str(value)
 
     def _identity(self, client: Client, option: str) -> dict[str, Any]:
         try:

@@ -24,6 +24,8 @@ tested end to end, through HTTP, without a third-party server.
 ``GET /v1/models``             ``id`` (``model_name``), ``root`` and ``meta.n_vocab``, like
                                llama-server and vLLM
 ``GET /get_model_info``        ``model_path``, like SGLang
+``GET /props``, ``/version``   the build (``build_info``, like llama-server; ``version``, like
+                               vLLM): ``specproof-standin``, ``+BUG`` with a planted bug
 ``GET /health``                ``{"status": "ok"}``
 ``GET /metrics``               the speculation totals since start, in llama-server's and vLLM's
                                Prometheus names (``llamacpp:spec_decode_num_draft_tokens_total``,
@@ -440,6 +442,11 @@ class StandIn:
         del drawn.tokens[k:]
         drawn.steps = _cut(drawn.steps, k)
 
+    @property
+    def build(self) -> str:
+        """The build this stand-in says it is: a planted bug makes another build."""
+        return "specproof-standin" + (f"+{self.bug}" if self.bug else "")
+
     def respond(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         """The status and JSON answer to one request (the faults aside: :meth:`admit`)."""
         path = path.split("?", 1)[0]
@@ -455,6 +462,10 @@ class StandIn:
                 ]
             if path in ("/v1/models", "/models"):
                 return 200, models(self)
+            if path == "/props":  # llama-server's build, and vLLM's below: a bug is a build of its own
+                return 200, {"build_info": self.build, "model_path": self.model.name}
+            if path == "/version":
+                return 200, {"version": self.build}
             if path == "/get_model_info":
                 name = self.model.name
                 return 200, {"model_path": name, "tokenizer_path": name, "is_generation": True}

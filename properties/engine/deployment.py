@@ -7,11 +7,13 @@ a question is **no** where any audit said no (that audit's detail, named by its 
 where no audit said no and one said yes (from the evidence it gathered), else **not tested** with
 what would test it. A traffic audit answers the law's question from the tokens the server served.
 The verdict is the most severe of the audits' (:func:`~specproof.properties.verdicts.most_severe`).
-Audits of different servers are refused: the sign-off is of one deployment.
+Audits of different servers, or of different builds or models of one (as the servers said them),
+are refused: the sign-off is of one deployment.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +84,21 @@ def _items(doc: dict[str, Any], path: str) -> list[Item]:
     raise UsageError(f"{path}: not the JSON of an engine, endpoint or traffic audit (specproof audit --json)")
 
 
+def _same_build(docs: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Refuse audits whose servers said different builds or models (an endpoint audit records
+    what its server said under ``description.server``; an audit whose server said nothing, or a
+    traffic audit, is not compared)."""
+    for key in ("build", "model"):
+        said: dict[str, list[str]] = {}
+        for path, d in docs:
+            value = ((d.get("description") or {}).get("server") or {}).get(key)
+            if value is not None:
+                said.setdefault(json.dumps(value, sort_keys=True), []).append(path)
+        if len(said) > 1:
+            parts = "; ".join(f"{', '.join(paths)}: {value}" for value, paths in said.items())
+            raise UsageError(f"signoff: the audits are of different {key}s of the server ({parts})")
+
+
 def merge(docs: Sequence[tuple[str, dict[str, Any]]]) -> Deployment:
     """The sign-off of the audits ``docs`` ((file, JSON) pairs) of one server (module docstring)."""
     if not docs:
@@ -91,6 +108,7 @@ def merge(docs: Sequence[tuple[str, dict[str, Any]]]) -> Deployment:
         raise UsageError(
             f"signoff: the audits are of different servers or engines ({', '.join(sorted(servers))})"
         )
+    _same_build(docs)
     server = servers.pop() if servers else "recorded traffic"
     verdicts = {path: str(d.get("verdict")) for path, d in docs}
     for path, v in verdicts.items():

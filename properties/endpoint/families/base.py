@@ -144,6 +144,10 @@ class Profile(abc.ABC):
     #: where the server lists the LoRA adapters it holds (llama-server's ``GET /lora-adapters``;
     #: None: the family's adapters are not asked for per request)
     adapters: ClassVar[str | None] = None
+    #: where the server says which build it is and the field that holds it (llama-server's
+    #: ``GET /props`` ``build_info``, vLLM's ``GET /version`` ``version``; None: not asked), so a
+    #: deployment's sign-off can refuse audits of different builds
+    build_route: ClassVar[tuple[str, str] | None] = None
     #: whether :meth:`laws_along_request` has the server generate the path (read only from a
     #: speculation-off twin: the speculative server would draft it)
     along_generates: ClassVar[bool] = False

@@ -76,6 +76,7 @@ class LlamaCpp(Profile, family="llamacpp", recipe=RECIPE, counters=True, offers=
     completions: ClassVar[str | None] = "n_cmpl"
     #: LoRA adapters loaded with ``--lora``, asked per request with ``lora: [{id, scale}]``
     adapters: ClassVar[str | None] = "/lora-adapters"
+    build_route: ClassVar[tuple[str, str] | None] = ("/props", "build_info")
     #: llama-server started with ``--metrics``
     metrics: ClassVar[tuple[str, str, str] | None] = (
         "/metrics",

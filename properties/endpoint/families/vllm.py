@@ -71,6 +71,7 @@ class VLLM(Profile, family="vllm", recipe=RECIPE, counters=True, offers=OFFERS):
     #: n completions a request: vLLM's child requests, completion j seeded by seed + j (and no
     #: per-request metrics for the parent: the completions' counters are not observable)
     completions: ClassVar[str | None] = "n"
+    build_route: ClassVar[tuple[str, str] | None] = ("/version", "version")
     no_draft_hint: ClassVar[str] = (
         "vllm serve drafts only with --speculative-config (a method and its num_speculative_tokens); and its "
         "answers carry counters only with --per-request-spec-decode-metrics summary"
