@@ -42,6 +42,9 @@ ENGINES = [
     ("residual_floor", bugs.residual_floor, "lossy"),
     ("exact_two_turns", bugs.exact_two_turns, "pass"),
     ("pad_mask", bugs.pad_mask, "lossy"),
+    ("reseeded_drafts", bugs.reseeded_drafts, "lossy"),
+    ("exact_two_kernels", bugs.exact_two_kernels, "pass"),
+    ("multi_query_window", bugs.multi_query_window, "contract_violation"),
 ]
 
 
@@ -92,6 +95,8 @@ def main(argv: list[str]) -> int:
             "tokens": sum(c.observed_tokens for c in r.cases),
             "statistic": f.get("statistic") if r.token_rejected else None,
             "witness": r.short_witness(),
+            #: the check of the laws read along a path against target_law at one prefix
+            "forcing": (r.token_test or {}).get("teacher_forcing_checked"),
             "seconds": secs,
             "plan": r.plan_text,
         }

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tinylm import PagedCache, Speculative, _softmax, spec  # noqa: E402
+from tinylm import Cache, PagedCache, Speculative, _softmax, spec  # noqa: E402
 
 
 class KVCropPast40(Speculative):
@@ -112,6 +112,53 @@ class PadMask(Speculative):
         return self.target.forward(tokens, cache, masked_id=EOS)  # bug: the pad mask masks EOS
 
 
+class ReseededDrafts(Speculative):
+    """The drafts' generator built from the request's seed at every step (a drafter that seeds its
+    own sampler per call): every step's drafts reuse the same uniforms, and the step's first
+    acceptance test, drawn from the request's stream started from the same seed, reuses the
+    uniform that drew the first draft. Each token looks right on average; given the tokens
+    before it, it is not."""
+
+    def draft_stream(self, rng, seed):  # type: ignore[no-untyped-def]
+        return np.random.default_rng(seed)  # bug: rebuilt from the seed every step
+
+
+class MultiQueryWindow(Speculative):
+    """A target with a sliding window of 16 and two attention kernels: the single-query one
+    (decoding one token at a time: ``target_law``) keeps the window, the multi-query one (the
+    prefill, the verify forward, and the laws read along a path in one forward) drops it. The
+    laws the audit reads by teacher forcing share the bug; only the check against ``target_law``
+    at one prefix sees it."""
+
+    capabilities = Speculative.capabilities - {"prompt_len"}
+
+    def multi_query(self, tokens, cache):  # type: ignore[no-untyped-def]
+        return self.target.forward(tokens, cache, window=None)  # bug: the window dropped
+
+    def verify_forward(self, tokens, cache):  # type: ignore[no-untyped-def]
+        return self.multi_query(tokens, cache)
+
+    def target_laws_along(self, prompt_ids, tokens, prompt_len=None):  # type: ignore[no-untyped-def]
+        seq = list(prompt_ids) + list(tokens)
+        z = self.multi_query(seq[:-1] if tokens else seq, Cache(self.target.width))
+        return self.law_from_logits(z[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(tokens)])
+
+    def target_law(self, context, prompt_len=None):  # type: ignore[no-untyped-def]
+        cache = Cache(self.target.width)
+        for t in context:  # one token at a time: the single-query kernel
+            z = self.target.forward([t], cache)
+        return self.law_from_logits(z[-1])
+
+
+class TwoKernels(MultiQueryWindow):
+    """The control of ``multi_query_window``: both kernels keep the window, the multi-query one
+    computes in float32 (its logits rounded to float32), the single-query one in float64: two
+    paths that differ by rounding only."""
+
+    def multi_query(self, tokens, cache):  # type: ignore[no-untyped-def]
+        return self.target.forward(tokens, cache).astype(np.float32).astype(np.float64)
+
+
 kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256)
 position_ids = spec("tinylm.position_ids_past_40", PositionsPast40, 4096, 256)
 stale_page = spec("tinylm.stale_page", StalePage, 4096, 256)
@@ -121,6 +168,8 @@ greedy_accept = spec("tinylm.greedy_accept", GreedyAccept, 4096, 256)
 temperature_twice = spec("tinylm.temperature_twice", TemperatureTwice, 4096, 256, temperature=0.7)
 residual_floor = spec("tinylm.residual_floor", ResidualFloor, 512, 256)
 pad_mask = spec("tinylm.pad_mask", PadMask, 4096, 256, prompt=(3, 17, EOS, 5))
+reseeded_drafts = spec("tinylm.reseeded_drafts", ReseededDrafts, 4096, 256)
+multi_query_window = spec("tinylm.multi_query_window_16", MultiQueryWindow, 4096, 256, window=16)
 
 
 class PagedExact(Speculative):
@@ -134,3 +183,5 @@ exact_paged = spec("tinylm.exact_paged", PagedExact, 4096, 256)
 exact_window = spec("tinylm.exact_window_16", Speculative, 4096, 256, window=16)
 #: the control of ``pad_mask``: the same two-turn prompt, every key attended to
 exact_two_turns = spec("tinylm.exact_two_turns", Speculative, 4096, 256, prompt=(3, 17, EOS, 5))
+#: the control of ``multi_query_window``: its two kernels differ by float32 rounding only
+exact_two_kernels = spec("tinylm.exact_two_kernels_16", TwoKernels, 4096, 256, window=16)

@@ -217,6 +217,10 @@ class Speculative:
     def verify_forward(self, tokens: list[int], cache: Cache | PagedCache) -> np.ndarray:
         return self.target.forward(tokens, cache)
 
+    def draft_stream(self, rng: np.random.Generator, seed: int) -> np.random.Generator:
+        """The generator a step's drafts are drawn from: the request's one stream."""
+        return rng
+
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
         rng = np.random.default_rng(seed)
         out, tcache, dcache = list(prompt_ids), self.cache(), Cache(self.draft.width)
@@ -227,9 +231,10 @@ class Speculative:
             step: dict = {}
             drafts, qs = [], []
             tail = out[dcache.length :]  # committed tokens the draft has not seen
+            drafting = self.draft_stream(rng, seed)
             for _ in range(self.k):
                 q = self.law_from_logits(self.draft.forward(tail, dcache)[-1])
-                x = draw(rng, q)
+                x = draw(drafting, q)
                 drafts.append(x)
                 qs.append(q)
                 tail = [x]
