@@ -108,11 +108,42 @@ def door_default(cls: type, name: str, door: str) -> Any:
     return defaults(cls)[name]
 
 
+#: the TV under a name that says its unit, as the command line's ``--token-tv`` and ``--joint-tv``:
+#: per emitted token (the token test's plan) or of the M tokens' joint law (the cells test's)
+UNIT_TV = {"token_tv": "per token", "joint_tv": "joint"}
+
+
+def _unit_tv(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``token_tv`` or ``joint_tv`` read as ``tv``, refused where the unit is not
+    the one the audit's plan reads (``test="cells"``: joint; otherwise per token)."""
+    named = [k for k in UNIT_TV if options.get(k) is not None]
+    out = {k: v for k, v in options.items() if k not in UNIT_TV}
+    if not named:
+        return out
+    if len(named) > 1 or options.get("tv") is not None:
+        raise UsageError(f"{named[-1]}: give the TV once (tv, token_tv or joint_tv)")
+    key, cells = named[0], options.get("test") == "cells"
+    if key == "token_tv" and cells:
+        raise UsageError(
+            "token_tv: with test='cells' the plan is the cells test's, of a joint TV: give joint_tv"
+        )
+    if key == "joint_tv" and not cells:
+        raise UsageError(
+            "joint_tv: the joint TV plans the cells test alone (test='cells'); the token test's plan "
+            "is per token: give token_tv"
+        )
+    out["tv"] = options[key]
+    return out
+
+
 def build(cls: type[T], options: dict[str, Any], door: str = "python") -> T:
     """``cls`` from the options given (``None``: not given: the default, or the door's own),
     validated where the class has ``validate``. An unknown name is a :class:`UsageError` that
-    lists the known ones."""
+    lists the known ones. Where the class plans by a TV of either unit (it has ``tv`` and
+    ``test``), ``token_tv`` and ``joint_tv`` name it with its unit (:data:`UNIT_TV`)."""
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    if "tv" in names and "test" in names:
+        options = _unit_tv(options)
     unknown = sorted(k for k in options if k not in names)
     if unknown:
         raise UsageError(

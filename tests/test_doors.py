@@ -258,3 +258,22 @@ def test_param_adds_to_a_settings_own_parameters():
         Sampling(0.7, repetition_penalty=1.4, presence_penalty=0.5),
     )
     assert EngineRequest(temperatures=(0.5,)).settings(own) == (Sampling(0.5, repetition_penalty=1.4),)
+
+
+def test_the_tv_can_be_named_with_its_unit_from_python():
+    """token_tv and joint_tv are the TV under names that say its unit, as --token-tv and
+    --joint-tv: read as tv where the unit is the plan's, refused with the right name where not."""
+    import pytest
+
+    from specproof.properties.engine.config import EngineAuditConfig
+    from specproof.properties.options import build
+    from specproof.reference.errors import UsageError
+
+    assert build(EngineAuditConfig, {"token_tv": 0.05}).tv == 0.05
+    assert build(EngineAuditConfig, {"joint_tv": 0.2, "test": "cells"}).tv == 0.2
+    with pytest.raises(UsageError, match="joint_tv: the joint TV plans the cells test alone"):
+        build(EngineAuditConfig, {"joint_tv": 0.2})
+    with pytest.raises(UsageError, match="token_tv: with test='cells'.*give joint_tv"):
+        build(EngineAuditConfig, {"token_tv": 0.05, "test": "cells"})
+    with pytest.raises(UsageError, match="give the TV once"):
+        build(EngineAuditConfig, {"token_tv": 0.05, "tv": 0.05})
