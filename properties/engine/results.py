@@ -319,6 +319,13 @@ class EngineAuditResult:
                 f"    token test: e-value {e:.3g} (1/alpha = {1 / self.token_test['alpha']:.3g}; "
                 "anytime-valid)"
             )
+            forced = self.token_test.get("teacher_forcing_checked")
+            if forced:  # which law the token test read, and how it was checked
+                lines.append(
+                    "    laws read along each path in one call (teacher forcing), checked against the law "
+                    f"at the prefix alone in {forced['checked']} samples: largest TV "
+                    f"{forced['largest_tv']:.2g} (tolerance {forced['tolerance']:g})"
+                )
             lines.append(
                 "    not covered at any size: mass moved among tokens of about the same probability that "
                 "favours different ids at different positions (the transform's law unchanged; where the "

@@ -251,7 +251,7 @@ def _read_rows(
             if weights is not None:  # the ids statistic (.tilt): the factor and the laws' mass
                 out.ids_log[sl] = np.log(weights[xb]) - np.log((B @ weights) / s)  # type: ignore[index]
                 inv = 1.0 / s  # one row (a large V) as a scaled add: a one-row product is slower
-                out.ids_mass += B[0] * inv[0] if len(B) == 1 else inv @ B  # type: ignore[operator]
+                out.ids_mass += B[0] * inv[0] if len(B) == 1 else inv @ B
             if Q is not None:
                 D = Q[a:stop].astype(np.float64, copy=False)
                 sq = _rows_checked(D, "drafts", a)
@@ -291,8 +291,8 @@ def joined(parts: Sequence[Observations]) -> Observations:
 
 def _cut(out: Observations, t: int) -> Observations:
     """The observations before position ``t`` (where the law gave the token probability 0)."""
-    names = ("u", "p_first", "surprisal", "expected_surprisal", "q", "expected_q", "p_eos", "eos_hit", "u_id")
-    names += ("ids_log", "ids_seen")
+    names: tuple[str, ...] = ("u", "p_first", "surprisal", "expected_surprisal", "q", "expected_q")
+    names += ("p_eos", "eos_hit", "u_id", "ids_log", "ids_seen")
     for name in names:
         value = getattr(out, name)
         if value is not None:
