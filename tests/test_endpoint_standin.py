@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import socket
+import time
 
 import httpx
 import numpy as np
@@ -722,3 +723,27 @@ def test_a_server_that_never_drafts_stops_before_sampling_with_the_likely_cause(
                 endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=16)
             finally:
                 ep.close()
+
+
+def test_a_server_of_another_family_is_named_at_once_with_the_fix(tmp_path):
+    """A server that does not answer in the profile's shape (here a plain file server on loopback:
+    every route a 404) is refused before any sampling, in seconds, naming the URL, the profile it
+    was read as, and the flag that names another family."""
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(UsageError) as e:
+            endpoint(url, "vllm").open()
+        assert time.perf_counter() - t0 < 30
+    finally:
+        server.shutdown()
+        server.server_close()
+    text = str(e.value)
+    assert f"URL: {url} does not answer as profile vllm" in text
+    assert "--profile names its family" in text and "llamacpp" in text

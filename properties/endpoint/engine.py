@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.endpoint.client import Client, RequestRefused
-from specproof.properties.endpoint.families import make_profile
+from specproof.properties.endpoint.families import PROFILES, make_profile
 from specproof.properties.endpoint.families.base import AnswerError, Profile
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.traffic import Record, twin_laws
@@ -566,8 +566,10 @@ class Endpoint:
         except EngineUnavailable as e:
             raise UsageError(f"{option}: cannot reach {client.urls[0]}: {e.detail}") from e
         except (RequestRefused, AnswerError) as e:
+            others = ", ".join(p for p in PROFILES if p != self.profile.name)
             raise UsageError(
-                f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e}"
+                f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e} (if it "
+                f"is another kind of server, --profile names its family: {others})"
             ) from e
 
     def engine(
