@@ -85,3 +85,31 @@ def test_every_documented_command_parses(page, line, command):
     except SystemExit as e:
         if e.code not in (0, None):
             pytest.fail(f"{page.relative_to(ROOT)}:{line}: {command}\n{err.getvalue().strip()}")
+
+
+#: documented commands cheap enough to run here, in their page's order, with the exit status the
+#: page implies (1: the audit finds the planted bug; 0 otherwise); each must still be on its page
+RUN = [
+    ("README.md", "specproof audit --help", 0),
+    ("docs/engine-audit.md", "specproof backends --kind engine", 0),
+    (
+        "docs/engine-audit.md",
+        "specproof audit engine mutant.temperature_target_only --tv 0.1 --seed 3 --json e.json",
+        1,
+    ),
+    ("docs/engine-audit.md", "specproof replay e.json -o test_engine_witness.py", 0),
+]
+
+
+def test_the_cheap_documented_commands_run_as_written(tmp_path, monkeypatch, capsys):
+    """The commands of :data:`RUN`, as their pages write them, run in one folder one after the
+    other (the replay reads the audit's JSON): each exits as the page implies, and the replay
+    writes its test."""
+    from specproof.properties.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for page, command, status in RUN:
+        assert command in [c for _, c in commands(ROOT / page)], f"{page} no longer writes {command!r}"
+        assert main(shlex.split(command)[1:]) == status, command
+    assert (tmp_path / "test_engine_witness.py").read_text().startswith('"""Replay of the engine audit')
+    capsys.readouterr()
