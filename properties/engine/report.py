@@ -274,25 +274,28 @@ def _case_table(r: EngineAuditResult) -> list[Any]:
         head += ["p (cells)", f"joint TV detected at power {r.config.power:g}", "unresolved", "uncovered"]
     head += ["target forwards per call", "speculation", "rejected", "limited"]
     rows = []
+    told = any(c.forwards for c in r.cases)  # no case told its forwards: the column is dropped
     for c in r.cases:
+        # a cell says why it is empty: the case drew no sample, or its test did not run
+        none = "no sample" if not c.n else "not run"
         row = [c.case.name, str(c.planned), str(c.n)]
         if tokens:
             d = c.token_detects
-            tv = f"{d['mean']:.3g} / {d['greedy']:.3g} / {d['uniform']:.3g}" if d else ""
+            tv = f"{d['mean']:.3g} / {d['greedy']:.3g} / {d['uniform']:.3g}" if d else none
             row += [f"{c.observed_tokens:,}", tv]
         if cells:
             ran = c.test is not None
             row += [
-                "0 (hard failure)" if c.hard_failure else (f"{c.pvalue:.3g}" if ran else ""),
-                f"{c.detectable_tv:.3f}" if ran else "",
-                f"{c.test.unresolved:.3f}" if c.test is not None else "",
-                f"{c.test.uncovered:.3f}" if c.test is not None else "",
+                "0 (hard failure)" if c.hard_failure else (f"{c.pvalue:.3g}" if ran else none),
+                f"{c.detectable_tv:.3f}" if ran else none,
+                f"{c.test.unresolved:.3f}" if c.test is not None else none,
+                f"{c.test.uncovered:.3f}" if c.test is not None else none,
             ]
         row += [
-            _forwards(c.forwards),
+            _forwards(c.forwards) or ("" if not told else "no sample" if not c.n else "not told"),
             str(c.speculation.status),
-            "**rejected**" if c.rejected else "",
-            "short of the plan" if c.budget_limited else "",
+            "**rejected**" if c.rejected else "no",
+            "short of the plan" if c.budget_limited else "no",
         ]
         rows.append(row)
     out: list[Any] = [("table", (head, rows))]
