@@ -62,6 +62,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption(
         "--specproof-large-vocab-tv", type=float, help="TV planned for the memory-bound cases, V > 4096"
     )
+    for unit, what in (
+        ("token", "per emitted token (the token test's plan)"),
+        ("joint", "of the M tokens' joint law (--specproof-engine-test cells)"),
+    ):
+        g.addoption(
+            f"--specproof-{unit}-tv",
+            type=float,
+            dest=f"specproof_{unit}_tv",
+            default=None,
+            help=f"the engine and endpoint audits' TV named with its unit: {what}; refused where it "
+            "is not the unit the plan reads",
+        )
     g.addoption(
         "--specproof-underpowered",
         choices=("fail", "skip"),
@@ -133,7 +145,13 @@ def door_values(config: pytest.Config) -> dict[type, Any]:
 
     cached = config.stash.get(_VALUES, None)
     if cached is None:
-        cached = {cls: build(cls, _values(config, cls), door="pytest") for cls in DOOR_CLASSES}
+        cached = {}
+        for cls in DOOR_CLASSES:
+            values = _values(config, cls)
+            if {"tv", "test"} <= set(values):  # the TV named with its unit (options.UNIT_TV)
+                values["token_tv"] = config.getoption("specproof_token_tv")
+                values["joint_tv"] = config.getoption("specproof_joint_tv")
+            cached[cls] = build(cls, values, door="pytest")
         config.stash[_VALUES] = cached
     return cached
 

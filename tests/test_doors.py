@@ -277,3 +277,15 @@ def test_the_tv_can_be_named_with_its_unit_from_python():
         build(EngineAuditConfig, {"token_tv": 0.05, "test": "cells"})
     with pytest.raises(UsageError, match="give the TV once"):
         build(EngineAuditConfig, {"token_tv": 0.05, "tv": 0.05})
+
+
+def test_the_tv_can_be_named_with_its_unit_in_pytest():
+    """--specproof-token-tv and --specproof-joint-tv, as the command line's --token-tv and
+    --joint-tv: read as the plan's TV where the unit is the plan's, refused where not."""
+    from specproof.reference.errors import UsageError
+
+    assert pytest_values(["--specproof-token-tv", "0.05"])[EngineAuditConfig].tv == 0.05
+    joint = pytest_values(["--specproof-joint-tv", "0.2", "--specproof-engine-test", "cells"])
+    assert joint[EngineAuditConfig].tv == 0.2
+    with pytest.raises(UsageError, match="joint_tv: the joint TV plans the cells test alone"):
+        pytest_values(["--specproof-joint-tv", "0.2"])

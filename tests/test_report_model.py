@@ -3,8 +3,9 @@
 For the verifier, engine, endpoint and traffic audits, one audit of each verdict the kind can
 reach (pass, lossy, underpowered; misreported for the endpoint audit, whose stand-in reports
 probabilities; an engine audit can be misreported too, but no registered engine is; the recipes
-are scripts/report_gallery.py's, whose screenshots docs/reports.md shows) is run through the command line with ``--json`` and ``--report x.json``, and the report's
-blocks are written in the other two formats. Then:
+are scripts/report_gallery.py's, whose screenshots docs/reports.md shows) is run through the
+command line with ``--json`` and ``--report x.json``, and the report's blocks are written in the
+other two formats. Then:
 
 * the three renderings are the same list: every table cell and figure title of the JSON report is
   in the Markdown and the HTML, and the HTML draws every figure as SVG;
