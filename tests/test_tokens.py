@@ -369,3 +369,35 @@ def test_the_statistics_parts_add_up_to_the_audit_wealth_at_every_point():
         parts = sum(10 ** v[i] for v in tr["statistics"].values())
         assert math.log10(parts) == pytest.approx(tr["audit"][i], abs=1e-9), i
     assert sum(bad.pit) == bad.tokens and sum(good.pit) == good.tokens
+
+
+def test_the_eos_power_table_is_the_code_s_and_holds_in_simulation():
+    """docs/token-audit.md's table of the eos statistic's tokens is power.eos_tokens at alpha 1e-4
+    and power 0.99; and seed 14: 60 runs of the eos bettor at three rows' stated tokens (the
+    indicator drawn with the shifted mass) reach the bettor's threshold at least 55 times each
+    (54 or fewer has probability below 1e-4 at power 0.99)."""
+    import pathlib
+    import re
+
+    w = power.shares(False, False, eos=True)
+    lt = power.log_threshold(1e-4, 1, "eos", w)
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "token-audit.md").read_text()
+    part = text.split("| p(eos) | shift 0.002 | shift 0.005 | shift 0.01 |", 1)[1]
+    rows = re.findall(r"^\| ([0-9.]+) \| ([0-9,]+) \| ([0-9,]+) \| ([0-9,]+) \|$", part, flags=re.M)[:3]
+    assert [float(r[0]) for r in rows] == [0.01, 0.05, 0.2]
+    for p_eos, *cells in rows:
+        want = [power.eos_tokens(s, float(p_eos), lt) for s in (0.002, 0.005, 0.01)]
+        assert [int(c.replace(",", "")) for c in cells] == want
+    assert sps.binom.cdf(54, 60, 0.99) < 1e-4
+    rng = np.random.default_rng(14)
+    for p_eos, shift in ((0.05, 0.01), (0.01, 0.005), (0.2, -0.01)):
+        n, hits = power.eos_tokens(shift, p_eos, lt), 0
+        for _ in range(60):
+            b = MeanBettor(1.0)
+            g = (rng.random(n) < p_eos + shift).astype(np.float64) - p_eos
+            for chunk in np.array_split(g, 20):
+                b.update(chunk)
+                if b.log_wealth >= lt:
+                    hits += 1
+                    break
+        assert hits >= 55, (p_eos, shift, hits)

@@ -86,6 +86,12 @@ def tokens_needed(statistic: str, tv: float, log_threshold: float, power: float 
         while n * kl - 0.5 * (BINS - 1) * math.log(n) - z * sd * math.sqrt(n) < log_threshold:
             n *= 1.02
         return math.ceil(n)
+    return _mean_bettor_tokens(ref, log_threshold, z)
+
+
+def _mean_bettor_tokens(ref: Reference, log_threshold: float, z: float) -> int:
+    """Tokens for a mean bettor (:class:`.eprocess.MeanBettor`) on a statistic of drift, variance
+    and bound ``ref`` to reach ``exp(log_threshold)`` at the power whose normal quantile is ``z``."""
     bets = (0.5 / ref.bound) * 2.0 ** -np.arange(LEVELS)
     need = log_threshold + math.log(2 * LEVELS)  # the mixture averages 2 LEVELS bets
     best = math.inf
@@ -94,6 +100,17 @@ def tokens_needed(statistic: str, tv: float, log_threshold: float, power: float 
         if g > 0:
             best = min(best, _sqrt_n(g, lam * math.sqrt(ref.variance), need, z) ** 2)
     return math.ceil(best)
+
+
+def eos_tokens(shift: float, p_eos: float, log_threshold: float, power: float = 0.99) -> int:
+    """Tokens for the ``eos`` bettor to reach ``exp(log_threshold)`` with probability ``power``
+    where every token's law moves ``shift`` of mass onto the end of sequence (off it where
+    negative) from its probability ``p_eos``: its statistic ``[x = eos] - p_eos`` then has drift
+    ``shift`` and the variance of an indicator of mean ``p_eos + shift`` (bound 1)."""
+    q = p_eos + shift
+    if not (0 < q < 1 and 0 < p_eos < 1 and shift != 0):
+        raise InternalError(f"eos_tokens: p_eos {p_eos} and shift {shift} make no deviation")
+    return _mean_bettor_tokens(Reference(shift, q * (1 - q), 1.0), log_threshold, float(norm.ppf(power)))
 
 
 def information_limit(statistic: str, tv: float, alpha: float, power: float = 0.99) -> int:
