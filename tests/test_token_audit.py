@@ -328,3 +328,29 @@ def test_a_drafter_whose_generator_is_rebuilt_every_step_is_lossy():
     res = audit_engine(bug, plan)
     assert res.verdict in (Verdict.LOSSY, Verdict.CONTRACT_VIOLATION), res.summary()
     assert audit_engine(spec, plan).verdict == Verdict.PASS
+
+
+def test_samples_that_keep_ending_early_hit_the_cap_and_say_it():
+    """An exact engine whose end of sequence carries nearly all the mass (its samples end at the
+    first token): the plan is in tokens, so the case draws more samples, up to EXTEND times its
+    planned count; there it stops short of its tokens and says so, never a pass."""
+    from specproof.properties.engine.narrow import NarrowLM, NarrowSpeculative
+    from specproof.properties.engine.planning import EXTEND
+
+    class Ending(NarrowSpeculative):
+        capabilities = NarrowSpeculative.capabilities | {"eos"}
+        eos_id = 0
+
+    target = NarrowLM(64)
+    target.bias = target.bias.copy()
+    target.bias[0] += 12.0
+    draft = target.perturbed(0.2, seed=1)
+    spec = EngineSpec(
+        "ending.always", "user", "", lambda s: Ending(target, draft), 64, ((3, 1),), (T1,), tokens=64
+    )
+    res = audit_engine(spec, EngineAuditConfig(tv=0.05, seed=4, report_samples=0))
+    (case,) = res.cases
+    assert case.short_of_tokens and case.n >= EXTEND * case.planned, res.summary()
+    assert case.observed_tokens < case.planned * 64
+    assert res.verdict == Verdict.UNDERPOWERED, res.summary()
+    assert "it hit the cap on more samples" in res.summary()
