@@ -319,7 +319,13 @@ def test_a_vllm_shaped_server_poisoned_after_a_hit_is_lossy_only_warm(twin):
         r = audit(si.url, "vllm", twin.url, endpoint_options={"prefix_cache": True}, samples=200)
     assert r.verdict == Verdict.LOSSY, r.summary()
     assert "lossy only after a prefix-cache hit (the same prompt and setting held cold)" in r.summary()
-    assert "after a prefix-cache hit" in r.short_witness() and "200 of 200 warm requests hit" in r.summary()
+    # the look the audit stops at depends on which request filled the one slot before each warm one
+    # (4 in flight): every warm request it drew hit, however many that was
+    warm = r.cases[1].n
+    assert (
+        "after a prefix-cache hit" in r.short_witness()
+        and f"{warm} of {warm} warm requests hit" in r.summary()
+    )
 
 
 def test_the_prefix_cache_axis_needs_a_family_that_caches_and_no_load_axis(correct):

@@ -72,7 +72,9 @@ def test_rows_from_another_request_are_lossy_only_with_8_in_flight():
     res, _ = _audit("batch_rows")
     assert res.verdict == Verdict.LOSSY, res.summary()
     alone, loaded = res.cases
-    assert not alone.rejected and alone.n == 200  # alone the verifier is exact
+    # alone the verifier is exact; the look the audit stops at depends on the batches the server
+    # made under load (the rows it poisons), so the samples drawn alone are the loaded case's
+    assert not alone.rejected and alone.n == loaded.n >= 100
     assert loaded.rejected or loaded.token_finding
     assert res.factor == "lossy only with 8 in flight (the same prompt and setting held alone)"
     assert res.factor in res.summary() and "with 8 in flight" in res.witness_text()

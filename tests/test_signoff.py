@@ -146,6 +146,6 @@ def test_the_build_is_read_from_the_server_in_each_familys_place():
             with StandIn(bug, loop="laws") as si:
                 ep = Endpoint(EndpointOptions((si.url,), profile=family, vocab=si.model.vocab)).open()
                 try:
-                    assert ep.build == "specproof-standin" + (f"+{bug}" if bug else "")
+                    assert ep.server["build"] == "specproof-standin" + (f"+{bug}" if bug else "")
                 finally:
                     ep.close()

@@ -24,6 +24,7 @@ import numpy as np
 from specproof.properties.endpoint.client import Client, RequestRefused
 from specproof.properties.endpoint.families import PROFILES, make_profile
 from specproof.properties.endpoint.families.base import AnswerError, Profile
+from specproof.properties.endpoint.law_checks import cut_changes, tv
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.traffic import Record, twin_laws
 from specproof.properties.engine.contract import (
@@ -245,10 +246,7 @@ class EndpointEngine:
         return {
             **self.profile.describe(),
             "endpoints": self.client.urls,
-            #: what the server says it serves and which build it is (the sign-off compares them)
-            "server": None
-            if self.endpoint is None
-            else {"model": self.endpoint.identity.get("model"), "build": self.endpoint.build},
+            "server": None if self.endpoint is None else self.endpoint.server,
             "twin": None if self.twin is None else self.twin.client.urls,
             "law_read_from": self._laws.urls,
             "concurrency": self.client.concurrency,
@@ -414,21 +412,6 @@ class LoadedEngine(EndpointEngine):
         }
 
 
-def _tv(p: Sequence[float], q: Sequence[float]) -> float:
-    return float(0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum())
-
-
-def _cut_changes(law: Sequence[float], s: Sampling) -> bool:
-    """Whether ``s``'s cut-offs would remove mass from ``law`` under any usual order (the law at
-    the setting's temperature: if even its own cut keeps every token, an unchanged law proves
-    nothing)."""
-    if not s.truncated or s.greedy:
-        return False
-    logits = np.log(np.clip(np.asarray(law, dtype=np.float64), 1e-300, None))
-    kept = Sampling(1.0, s.top_k, s.top_p, s.min_p).law(list(logits))
-    return sum(v > 0 for v in kept) < sum(v > 0 for v in law)
-
-
 class Endpoint:
     """The servers of one audit: the endpoint's replicas and the optional twin, with their
     clients, profile and vocabulary. Made without touching the network; :meth:`open` (or ``with
@@ -459,8 +442,7 @@ class Endpoint:
             else Client([o.twin], o.concurrency, o.timeout, o.retries, transport=ways.get(o.twin))
         )
         self.identity: dict[str, Any] = {}
-        #: the build the server says it is (the family's ``build_route``; None: not said)
-        self.build: str | None = None
+        self.server: dict[str, Any] = {}  # the model and build the server says (the sign-off's)
         self.vocab = 0
         #: the LoRA adapters the endpoint holds: id -> the scale a request naming none runs at
         self.adapters: dict[int, float] = {}
@@ -495,7 +477,7 @@ class Endpoint:
     def _check_servers(self, vocab: int | None) -> None:
         self.identity = self._identity(self.client, "URL")
         self.profile = self.profile.learned(self.identity)
-        self.build = self._build()
+        self.server = {"model": self.identity.get("model"), "build": self.profile.build(self.client)}
         twin_identity = None if self.twin_client is None else self._identity(self.twin_client, "--twin")
         vocab = vocab or self.identity.get("vocab")
         if not vocab:
@@ -547,29 +529,15 @@ class Endpoint:
         except EngineUnavailable as e:
             raise UsageError(f"{option}: cannot reach {client.urls[0]}: {e.detail}") from e
 
-    def _build(self) -> str | None:
-        """The build the server says it is, where its family says where to ask (None where it
-        does not answer: an older build, or a server that does not say)."""
-        route = self.profile.build_route
-        if route is None:
-            return None
-        try:
-            said = self.client.get(route[0])
-        except (EngineUnavailable, RequestRefused, AnswerError):
-            return None
-        value = said.get(route[1]) if isinstance(said, dict) else None
-        return None if value is None else str(value)
-
     def _identity(self, client: Client, option: str) -> dict[str, Any]:
         try:
             return self.profile.identity(client)
         except EngineUnavailable as e:
             raise UsageError(f"{option}: cannot reach {client.urls[0]}: {e.detail}") from e
         except (RequestRefused, AnswerError) as e:
-            others = ", ".join(p for p in PROFILES if p != self.profile.name)
             raise UsageError(
-                f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e} (if it "
-                f"is another kind of server, --profile names its family: {others})"
+                f"{option}: {client.urls[0]} does not answer as profile {self.profile.name}: {e} (if it is "
+                f"another kind of server, --profile names its family: {', '.join(PROFILES)})"
             ) from e
 
     def engine(
@@ -599,14 +567,14 @@ class Endpoint:
                     own = EndpointEngine(
                         self.client, self.profile, s, self.vocab, adapter=self.options.adapter
                     ).target_law(prompt)
-                    if _tv(own, law) > SAME_MODEL_TV:
+                    if tv(own, law) > SAME_MODEL_TV:
                         raise UsageError(
                             f"--twin: after {list(prompt)} under {s.label} the endpoint's law and "
-                            f"its twin's differ by TV {_tv(own, law):.3g}: not the same model or settings"
+                            f"its twin's differ by TV {tv(own, law):.3g}: not the same model or settings"
                         )
                 if s.truncated:
                     plain = self.engine(Sampling(s.temperature)).target_law(prompt)
-                    if _cut_changes(plain, s) and _tv(plain, law) < 1e-9:
+                    if cut_changes(plain, s) and tv(plain, law) < 1e-9:
                         raise UsageError(
                             f"{s.label}: the server's law after {list(prompt)} is the same with and without "
                             "the cut-offs: it ignores a sampling parameter (not assumed: read from its laws)"
@@ -668,7 +636,7 @@ class Endpoint:
         except (RequestRefused, AnswerError) as err:
             self.along[s] = f"the read along a path failed ({str(err)[:200]})"
             return
-        gaps = [_tv(a, b) for a, b in zip(along, one)]
+        gaps = [tv(a, b) for a, b in zip(along, one)]
         worst = int(np.argmax(gaps))
         if gaps[worst] > SAME_MODEL_TV:
             self.along[s] = (

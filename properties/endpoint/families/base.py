@@ -287,6 +287,18 @@ class Profile(abc.ABC):
         profile the server's answer fixes (:meth:`learned`). Reads; changes nothing."""
         return {"vocab": None}
 
+    def build(self, client: Client) -> str | None:
+        """The build the server says it is, asked where :attr:`build_route` says (None where the
+        family does not say where, or the server does not answer: an older build)."""
+        if self.build_route is None:
+            return None
+        try:
+            said = client.get(self.build_route[0])
+        except SpecproofError:  # refused, unreachable, or not JSON: the build is not said
+            return None
+        value = said.get(self.build_route[1]) if isinstance(said, dict) else None
+        return None if value is None else str(value)
+
     def learned(self, identity: dict[str, Any]) -> Profile:
         """This profile with what :meth:`identity` learned (a new value; this one unchanged)."""
         found = {k: v for k, v in (identity.get("learned") or {}).items() if getattr(self, k) is None}
