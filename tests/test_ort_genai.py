@@ -214,6 +214,36 @@ def test_eagle_is_not_in_the_wheel(tmp_path):
     assert done.returncode != 0 and 'Unknown value "eagle"' in done.stderr, done.stderr[-500:]
 
 
+@tier
+def test_dflash2_needs_an_engine_the_tiny_models_cannot_give(tmp_path):
+    """DFlash 2 is hosted by the wheel's Engine only: a config naming a DFlash 2 drafter loads as a
+    Model, and the Engine refuses it without dynamic batching, which the wheel's own messages say
+    needs paged-KV decoder layers (the project's graphs have a plain KV cache) and a main model
+    that exports auxiliary hidden states; a plain Engine proposes no draft tokens at all."""
+    src = ort_env.build() / "target"
+    shutil.copytree(src, tmp_path / "dflash2")
+    config = json.loads((tmp_path / "dflash2" / "genai_config.json").read_text())
+    config["model"]["dflash2"] = {"filename": "model.onnx"}
+    (tmp_path / "dflash2" / "genai_config.json").write_text(json.dumps(config))
+    probe = (
+        "import sys, onnxruntime_genai as og\n"
+        f"print('plain', og.Engine(og.Model({str(src)!r})).max_draft_tokens_per_proposal())\n"
+        f"m = og.Model({str(tmp_path / 'dflash2')!r})\n"
+        "print('model loads')\n"
+        "og.Engine(m)\n"
+    )
+    done = subprocess.run([str(ort_env.python()), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "plain 0" in done.stdout and "model loads" in done.stdout, (done.stdout, done.stderr[-500:])
+    assert done.returncode != 0, done.stdout
+    assert "An Engine-hosted DFlash 2 drafter requires dynamic batching" in done.stderr, done.stderr[-500:]
+    lib = next(
+        (ort_env.venv_dir() / "lib").glob("python3*/site-packages/onnxruntime_genai/libonnxruntime-genai.so")
+    )
+    text = lib.read_bytes()
+    for said in (b"Dynamic batching requires at least one paged_kv decoder layer", b"main_aux_hidden_states"):
+        assert said in text, said
+
+
 # --------------------------------------------------------------------------- without the environment
 
 
