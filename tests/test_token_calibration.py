@@ -32,6 +32,18 @@ def test_false_alarm_rows_on_the_toy_engine():
     assert row["false_alarms"] == 0 and row["tokens_per_audit"] > 0
 
 
+def test_false_alarm_rows_on_the_engine_with_an_end_of_sequence():
+    """calibration.ending: its samples end early (more samples than planned, to score the planned
+    tokens) and the eos statistic is fed; seeded, its three audits pass."""
+    (row,) = tc.false_alarm_rows(3, 0.01, 0.1, ["calibration.ending[V=64]@32"], say=quiet)
+    assert row["runs"] == 3 and row["false_alarms"] == 0 and row["tokens_per_audit"] > 0
+    (spec,) = tc._exact_specs(["calibration.ending[V=64]@32"])
+    engine = spec.build(spec.samplings[0])
+    assert "eos" in engine.capabilities and engine.eos_id == 0
+    ends = [engine.generate(list(spec.prompts[0]), 32, seed) for seed in range(20)]
+    assert any(len(t) < 32 and t[-1] == 0 for t in ends)  # some samples end on it
+
+
 def test_stopping_rows_read_the_wealth_at_every_look():
     (row,) = tc.stopping_rows(2, 5, 0.01, ["calibration.speculative[V=64]@16"], say=quiet)
     assert row["streams"] == 2 and row["looks"] == 5

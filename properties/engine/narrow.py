@@ -214,3 +214,34 @@ def narrow_spec(
         tokens=tokens,
         expect="pass",
     )
+
+
+class NarrowEnding(NarrowSpeculative):
+    """The narrow engine with an end of sequence (id 0) that carries a few percent of the mass:
+    its samples end early and its tokens are scored by the ``eos`` statistic too."""
+
+    capabilities = NarrowSpeculative.capabilities | {"eos"}
+    eos_id = 0
+
+
+def ending_spec(vocab: int, tokens: int, boost: float = 4.0) -> Any:
+    """The spec of :class:`NarrowEnding` at ``vocab`` ids (the end's logit raised by ``boost``),
+    one prompt at T = 1: an exact engine for the false alarms of audits with an end of sequence."""
+    from specproof.properties.engine.contract import EngineSpec, Sampling
+
+    target = NarrowLM(vocab)
+    target.bias = target.bias.copy()
+    target.bias[0] += boost
+    draft = target.perturbed(0.2, seed=1)
+    return EngineSpec(
+        f"calibration.ending[V={vocab}]",
+        "user",
+        "a narrow model with an end of sequence (a few percent of the mass), token-level speculative "
+        "sampling; exact",
+        lambda s: NarrowEnding(target, draft, temperature=s.temperature),
+        vocab,
+        ((3, 1, 4),),
+        (Sampling(1.0),),
+        tokens=tokens,
+        expect="pass",
+    )

@@ -30,7 +30,7 @@ from scipy.stats import norm
 from specproof.properties.audit import stats
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1, EngineSpec
-from specproof.properties.engine.narrow import narrow_spec
+from specproof.properties.engine.narrow import ending_spec, narrow_spec
 from specproof.properties.engine.registry import resolve_engine, with_options
 from specproof.properties.engine.results import EngineCase
 from specproof.properties.engine.runner import CaseRunner, sample_seed
@@ -145,9 +145,10 @@ def toy_spec(vocab: int, tokens: int) -> EngineSpec:
 
 
 #: the exact engines of the false-alarm and stopping rows when none are named: (engine, M); the
-#: calibration's own engines are named ``calibration.speculative[V=...]`` (one case) and
+#: calibration's own engines are named ``calibration.speculative[V=...]`` (one case),
 #: ``calibration.narrow[V=...]`` (the narrow engine: two prompts at T = 1 and 0.7, four cases whose
-#: tokens the pooled family reads together)
+#: tokens the pooled family reads together) and ``calibration.ending[V=...]`` (the narrow engine
+#: with an end of sequence: samples that end early, the eos statistic fed)
 EXACT = (
     ("calibration.speculative[V=4096]", 256),
     ("calibration.speculative[V=256]", 1024),
@@ -314,6 +315,8 @@ def _exact_specs(exact: Sequence[str] | None) -> list[EngineSpec]:
         several = False
         if name.startswith("calibration.speculative[V=") and name.endswith("]"):
             spec = toy_spec(_vocab_of(ref, name, "calibration.speculative[V="), 64)
+        elif name.startswith("calibration.ending[V=") and name.endswith("]"):
+            spec = ending_spec(_vocab_of(ref, name, "calibration.ending[V="), 64)
         elif name.startswith("calibration.narrow[V=") and name.endswith("]"):
             spec = narrow_spec(
                 _vocab_of(ref, name, "calibration.narrow[V="),
