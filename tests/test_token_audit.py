@@ -269,23 +269,9 @@ def _ending(drops_eos_draft: bool):
     percent of the mass); where ``drops_eos_draft``, the draft loop breaks on an end-of-sequence
     draft and drops it (as a loop that stops drafting at end of generation does) while the
     verifier keeps the draft's law: end-of-sequence mass moves at drafted positions."""
-    from specproof.properties.engine.narrow import NarrowLM, NarrowSpeculative
+    from specproof.properties.engine.narrow import ending_spec
 
-    class Ending(NarrowSpeculative):
-        capabilities = NarrowSpeculative.capabilities | {"eos"}
-        eos_id = 0
-
-        def stops_drafting(self, x: int) -> bool:
-            return drops_eos_draft and x == self.eos_id
-
-    target = NarrowLM(256)
-    target.bias = target.bias.copy()
-    target.bias[0] += 4.0
-    draft = target.perturbed(0.2, seed=1)
-    return EngineSpec(
-        "ending" + (".drops_eos_draft" if drops_eos_draft else ""), "user", "",
-        lambda s: Ending(target, draft), 256, ((3, 1, 4),), (T1,), tokens=64,
-    )  # fmt: skip
+    return ending_spec(256, 64, drops_eos_draft=drops_eos_draft)
 
 
 def test_end_of_sequence_mass_moved_inside_a_block_is_lossy_and_ended_samples_are_made_up():

@@ -224,24 +224,36 @@ class NarrowEnding(NarrowSpeculative):
     eos_id = 0
 
 
-def ending_spec(vocab: int, tokens: int, boost: float = 4.0) -> Any:
+class NarrowEndingDropsEos(NarrowEnding):
+    """A planted bug: the draft loop breaks on an end-of-sequence draft and drops it (as a loop
+    that stops drafting at the end of generation does) while the verifier keeps the draft's law:
+    the end's mass moves at drafted positions, by about ``min(p, q)`` of it."""
+
+    def stops_drafting(self, x: int) -> bool:
+        return x == self.eos_id  # bug: the end's draft dropped
+
+
+def ending_spec(vocab: int, tokens: int, boost: float = 4.0, drops_eos_draft: bool = False) -> Any:
     """The spec of :class:`NarrowEnding` at ``vocab`` ids (the end's logit raised by ``boost``),
-    one prompt at T = 1: an exact engine for the false alarms of audits with an end of sequence."""
+    one prompt at T = 1: an exact engine for the false alarms of audits with an end of sequence;
+    with ``drops_eos_draft``, :class:`NarrowEndingDropsEos` (expected lossy)."""
     from specproof.properties.engine.contract import EngineSpec, Sampling
+
+    kind = NarrowEndingDropsEos if drops_eos_draft else NarrowEnding
 
     target = NarrowLM(vocab)
     target.bias = target.bias.copy()
     target.bias[0] += boost
     draft = target.perturbed(0.2, seed=1)
     return EngineSpec(
-        f"calibration.ending[V={vocab}]",
+        f"calibration.ending[V={vocab}]" + (".drops_eos_draft" if drops_eos_draft else ""),
         "user",
         "a narrow model with an end of sequence (a few percent of the mass), token-level speculative "
-        "sampling; exact",
-        lambda s: NarrowEnding(target, draft, temperature=s.temperature),
+        "sampling" + ("; the draft loop drops an end-of-sequence draft" if drops_eos_draft else "; exact"),
+        lambda s: kind(target, draft, temperature=s.temperature),
         vocab,
         ((3, 1, 4),),
         (Sampling(1.0),),
         tokens=tokens,
-        expect="pass",
+        expect="lossy" if drops_eos_draft else "pass",
     )
