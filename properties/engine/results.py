@@ -299,6 +299,22 @@ class EngineAuditResult:
                 )
         return out
 
+    def _statistics_line(self) -> str:
+        """Which of the token test's statistics ran in every case, and which did not and why."""
+        from specproof.properties.tokens.family import WEIGHTS
+
+        cases = (self.token_test or {}).get("cases") or {}
+        ran = [{b["statistic"] for b in c.get("bets", ())} for c in cases.values()]
+        everywhere = set.intersection(*ran) if ran else set()
+        why = {
+            "draft": "the engine gives no draft law",
+            "block": "no steps told, or verification not sequential",
+            "eos": "no end of sequence",
+        }
+        missing = [f"{s} ({why.get(s, 'not fed')})" for s in WEIGHTS if s not in everywhere]
+        text = f"    statistics run: {', '.join(s for s in WEIGHTS if s in everywhere)}"
+        return text + (f"; not run in every case: {', '.join(missing)}" if missing else "")
+
     def _power_lines(self) -> list[str]:
         c = self.config
         if self.verdict == Verdict.LOSSY or not self.cases:
@@ -319,6 +335,7 @@ class EngineAuditResult:
                 f"    token test: e-value {e:.3g} (1/alpha = {1 / self.token_test['alpha']:.3g}; "
                 "anytime-valid)"
             )
+            lines.append(self._statistics_line())
             forced = self.token_test.get("teacher_forcing_checked")
             if forced:  # which law the token test read, and how it was checked
                 lines.append(
