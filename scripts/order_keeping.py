@@ -18,6 +18,7 @@ engine emits there is the verify forward's, ``p'``; the target's is ``p``):
   this engine and on the exact engine.
 
     python scripts/order_keeping.py --samples 40 --learn 25600 --json docs/measurements/order-keeping.json
+    python scripts/order_keeping.py --samples 0 --learn 225000 --pseudo 300 --pseudo 1000 --pseudo 3000
 """
 
 from __future__ import annotations
@@ -101,15 +102,21 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=40)
     ap.add_argument("--learn", type=int, default=0, help="tokens for the plug-in learner (0: skip)")
+    ap.add_argument(
+        "--pseudo", type=float, action="append", help="the learner's pseudo-count a (repeatable; default 300)"
+    )
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    row: dict[str, Any] = measure(args.samples)
+    row: dict[str, Any] = measure(args.samples) if args.samples else {}
     alpha = 1e-4
-    row["tokens_if_told"] = math.log(1 / alpha) / row["kl"]
+    if row:
+        row["tokens_if_told"] = math.log(1 / alpha) / row["kl"]
     if args.learn:
         row["learn_tokens"] = args.learn
-        row["learned_bug"] = learned(args.learn, True)
-        row["learned_exact"] = learned(args.learn, False)
+        for a in args.pseudo or [300.0]:
+            tag = "" if a == 300.0 else f"_a{a:g}"
+            row["learned_bug" + tag] = learned(args.learn, True, a=a)
+            row["learned_exact" + tag] = learned(args.learn, False, a=a)
     for k, v in row.items():
         print(f"{k}: {v:.6g}" if isinstance(v, float) else f"{k}: {v}")
     if args.json:
