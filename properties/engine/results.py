@@ -301,17 +301,12 @@ class EngineAuditResult:
 
     def _statistics_line(self) -> str:
         """Which of the token test's statistics ran in every case, and which did not and why."""
-        from specproof.properties.tokens.family import WEIGHTS
+        from specproof.properties.tokens.family import NOT_FED, WEIGHTS
 
         cases = (self.token_test or {}).get("cases") or {}
         ran = [{b["statistic"] for b in c.get("bets", ())} for c in cases.values()]
         everywhere = set.intersection(*ran) if ran else set()
-        why = {
-            "draft": "the engine gives no draft law",
-            "block": "no steps told, or verification not sequential",
-            "eos": "no end of sequence",
-        }
-        missing = [f"{s} ({why.get(s, 'not fed')})" for s in WEIGHTS if s not in everywhere]
+        missing = [f"{s} ({NOT_FED.get(s, 'not fed')})" for s in WEIGHTS if s not in everywhere]
         text = f"    statistics run: {', '.join(s for s in WEIGHTS if s in everywhere)}"
         return text + (f"; not run in every case: {', '.join(missing)}" if missing else "")
 

@@ -125,8 +125,14 @@ def direction(statistic: str, drift: float) -> str:
     return ways[drift > 0]
 
 
-#: the statistics that run only where the engine or the audit gives what they read
-OPTIONAL = ("draft", "block", "eos")
+#: the statistics that run only where the engine or the audit gives what they read, and what is
+#: missing where they do not run (the pass line says it)
+NOT_FED: dict[str, str] = {
+    "draft": "the engine gives no draft law",
+    "block": "no steps told, or verification not sequential",
+    "eos": "no end of sequence",
+}
+OPTIONAL = tuple(NOT_FED)
 
 
 def shares(draft: bool = False, blocks: bool = False, eos: bool = False) -> dict[str, float]:
