@@ -159,17 +159,21 @@ class TwoKernels(MultiQueryWindow):
         return self.target.forward(tokens, cache).astype(np.float32).astype(np.float64)
 
 
-kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256)
-position_ids = spec("tinylm.position_ids_past_40", PositionsPast40, 4096, 256)
-stale_page = spec("tinylm.stale_page", StalePage, 4096, 256)
-sliding_window = spec("tinylm.sliding_window_16", SlidingWindowBroken, 4096, 256, window=16)
-shared_uniform = spec("tinylm.shared_uniform", SharedUniform, 4096, 256)
-greedy_accept = spec("tinylm.greedy_accept", GreedyAccept, 4096, 256)
-temperature_twice = spec("tinylm.temperature_twice", TemperatureTwice, 4096, 256, temperature=0.7)
-residual_floor = spec("tinylm.residual_floor", ResidualFloor, 512, 256)
-pad_mask = spec("tinylm.pad_mask", PadMask, 4096, 256, prompt=(3, 17, EOS, 5))
-reseeded_drafts = spec("tinylm.reseeded_drafts", ReseededDrafts, 4096, 256)
-multi_query_window = spec("tinylm.multi_query_window_16", MultiQueryWindow, 4096, 256, window=16)
+kv_crop = spec("tinylm.kv_crop_past_40", KVCropPast40, 4096, 256, expect="lossy")
+position_ids = spec("tinylm.position_ids_past_40", PositionsPast40, 4096, 256, expect="lossy")
+stale_page = spec("tinylm.stale_page", StalePage, 4096, 256, expect="lossy")
+sliding_window = spec("tinylm.sliding_window_16", SlidingWindowBroken, 4096, 256, window=16, expect="lossy")
+shared_uniform = spec("tinylm.shared_uniform", SharedUniform, 4096, 256, expect="lossy")
+greedy_accept = spec("tinylm.greedy_accept", GreedyAccept, 4096, 256, expect="lossy")
+temperature_twice = spec(
+    "tinylm.temperature_twice", TemperatureTwice, 4096, 256, temperature=0.7, expect="lossy"
+)
+residual_floor = spec("tinylm.residual_floor", ResidualFloor, 512, 256, expect="lossy")
+pad_mask = spec("tinylm.pad_mask", PadMask, 4096, 256, prompt=(3, 17, EOS, 5), expect="lossy")
+reseeded_drafts = spec("tinylm.reseeded_drafts", ReseededDrafts, 4096, 256, expect="lossy")
+multi_query_window = spec(
+    "tinylm.multi_query_window_16", MultiQueryWindow, 4096, 256, window=16, expect="contract_violation"
+)
 
 
 class PagedExact(Speculative):

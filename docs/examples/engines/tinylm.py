@@ -267,6 +267,7 @@ def spec(
     temperature: float = 1.0,
     temperatures: tuple[float, ...] | None = None,
     prompt: tuple[int, ...] = (3, 17, 5),
+    expect: str = "pass",
     **kw: object,
 ):
     """The EngineSpec of an engine class of this folder on its own model (imported lazily, so this
@@ -279,7 +280,7 @@ def spec(
 
     doc = " ".join((engine.__doc__ or "").split()).split(". ")[0].rstrip(".") + "."  # first sentence
     settings = tuple(Sampling(t) for t in (temperatures or (temperature,)))
-    return EngineSpec(name, "user", doc, build, vocab, (prompt,), settings, tokens=tokens)
+    return EngineSpec(name, "user", doc, build, vocab, (prompt,), settings, tokens=tokens, expect=expect)
 
 
 exact = spec("tinylm.exact", Speculative, 4096, 256)
