@@ -24,7 +24,10 @@ import pytest
 from specproof.properties.cli import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHELL = re.compile(r"^```(?:bash|sh|console|shell|)\n(?P<body>.*?)^```", re.S | re.M)
+#: a fenced block: its language and body (fences are paired in order, so the closing fence of a
+#: block in another language is never read as the opening of a shell block)
+FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
+SHELL_LANGS = {"bash", "sh", "console", "shell", ""}
 INLINE = re.compile(r"`(specproof [^`]+)`")
 #: words that stand for something the reader supplies: an inline command holding one is not parsed
 PLACEHOLDER = re.compile(r"\.\.\.|[A-Z]{3,}(?![a-z])|<[^>]+>|\bN\b")
@@ -38,7 +41,9 @@ def commands(page: pathlib.Path) -> list[tuple[int, str]]:
     """(line, command) for every specproof command of the page's shell blocks and prose."""
     text = page.read_text()
     out: list[tuple[int, str]] = []
-    for m in SHELL.finditer(text):
+    for m in FENCE.finditer(text):
+        if m.group("lang") not in SHELL_LANGS:
+            continue
         first = text[: m.start("body")].count("\n") + 1
         lines = m.group("body").splitlines()
         i = 0
@@ -113,3 +118,30 @@ def test_the_cheap_documented_commands_run_as_written(tmp_path, monkeypatch, cap
         assert main(shlex.split(command)[1:]) == status, command
     assert (tmp_path / "test_engine_witness.py").read_text().startswith('"""Replay of the engine audit')
     capsys.readouterr()
+
+
+def test_the_documented_prefix_cache_audit_runs_the_axis(tmp_path, capsys):
+    """docs/endpoint-audit.md's ``--prefix-cache`` line, as the page writes it, against the correct
+    stand-in and its twin (their URLs put for the page's 127.0.0.1:8080 and :8081) with a small
+    fixed size appended: it audits every case cold and after a prefix-cache hit, counts the warm
+    requests' hits, passes, and its plan line states the fixed size it ran (not the planner's)."""
+    import json
+
+    from specproof.properties.cli import main
+    from specproof.properties.endpoint.standin import StandIn
+
+    page = ROOT / "docs" / "endpoint-audit.md"
+    (command,) = [c for _, c in commands(page) if c.startswith("specproof audit endpoint") and "--prefix-cache" in c]
+    assert "http://127.0.0.1:8080" in command and "--twin http://127.0.0.1:8081" in command, command
+    out = tmp_path / "prefix.json"
+    with StandIn(loop="laws") as server, StandIn(speculative=False, loop="laws") as twin:
+        line = command.replace("http://127.0.0.1:8080", server.url).replace("http://127.0.0.1:8081", twin.url)
+        argv = shlex.split(line)[1:] + ["--samples", "4", "--report-samples", "4", "--json", str(out)]
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["verdict"] == "pass"
+    assert [c["case"]["cache"] for c in data["cases"]] == ["cold", "warm"] * 2
+    hits = data["plugins"]["cache"]
+    assert hits["hits"] == hits["counted"] == hits["warm"] > 0, hits
+    assert "256 tokens per case at most, a fixed size (4 samples of M = 64)" in printed, printed

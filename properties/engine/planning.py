@@ -106,10 +106,13 @@ def token_plan_lines(audit: EngineAudit) -> list[str]:
     c, stage = audit.config, audit.tokens
     if stage is None:
         return []
-    n = audit.planned_tokens
+    # a fixed size (--samples) is that many samples of M tokens a case, not the planner's tokens
+    n = c.samples * audit.spec.tokens if c.samples else audit.planned_tokens
     cases = len(audit.cases)
     pooled = stage.test.pooled is not None
-    what = f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else "a fixed size"
+    what = f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else (
+        f"at most, a fixed size ({c.samples:,} samples of M = {audit.spec.tokens})"
+    )
     if pooled and not c.samples:
         what += " shared by every case"
     lines = [
