@@ -22,6 +22,7 @@ a capability's (``last_counter``, ``eos``) is refused with the name it should ha
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,7 +177,19 @@ class Offered:
 
 
 def takes_prompt_len(fn: Callable[..., Any]) -> bool:
-    """Whether a law function takes ``prompt_len`` (by name, or any keyword)."""
+    """Whether a law function takes ``prompt_len`` (by name, or any keyword). Asked for every
+    sample the audit reads: the answer is kept per function (a bound method's, its function's:
+    binding drops ``self`` only), as reading a signature costs about as much as scoring a short
+    sample's laws."""
+    key = getattr(fn, "__func__", fn)
+    try:
+        return _takes_prompt_len(key)
+    except TypeError:  # not hashable: read each time
+        return _takes_prompt_len.__wrapped__(fn)
+
+
+@functools.lru_cache(maxsize=512)
+def _takes_prompt_len(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):

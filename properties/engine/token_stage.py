@@ -28,10 +28,13 @@ def block_indices(steps: tuple[int, ...] | None, m: int) -> np.ndarray | None:
     """Each of the first ``m`` tokens' index in its step, from the tokens emitted per step."""
     if not steps:
         return None
-    idx = np.concatenate([np.arange(e) for e in steps if e > 0])
-    if len(idx) < m:  # steps that do not cover the horizon say nothing reliable
+    emitted = np.asarray(steps, dtype=np.int64)
+    emitted = emitted[emitted > 0]
+    total = int(emitted.sum())
+    if total < m:  # steps that do not cover the horizon say nothing reliable
         return None
-    return idx[:m]
+    # each token's place in the run of its step: its index less its step's first index
+    return (np.arange(total) - np.repeat(np.cumsum(emitted) - emitted, emitted))[:m]
 
 
 #: samples per update of a case's bettors: the family is fed in blocks of this many samples by

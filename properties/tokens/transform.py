@@ -256,7 +256,7 @@ def _read_rows(
                 D = Q[a:stop].astype(np.float64, copy=False)
                 sq = _rows_checked(D, "drafts", a)
                 out.q[sl] = D[r, xb] / sq  # type: ignore[index]
-                out.expected_q[sl] = np.einsum("ij,ij->i", B, D) / (s * sq)  # type: ignore[index]
+                out.expected_q[sl] = _rowdot(B, D) / (s * sq)  # type: ignore[index]
         if stop < b:
             return stop
     return None
@@ -271,7 +271,17 @@ def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         L = np.log(B)
         np.maximum(L, (c - SURPRISAL_CLIP)[:, None], out=L)
-        return c - np.einsum("ij,ij->i", B, L) / s
+        return c - _rowdot(B, L) / s
+
+
+def _rowdot(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Each row of ``A`` dotted with the same row of ``B``: numpy's vector dot where it has one
+    (SIMD products with a pairwise sum, about 40 % less time than ``einsum`` at V = 32,768), else
+    ``einsum``. Either sums in its own order: the last bits differ, no more."""
+    return _VECDOT(A, B) if _VECDOT is not None else np.einsum("ij,ij->i", A, B)
+
+
+_VECDOT = getattr(np, "vecdot", None)
 
 
 def joined(parts: Sequence[Observations]) -> Observations:
