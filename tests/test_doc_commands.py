@@ -131,7 +131,9 @@ def test_the_documented_prefix_cache_audit_runs_the_axis(tmp_path, capsys):
     from specproof.properties.endpoint.standin import StandIn
 
     page = ROOT / "docs" / "endpoint-audit.md"
-    (command,) = [c for _, c in commands(page) if c.startswith("specproof audit endpoint") and "--prefix-cache" in c]
+    (command,) = [
+        c for _, c in commands(page) if c.startswith("specproof audit endpoint") and "--prefix-cache" in c
+    ]
     assert "http://127.0.0.1:8080" in command and "--twin http://127.0.0.1:8081" in command, command
     out = tmp_path / "prefix.json"
     with StandIn(loop="laws") as server, StandIn(speculative=False, loop="laws") as twin:

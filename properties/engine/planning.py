@@ -110,8 +110,10 @@ def token_plan_lines(audit: EngineAudit) -> list[str]:
     n = c.samples * audit.spec.tokens if c.samples else audit.planned_tokens
     cases = len(audit.cases)
     pooled = stage.test.pooled is not None
-    what = f"for power {c.power:g} against a per-token TV of {c.tv:g}" if not c.samples else (
-        f"at most, a fixed size ({c.samples:,} samples of M = {audit.spec.tokens})"
+    what = (
+        f"for power {c.power:g} against a per-token TV of {c.tv:g}"
+        if not c.samples
+        else (f"at most, a fixed size ({c.samples:,} samples of M = {audit.spec.tokens})")
     )
     if pooled and not c.samples:
         what += " shared by every case"

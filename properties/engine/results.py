@@ -341,8 +341,9 @@ class EngineAuditResult:
             lines.append(
                 "    not covered at any size: mass moved among tokens of about the same probability that "
                 "favours different ids at different positions (the transform's law unchanged; where the "
-                "same ids gain at every position, the ids statistic learns them), and dependence between "
-                "samples beyond the seed checks"
+                "same ids gain at every position, the ids statistic learns them, in tokens that grow with "
+                "how many ids gain: docs/token-audit.md), and dependence between samples beyond the seed "
+                "checks"
             )
             pooled = self.token_test.get("pooled")
             if pooled and pooled.get("detects_per_token_tv"):
