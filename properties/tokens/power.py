@@ -113,6 +113,29 @@ def eos_tokens(shift: float, p_eos: float, log_threshold: float, power: float = 
     return _mean_bettor_tokens(Reference(shift, q * (1 - q), 1.0), log_threshold, float(norm.ppf(power)))
 
 
+#: the bettors whose power :func:`bettor_tokens` states: (the statistic whose reference deviation
+#: it is tested against, the bettor's part of its family's share), the family's other bettors
+#: holding the rest (:class:`.family.Family`)
+BETTORS: dict[str, tuple[str, str, float]] = {
+    "serial": ("serial", "serial", 0.5),
+    "index": ("uniform", "index", 0.5),
+    "index.mean": ("mean", "index", 0.5),
+}
+
+
+def bettor_tokens(bettor: str, tv: float, alpha: float, power: float = 0.99) -> int:
+    """Tokens for one bettor of a one-case audit without draft law, steps or end of sequence to
+    cross at ``power`` under its reference deviation of size ``tv`` (:data:`BETTORS`): ``serial``
+    against consecutive transforms correlated by ``tv``; ``index`` (the cells of the transform in
+    the ids' order) and ``index.mean`` (its mean: a drift toward lower or higher ids) against
+    ``uniform``'s and ``mean``'s reference deviations of that transform. Its threshold is
+    ``log(1/alpha)`` less the log of its weight: its family's share times its part."""
+    reference_of, family, part = BETTORS[bettor]
+    weight = shares(False, False)[family] * part
+    lt = math.log(1 / alpha) - math.log(weight)
+    return tokens_needed(reference_of, tv, lt, power)
+
+
 def information_limit(statistic: str, tv: float, alpha: float, power: float = 0.99) -> int:
     """Tokens the Neyman-Pearson test of the reference deviation needs at ``alpha`` and ``power``
     (its log likelihood ratio per token has mean KL and variance V: N KL - z sqrt(N V) = log 1/alpha
