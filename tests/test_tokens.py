@@ -404,7 +404,7 @@ def test_the_eos_power_table_is_the_code_s_and_holds_in_simulation():
 
 
 def test_the_dependence_power_table_is_the_code_s_and_serial_holds_in_simulation():
-    """docs/token-audit.md's table of the serial and index bettors is power.bettor_tokens at alpha
+    """docs/token-audit.md's table of the serial, index and block bettors is power.bettor_tokens at alpha
     1e-4 and power 0.99; and seed 15: 60 runs of the serial bettor at rho 0.05's stated tokens, on
     transforms of a Gaussian AR(1) whose consecutive transforms have rank correlation 0.05 (a
     drift of 0.05/3 in the statistic), reach the bettor's threshold at least 55 times (54 or fewer
@@ -417,7 +417,8 @@ def test_the_dependence_power_table_is_the_code_s_and_serial_holds_in_simulation
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "token-audit.md").read_text()
     part = text.split("| bettor | what it is tested against | size 0.01 | 0.02 | 0.05 | 0.1 |", 1)[1]
     sizes = (0.01, 0.02, 0.05, 0.1)
-    for bettor in ("serial", "index", "index.mean"):
+    assert set(power.BETTORS) == {"serial", "index", "index.mean", "block[b].uniform", "block[b].mean"}
+    for bettor in power.BETTORS:
         row = re.findall(rf"^\| `{re.escape(bettor)}` \|[^|]*\|(.*)\|$", part, flags=re.M)[0]
         cells = [c.strip() for c in row.split("|")]
         assert len(cells) == len(sizes) and any(cells), (bettor, cells)
@@ -425,7 +426,7 @@ def test_the_dependence_power_table_is_the_code_s_and_serial_holds_in_simulation
             if cell:
                 assert int(cell.replace(",", "")) == power.bettor_tokens(bettor, size, 1e-4), (bettor, size)
     n = power.bettor_tokens("serial", 0.05, 1e-4)
-    _, family, part_of = power.BETTORS["serial"]
+    _, family, part_of, _ = power.BETTORS["serial"]
     lt = math.log(1e4) - math.log(power.shares(False, False)[family] * part_of)
     r = 2 * math.sin(math.pi * 0.05 / 6)  # the Gaussian correlation whose rank correlation is 0.05
     rng, hits = np.random.default_rng(15), 0

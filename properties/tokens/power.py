@@ -30,6 +30,7 @@ import numpy as np
 from scipy.stats import norm
 
 from specproof.properties.tokens.eprocess import BINS, LEVELS
+from specproof.properties.tokens.family import BLOCK_INDICES
 from specproof.properties.tokens.family import shares as family_shares
 from specproof.reference.errors import InternalError
 
@@ -114,24 +115,29 @@ def eos_tokens(shift: float, p_eos: float, log_threshold: float, power: float = 
 
 
 #: the bettors whose power :func:`bettor_tokens` states: (the statistic whose reference deviation
-#: it is tested against, the bettor's part of its family's share), the family's other bettors
-#: holding the rest (:class:`.family.Family`)
-BETTORS: dict[str, tuple[str, str, float]] = {
-    "serial": ("serial", "serial", 0.5),
-    "index": ("uniform", "index", 0.5),
-    "index.mean": ("mean", "index", 0.5),
+#: it is tested against, its family, the bettor's part of the family's share, whether the engine
+#: tells its steps), the family's other bettors holding the rest (:class:`.family.Family`); a
+#: ``block[b]`` bettor reads only the tokens at index ``b`` of their step
+BETTORS: dict[str, tuple[str, str, float, bool]] = {
+    "serial": ("serial", "serial", 1 / 2, False),
+    "index": ("uniform", "index", 1 / 2, False),
+    "index.mean": ("mean", "index", 1 / 2, False),
+    "block[b].uniform": ("uniform", "block", 1 / (2 * BLOCK_INDICES + 1), True),
+    "block[b].mean": ("mean", "block", 1 / (2 * BLOCK_INDICES + 1), True),
 }
 
 
 def bettor_tokens(bettor: str, tv: float, alpha: float, power: float = 0.99) -> int:
-    """Tokens for one bettor of a one-case audit without draft law, steps or end of sequence to
-    cross at ``power`` under its reference deviation of size ``tv`` (:data:`BETTORS`): ``serial``
-    against consecutive transforms correlated by ``tv``; ``index`` (the cells of the transform in
-    the ids' order) and ``index.mean`` (its mean: a drift toward lower or higher ids) against
-    ``uniform``'s and ``mean``'s reference deviations of that transform. Its threshold is
-    ``log(1/alpha)`` less the log of its weight: its family's share times its part."""
-    reference_of, family, part = BETTORS[bettor]
-    weight = shares(False, False)[family] * part
+    """Tokens for one bettor of a one-case audit without draft law or end of sequence to cross at
+    ``power`` under its reference deviation of size ``tv`` (:data:`BETTORS`): ``serial`` against
+    consecutive transforms correlated by ``tv``; ``index`` (the cells of the transform in the
+    ids' order) and ``index.mean`` (its mean: a drift toward lower or higher ids) against
+    ``uniform``'s and ``mean``'s reference deviations of that transform; ``block[b].uniform`` and
+    ``block[b].mean`` against those deviations at one index of the speculative step, in tokens
+    at that index (an engine that tells its steps). Its threshold is ``log(1/alpha)`` less the
+    log of its weight: its family's share times its part."""
+    reference_of, family, part, blocks = BETTORS[bettor]
+    weight = shares(False, blocks)[family] * part
     lt = math.log(1 / alpha) - math.log(weight)
     return tokens_needed(reference_of, tv, lt, power)
 
