@@ -223,11 +223,29 @@ def test_without_the_table_line_the_axis_is_refused_by_name():
         audit_engine(spec, EngineAuditConfig(alpha=1e-3, samples=20, seed=0))
 
 
-def test_the_layout_page_names_every_module_of_the_engine_package():
-    """docs/layout.md against the tree: every module of properties/engine/ is named there."""
+def test_the_layout_page_names_every_module_of_the_engine_endpoint_and_token_packages():
+    """docs/layout.md against the tree: every module of properties/engine/, properties/endpoint/
+    (its families/ too) and properties/tokens/ is named there, and the endpoint's line names no
+    module that is gone (it once named a deleted ``profiles``)."""
     text = (ROOT / "docs" / "layout.md").read_text()
-    missing = [p.stem for p in sorted(ENGINE.glob("*.py")) if p.stem != "__init__" and p.stem not in text]
+    props = ROOT / "properties"
+    modules = [
+        *ENGINE.glob("*.py"),
+        *(props / "endpoint").rglob("*.py"),
+        *(props / "tokens").glob("*.py"),
+    ]
+    missing = [
+        str(p.relative_to(props)) for p in sorted(modules) if p.stem != "__init__" and p.stem not in text
+    ]
     assert not missing, missing
+    endpoint = text.split("  endpoint/", 1)[1].split("\n  e2e/", 1)[0]
+    named = re.findall(r"\b([a-z_]+) \(", endpoint)
+    gone = [
+        m
+        for m in named
+        if not list((props / "endpoint").rglob(f"{m}.py")) and not (props / "endpoint" / m).is_dir()
+    ]
+    assert not gone, gone
 
 
 def test_the_checks_speak_one_status_vocabulary():
