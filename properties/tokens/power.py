@@ -137,8 +137,7 @@ def bettor_tokens(bettor: str, tv: float, alpha: float, power: float = 0.99) -> 
     at that index (an engine that tells its steps). Its threshold is ``log(1/alpha)`` less the
     log of its weight: its family's share times its part."""
     reference_of, family, part, blocks = BETTORS[bettor]
-    weight = shares(False, blocks)[family] * part
-    lt = math.log(1 / alpha) - math.log(weight)
+    lt = log_threshold(alpha, 1, family, shares(False, blocks)) - math.log(part)
     return tokens_needed(reference_of, tv, lt, power)
 
 
