@@ -284,6 +284,7 @@ def spec(
 
 
 exact = spec("tinylm.exact", Speculative, 4096, 256)
-#: the plan-fits row at V = 32,768 (M = 64, T = 1 and 0.7): too slow for one process on 2 cores at
-#: the default plan, it fits with two Ray actors drawing (docs/token-audit.md)
+#: the plan-fits row at V = 32,768 (M = 64, T = 1 and 0.7): at the default plan it comes near the
+#: 600 s guard in one process on 2 cores, and has room with two Ray actors drawing
+#: (docs/token-audit.md)
 wide = spec("tinylm[V=32768]", Speculative, 32768, 64, temperatures=(1.0, 0.7))
