@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from specproof.properties.endpoint import families
-from specproof.properties.endpoint.calibration import calibrate_http
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.base import SEED_RANGE
 from specproof.properties.endpoint.families.wire import token_texts
@@ -30,6 +29,7 @@ from specproof.properties.endpoint.standin import StandIn
 from specproof.properties.endpoint.standin_bugs import BUGS, STOP_SETTING
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine, sample_seed
 from specproof.properties.engine.contract import T1, Sampling
+from specproof.properties.measure.endpoint_calibration import calibrate_http
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
 
@@ -591,7 +591,9 @@ def test_calibrate_refuses_axis_flags_without_endpoint_and_two_axes_at_once(caps
     from specproof.properties.cli import USAGE_ERROR, main
 
     assert main(["calibrate", "--load", "8"]) == USAGE_ERROR
-    assert "--completions, --load and --prefix-cache go with --endpoint" in capsys.readouterr().err
+    assert "--load goes with --endpoint, not the verifiers' calibration" in capsys.readouterr().err
+    assert main(["calibrate", "--tokens", "--completions", "4"]) == USAGE_ERROR
+    assert "--completions goes with --endpoint, not --tokens" in capsys.readouterr().err
     assert main(["calibrate", "--endpoint", "--load", "0"]) == USAGE_ERROR
     assert "loads: each level is a number of requests in flight" in capsys.readouterr().err
     with pytest.raises(UsageError, match="prefix_cache: audit the prefix-cache axis and the load axis"):

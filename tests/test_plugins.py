@@ -223,29 +223,52 @@ def test_without_the_table_line_the_axis_is_refused_by_name():
         audit_engine(spec, EngineAuditConfig(alpha=1e-3, samples=20, seed=0))
 
 
-def test_the_layout_page_names_every_module_of_the_engine_endpoint_and_token_packages():
-    """docs/layout.md against the tree: every module of properties/engine/, properties/endpoint/
-    (its families/ too) and properties/tokens/ is named there, and the endpoint's line names no
-    module that is gone (it once named a deleted ``profiles``)."""
+def _layout_sections() -> dict[str, str]:
+    """docs/layout.md's block under ``properties/``, one text per entry (``  engine/  ...`` and
+    its continuation lines), keyed by the entry's first word."""
     text = (ROOT / "docs" / "layout.md").read_text()
+    block = text.split("properties/    specproof.properties", 1)[1].split("\nbenchmarks/", 1)[0]
+    sections: dict[str, str] = {}
+    key = ""
+    for line in block.splitlines():
+        if re.match(r"^  \S", line):
+            key = line.split()[0].rstrip("/,")
+            sections[key] = ""
+        if key:
+            sections[key] += line + "\n"
+    return sections
+
+
+def test_the_layout_page_names_every_module_of_every_package_where_it_lives():
+    """docs/layout.md against the tree: every module of every package under properties/ (its
+    sub-folders too: engine/adapters/, endpoint/families/, conformance/backends/thirdparty/) is
+    named in that package's entry, every top-level module of properties/ in the block, and an
+    entry names no module (a snake_case name) that its package does not have: the page once
+    named a deleted ``endpoint/profiles`` and, after a move, ``calibration`` modules gone from
+    audit/, engine/ and endpoint/."""
+    sections = _layout_sections()
+    block = "".join(sections.values())
     props = ROOT / "properties"
-    modules = [
-        *ENGINE.glob("*.py"),
-        *(props / "endpoint").rglob("*.py"),
-        *(props / "tokens").glob("*.py"),
-    ]
-    missing = [
-        str(p.relative_to(props)) for p in sorted(modules) if p.stem != "__init__" and p.stem not in text
+    word = lambda name, text: re.search(rf"(?<![\w.-]){re.escape(name)}\b", text)  # noqa: E731
+    missing, gone = [], []
+    for pkg in sorted(p for p in props.iterdir() if (p / "__init__.py").exists()):
+        text = sections.get(pkg.name)
+        if text is None:
+            missing.append(f"{pkg.name}/ (no entry)")
+            continue
+        modules = [p for p in sorted(pkg.rglob("*.py")) if p.stem not in ("__init__", "__main__")]
+        missing += [str(p.relative_to(props)) for p in modules if not word(p.stem, text)]
+        have = {p.stem for p in pkg.rglob("*.py")} | {p.name for p in pkg.rglob("*") if p.is_dir()}
+        snake = set(re.findall(r"(?<![\w.-])([a-z][a-z0-9]*_[a-z0-9_]+)\b", text))
+        gone += [f"{pkg.name}/{w}" for w in sorted(snake - have)]
+    missing += [
+        p.name for p in sorted(props.glob("*.py")) if p.stem != "__init__" and not word(p.stem, block)
     ]
     assert not missing, missing
-    endpoint = text.split("  endpoint/", 1)[1].split("\n  e2e/", 1)[0]
-    named = re.findall(r"\b([a-z_]+) \(", endpoint)
-    gone = [
-        m
-        for m in named
-        if not list((props / "endpoint").rglob(f"{m}.py")) and not (props / "endpoint" / m).is_dir()
-    ]
     assert not gone, gone
+    # the check reads what it should: a module dropped from an entry is missed
+    engine = sections["engine"].replace("token_stage", "")
+    assert not word("token_stage", engine)
 
 
 def test_the_checks_speak_one_status_vocabulary():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specproof.properties.engine import token_calibration as tc
-from specproof.properties.engine import token_calibration_md
+from specproof.properties.measure import token_calibration as tc
+from specproof.properties.measure import token_calibration_md
 from specproof.reference.errors import UsageError
 
 

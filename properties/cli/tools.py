@@ -186,35 +186,19 @@ def cmd_rule(args: argparse.Namespace) -> int:
 
 
 def add_calibrate_parser(sub: Any) -> None:
+    from specproof.properties.measure.calibrations import CALIBRATIONS, TOKEN_SECTIONS, TOKEN_TV
+
     c = sub.add_parser("calibrate", help="measure false-alarm rate and power of the audits' tests")
+    runs = "; ".join(f"{cal.flag} {cal.runs}" for cal in CALIBRATIONS.values() if cal.mode)
     c.add_argument(
         "--runs",
         type=int,
         default=None,
-        help="seeds per (backend, case) (default 100; --deep, --engine and --endpoint 300)",
+        help=f"seeds per (backend, case) (default {CALIBRATIONS[''].runs}; {runs})",
     )
-    c.add_argument(
-        "--deep",
-        action="store_true",
-        help="the per-position tests on K = 8 cases: false alarms, and power on a deep-only mutant",
-    )
-    c.add_argument(
-        "--engine",
-        action="store_true",
-        help="the engine audit: false alarms on exact engines, power on the mutant loops",
-    )
-    c.add_argument(
-        "--endpoint",
-        action="store_true",
-        help="the endpoint audit through HTTP: false alarms on the correct stand-in server, power on "
-        "one that verifies greedily",
-    )
-    c.add_argument(
-        "--tokens",
-        action="store_true",
-        help="the token test: power against the information limit, false alarms of whole engine audits, "
-        "stopping at any time, and the cells test beside it",
-    )
+    for cal in CALIBRATIONS.values():
+        if cal.mode:
+            c.add_argument(f"--{cal.mode}", action="store_true", help=cal.what)
     c.add_argument(
         "--exact",
         action="append",
@@ -227,17 +211,23 @@ def add_calibrate_parser(sub: Any) -> None:
         "--token-tv",
         dest="tv",
         type=float,
-        default=0.05,
-        help="--tokens: per-token TV the audits plan for (default 0.05)",
+        default=None,
+        help=f"--tokens: per-token TV the audits plan for (default {TOKEN_TV:g})",
     )
     c.add_argument(
         "--section",
         action="append",
-        choices=("power", "false_alarms", "stopping", "side_by_side"),
+        choices=TOKEN_SECTIONS,
         help="--tokens: only these sections (repeatable; default all)",
     )
+    samples = "; ".join(
+        f"{cal.flag} {cal.samples}" for cal in CALIBRATIONS.values() if cal.mode and cal.samples
+    )
     c.add_argument(
-        "--samples", type=int, default=None, help="steps per run (default 20000; --engine, --endpoint: 300)"
+        "--samples",
+        type=int,
+        default=None,
+        help=f"steps per run (default {CALIBRATIONS[''].samples}; {samples}; --tokens plans its own)",
     )
     c.add_argument("--alpha", type=float, default=0.01, help="level of each run (default 0.01)")
     c.add_argument("--power-runs", type=int, default=20, help="seeds per lossy (backend, case) (default 20)")
@@ -249,9 +239,7 @@ def add_calibrate_parser(sub: Any) -> None:
     )
     _add_endpoint_axes(c)
     c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    c.add_argument(
-        "--json", metavar="PATH", help="write the measurements as JSON (--tokens, --engine, --endpoint)"
-    )
+    c.add_argument("--json", metavar="PATH", help="write the measurements as JSON")
     add_progress(c)
     c.set_defaults(func=cmd_calibrate)
 
@@ -261,7 +249,7 @@ def _add_endpoint_axes(c: Any) -> None:
     c.add_argument(
         "--completions",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
         help="--endpoint: every audit on the completions axis (one and N completions a request): the "
         "independence test's false alarms, power on shared_choices",
@@ -285,67 +273,12 @@ def _add_endpoint_axes(c: Any) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from specproof.properties.audit import calibration as cal
+    from specproof.properties.measure.calibrations import calibrate, chosen
 
     check_outputs(args, "markdown", "json")
-    report = progress_lines(args.progress)
-    if (args.exact or args.section) and not args.tokens:
-        raise UsageError("--exact and --section go with --tokens")
-    if (args.completions != 1 or args.load or args.prefix_cache) and not args.endpoint:
-        raise UsageError("--completions, --load and --prefix-cache go with --endpoint")
-    if args.tokens:
-        from specproof.properties.engine import token_calibration as tc
-        from specproof.properties.engine import token_calibration_md
-
-        if not 0 < args.tv < 0.5:
-            raise UsageError(f"--tv: a per-token TV in (0, 0.5), not {args.tv}")
-        runs = 300 if args.runs is None else args.runs
-        if runs < 1 or args.power_runs < 1:
-            raise UsageError("--runs and --power-runs: at least 1")
-        doc = tc.calibrate_tokens(
-            runs,
-            args.alpha,
-            args.tv,
-            args.power_runs,
-            args.exact,
-            args.section or ("power", "false_alarms", "stopping", "side_by_side"),
-            report or (lambda s: None),
-        )
-        table = token_calibration_md.markdown(doc)
-        write_json_to(args.json, doc)
-    elif args.endpoint:
-        from specproof.properties.endpoint.calibration import calibrate_http
-        from specproof.properties.engine.completions import check_completions
-
-        runs = 300 if args.runs is None else args.runs
-        doc = calibrate_http(
-            runs,
-            args.samples or 300,
-            args.alpha,
-            report or (lambda s: None),
-            args.power_runs,
-            completions=check_completions(args.completions, bool(args.load or args.prefix_cache)),
-            loads=tuple(args.load or ()),
-            prefix_cache=args.prefix_cache,
-        )
-        table = doc.pop("markdown")
-        write_json_to(args.json, doc)
-    elif args.engine:
-        from specproof.properties.engine.calibration import calibration, calibration_markdown
-
-        runs = 300 if args.runs is None else args.runs
-        doc = calibration(
-            runs, args.samples or 300, args.alpha, args.power_runs, report or (lambda s: None), args.only
-        )
-        table = calibration_markdown(doc)
-        write_json_to(args.json, doc)
-    elif args.deep:
-        runs = 300 if args.runs is None else args.runs
-        deep = cal.calibrate_deep(runs, args.samples or 20000, args.alpha, args.power_runs, report)
-        table = cal.markdown_deep(deep)
-    else:
-        runs = 100 if args.runs is None else args.runs
-        table = cal.markdown(cal.calibrate(runs, args.samples or 20000, args.alpha, args.power_runs, report))
+    chosen(args)  # a misplaced flag is refused before anything runs
+    table, doc = calibrate(args, progress_lines(args.progress) or (lambda s: None))
+    write_json_to(args.json, doc)
     print(table)
     write_text(args.markdown, table)
     return 0

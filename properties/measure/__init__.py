@@ -1,4 +1,10 @@
-"""Measurement above the audits: the suites that audit real engines, and what they found.
+"""Measurement above the audits: the calibrations, the suites that audit real engines, and what
+they found.
+
+:mod:`.calibrations` is the table ``specproof calibrate`` reads (each mode, the flags it takes,
+its defaults, the page quoting it); every calibration (:mod:`.verifier_calibration`,
+:mod:`.engine_calibration`, :mod:`.endpoint_calibration`, :mod:`.token_calibration`) measures
+through :mod:`.rate`: seeded runs, the rate flagged, its binomial interval.
 
 :mod:`.llamacpp_suite` and :mod:`.vllm_suite` serve llama.cpp's and vLLM's CPU build's
 configurations on loopback and audit each (``specproof llamacpp table``, ``specproof vllm

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 from scipy.stats import norm
 
-from specproof.properties.audit import stats
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1, EngineSpec
 from specproof.properties.engine.narrow import ending_spec, narrow_spec
@@ -35,6 +34,7 @@ from specproof.properties.engine.registry import resolve_engine, with_options
 from specproof.properties.engine.results import EngineCase
 from specproof.properties.engine.runner import CaseRunner, sample_seed
 from specproof.properties.engine.token_stage import TokenStage, block_indices
+from specproof.properties.measure.rate import Rate, rejection_rate
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenTest
 from specproof.properties.tokens.family import Family
@@ -214,7 +214,7 @@ def power_rows(
                 hits += crossed_at is not None
                 if crossed_at is not None:
                     first.append(crossed_at)
-            lo, hi = stats.clopper_pearson(hits, runs)
+            lo, hi = Rate(hits, runs).ci
             row = {
                 "statistic": s,
                 "deviation": size,
@@ -278,7 +278,7 @@ def pooled_power_rows(
                 hits += crossed_at is not None
                 if crossed_at is not None:
                     first.append(crossed_at)
-            lo, hi = stats.clopper_pearson(hits, runs)
+            lo, hi = Rate(hits, runs).ci
             rows.append(
                 {
                     "statistic": s,
@@ -360,15 +360,22 @@ def false_alarm_rows(
     rows = []
     for j, spec in enumerate(specs):
         n = runs // len(specs) + (j < runs % len(specs))
-        alarms, tokens, t0 = 0, [], time.perf_counter()
+
+        def once(seed: int, spec: EngineSpec = spec) -> Any:
+            cfg = EngineAuditConfig(alpha=alpha, tv=tv, test="tokens", seed=seed, budget_seconds=1e9)
+            return audit_engine(spec, cfg)
+
+        done = rejection_rate(
+            once,
+            range(1000, 1000 + n),
+            lambda r: r.verdict == Verdict.LOSSY,
+            keep=lambda r: (r.verdict.value, sum(c.observed_tokens for c in r.cases)),
+        )
         verdicts: dict[str, int] = {}
-        for s in range(n):
-            cfg = EngineAuditConfig(alpha=alpha, tv=tv, test="tokens", seed=1000 + s, budget_seconds=1e9)
-            r = audit_engine(spec, cfg)
-            verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
-            alarms += r.verdict == Verdict.LOSSY
-            tokens.append(sum(c.observed_tokens for c in r.cases))
-        lo, hi = stats.clopper_pearson(alarms, n)
+        for v, _ in done.results:
+            verdicts[v] = verdicts.get(v, 0) + 1
+        alarms, tokens = done.rate.hits, [t for _, t in done.results]
+        lo, hi = done.rate.ci
         rows.append(
             {
                 "engine": spec.name,
@@ -382,7 +389,7 @@ def false_alarm_rows(
                 "false_alarms": alarms,
                 "ci95": [lo, hi],
                 "verdicts": verdicts,
-                "seconds": time.perf_counter() - t0,
+                "seconds": done.seconds,
             }
         )
         say(
@@ -457,10 +464,10 @@ def stopping_rows(
             "looks": samples,
             "alpha": alpha,
             "ever_crossed": ever,
-            "ever_ci95": list(stats.clopper_pearson(ever, streams)),
+            "ever_ci95": list(Rate(ever, streams).ci),
             "crossed_at_random_stop": at_random,
             "naive_rejected": naive,
-            "naive_ci95": list(stats.clopper_pearson(naive, streams)),
+            "naive_ci95": list(Rate(naive, streams).ci),
             "seconds": time.perf_counter() - t0,
         }
         rows.append(row)

@@ -1,5 +1,5 @@
 """The endpoint audit's HTTP path measured: its false-alarm rate on a correct server and its power
-on one that verifies greedily, both on the project's own stand-in (:mod:`.standin`), so the
+on one that verifies greedily, both on the project's own stand-in (:mod:`..endpoint.standin`), so the
 figures come from the whole path a served engine takes (requests, retries, the law recipe read
 over HTTP, the reports check) and not from the in-process engine audit alone.
 
@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from specproof.properties.audit import stats
 from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.families.wire import token_texts
 from specproof.properties.endpoint.options import EndpointOptions
@@ -44,6 +43,7 @@ from specproof.properties.endpoint.standin import StandIn
 from specproof.properties.engine.audit import ENGINE_PACKAGES, EngineAuditConfig, audit_engine
 from specproof.properties.engine.completions import COMPLETIONS_ALPHA_SHARE
 from specproof.properties.engine.contract import T1
+from specproof.properties.measure.rate import Rate, rejection_rate
 from specproof.properties.outputs import versions
 from specproof.properties.verdicts import CheckStatus, Verdict
 
@@ -68,16 +68,13 @@ def _rate(
     """One row of the calibration: how many of ``runs`` seeded audits were called lossy or
     acceptance_low (``what``: false alarms or rejections), with the Clopper-Pearson 95% interval of
     the rate."""
-    n = sum(verdicts.get(v, 0) for v in ALARMS)
-    lo, hi = stats.clopper_pearson(n, runs) if runs else (0.0, 1.0)
+    rate = Rate(sum(verdicts.get(v, 0) for v in ALARMS), runs)
     return {
         "stand_in": stand_in,
         "runs": runs,
         "samples": samples,
         "alpha": alpha,
-        what: n,
-        "rate": n / runs if runs else 0.0,
-        "ci95": [lo, hi],
+        **rate.fields(what),
         "verdicts": dict(verdicts),
         "seconds": seconds,
         "requests": requests,
@@ -154,8 +151,6 @@ def _audits(
     load or prefix-cache axis (against a twin with speculation off) the added checks' outcomes are
     counted in ``checks`` (:func:`_count_checks`)."""
     verdicts: Counter[str] = Counter()
-    pvalues: list[float] = []
-    used: list[int] = []
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         si = stack.enter_context(StandIn(bug, loop=setup.loop))
@@ -164,28 +159,36 @@ def _audits(
             setup.options(si.url, None if twin is None else twin.url),
             token_map=token_texts(si.model.vocab) if setup.profile == "openai" else None,
         )
+
+        def after(j: int, r: Any) -> None:
+            verdicts[r.verdict.value] += 1
+            if independence is not None and r.completions is not None:
+                independence.extend(t.pvalue for t in r.completions.tests)
+            if checks is not None:
+                _count_checks(r, checks)
+            if (j + 1) % 10 == 0 or j + 1 == len(seeds):
+                say(
+                    f"  {bug or 'correct'}: {j + 1}/{len(seeds)} audits, {dict(verdicts)}, "
+                    f"{time.perf_counter() - t0:.0f} s"
+                )
+
         try:
             spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=TOKENS)
-            for j, seed in enumerate(seeds):
-                r = audit_engine(
+            done = rejection_rate(
+                lambda seed: audit_engine(
                     spec, EngineAuditConfig(alpha=alpha, samples=samples, seed=seed, test="cells")
-                )
-                verdicts[r.verdict.value] += 1
-                pvalues.append(min(c.pvalue for c in r.cases))
-                used.append(sum(c.n for c in r.cases))
-                if independence is not None and r.completions is not None:
-                    independence.extend(t.pvalue for t in r.completions.tests)
-                if checks is not None:
-                    _count_checks(r, checks)
-                if (j + 1) % 10 == 0 or j + 1 == len(seeds):
-                    say(
-                        f"  {bug or 'correct'}: {j + 1}/{len(seeds)} audits, {dict(verdicts)}, "
-                        f"{time.perf_counter() - t0:.0f} s"
-                    )
+                ),
+                seeds,
+                lambda r: r.verdict.value in ALARMS,
+                after,
+                lambda r: (min(c.pvalue for c in r.cases), sum(c.n for c in r.cases)),
+            )
         finally:
             ep.close()
         requests = si.requests
-    return verdicts, pvalues, used, time.perf_counter() - t0, requests
+    pvalues = [p for p, _ in done.results]
+    used = [n for _, n in done.results]
+    return verdicts, pvalues, used, done.seconds, requests
 
 
 def _count_checks(r: Any, checks: dict[str, Any]) -> None:
@@ -336,7 +339,7 @@ def calibration_markdown(doc: dict[str, Any]) -> str:
     lines += _checks_lines(doc)
     ind = e.get("independence")
     if ind:
-        lo, hi = stats.clopper_pearson(ind["rejected"], ind["tests"]) if ind["tests"] else (0.0, 1.0)
+        lo, hi = Rate(ind["rejected"], ind["tests"]).ci
         lines += [
             "",
             f"The completions axis ({doc['completions']} completions a request): of the correct stand-in's "
@@ -354,8 +357,7 @@ def _checks_lines(doc: dict[str, Any]) -> list[str]:
     out = []
 
     def rate(k: int, n: int) -> str:
-        lo, hi = stats.clopper_pearson(k, n) if n else (0.0, 1.0)
-        return f"{k} of {n} [95% CI {lo:.3f}, {hi:.3f}]"
+        return Rate(k, n).text()
 
     if c.get("seeds_drawn_twice"):
         out.append(

@@ -8,7 +8,7 @@ drafts, the verifier runs, the output is completed, binned and tested):
   alpha) and the chi-square p-values are tested for uniformity (Kolmogorov-Smirnov);
 * on lossy verifiers, the rejection rate estimates the power at that sample size.
 
-``specproof calibrate --deep`` does the same for the per-position tests (:mod:`.conditional`)
+``specproof calibrate --deep`` does the same for the per-position tests (:mod:`..audit.conditional`)
 on the K = 8 cases: their false alarms alone and combined with the cell tests on exact verifiers,
 and their power on ``mutant.deep_residual_from_p``, which is wrong only at draft positions 5 and
 beyond, where the cells (prefixes of the first tokens) see nothing.
@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as st
 
-from specproof.properties.audit import stats
 from specproof.properties.audit.battery import Case, chain_battery
 from specproof.properties.audit.stages import AuditConfig, audit
 from specproof.properties.conformance import mutants  # noqa: F401  (registers mutant.*)
 from specproof.properties.conformance.backends import REGISTRY
+from specproof.properties.measure.rate import Rate, rejection_rate
 
 EXACT = ("torch.token", "torch.block", "torch.token_gumbel")
 #: (lossy backend, a case on which it deviates)
@@ -55,7 +56,7 @@ class Row:
 
     def interval(self) -> tuple[float, float]:
         """Clopper-Pearson 95% interval of the rejection rate."""
-        return stats.clopper_pearson(self.rejections, self.runs)
+        return Rate(self.rejections, self.runs).ci
 
 
 def cases() -> list[Case]:
@@ -66,19 +67,24 @@ def cases() -> list[Case]:
 def _rate(
     backend_name: str, case: Case, runs: int, seed0: int, alpha: float, samples: int | None = None
 ) -> tuple[int, list[float], list[float]]:
+    """``runs`` seeded audits of one case (:func:`.rate.rejection_rate`, seeds ``seed0`` on): how
+    many rejected at ``alpha``, each run's chi-square p-value and TV estimate."""
     backend = REGISTRY[("chain", backend_name)]
-    pvals, chi, tvs = [], [], []
-    for run in range(runs):
+
+    def once(seed: int) -> Any:
         # the statistics only: no id-range probes (seconds per run, and not what is measured)
         config = AuditConfig(
-            seed=seed0 + run, cases=[case], budget_seconds=3600, alpha=alpha, samples=samples, probes=False
+            seed=seed, cases=[case], budget_seconds=3600, alpha=alpha, samples=samples, probes=False
         )
-        r = audit(backend, config)
-        c = r.cases[0]
-        pvals.append(c.pvalue)
-        chi.append(c.p_chi2)
-        tvs.append(c.tv.estimate if c.tv else float("nan"))
-    return int((np.array(pvals) <= alpha).sum()), chi, tvs
+        return audit(backend, config).cases[0]
+
+    done = rejection_rate(
+        once,
+        range(seed0, seed0 + runs),
+        lambda c: c.pvalue <= alpha,
+        keep=lambda c: (c.p_chi2, c.tv.estimate if c.tv else float("nan")),
+    )
+    return done.rate.hits, [p for p, _ in done.results], [tv for _, tv in done.results]
 
 
 def calibrate(
@@ -130,7 +136,7 @@ class DeepRow:
     uncovered: float  # mean share of steps with an untested position
 
     def interval(self, k: int) -> tuple[float, float]:
-        return stats.clopper_pearson(k, self.runs)
+        return Rate(k, self.runs).ci
 
 
 def _deep(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specproof.properties.audit import stats
+from specproof.properties.measure.rate import Rate
 
 
 def _md_power(doc: dict[str, Any]) -> list[str]:
@@ -68,7 +68,7 @@ def _md_false_alarms(doc: dict[str, Any]) -> list[str]:
     fa = doc["false_alarms"]
     total = sum(r["false_alarms"] for r in fa)
     n = sum(r["runs"] for r in fa)
-    lo, hi = stats.clopper_pearson(total, n)
+    lo, hi = Rate(total, n).ci
     lines += [
         "",
         "## False alarms of whole audits",

@@ -6,16 +6,15 @@ the token test has its own, `specproof calibrate --tokens`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from specproof.properties.audit import stats
 from specproof.properties.engine.audit import ENGINE_PACKAGES, EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T07, T1, Sampling
 from specproof.properties.engine.registry import resolve_engine, with_options
+from specproof.properties.measure.rate import Rate, rejection_rate
 from specproof.properties.outputs import versions
 from specproof.properties.verdicts import Verdict
 from specproof.reference.errors import UsageError
@@ -80,34 +79,32 @@ def calibration(
 
 def _rejections(
     name: str, prompt: tuple[int, ...], setting: Sampling, n: int, runs: int, alpha: float, seed0: int
-) -> tuple[int, list[int], tuple[float, float], float]:
-    """``runs`` seeded audits of one engine case at ``n`` samples: how many were flagged (lossy,
-    or acceptance_low by the acceptance oracle where the engine declares its rule), the samples
-    each used, the 95% interval of the rate, the seconds."""
+) -> tuple[Rate, list[int], float]:
+    """``runs`` seeded audits of one engine case at ``n`` samples (:func:`.rate.rejection_rate`):
+    how many were flagged (lossy, or acceptance_low by the acceptance oracle where the engine
+    declares its rule), the samples each used, the seconds."""
     spec = with_options(resolve_engine(name), prompts=[prompt], samplings=[setting])
-    t0 = time.perf_counter()
-    hits, used = 0, []
-    for s in range(runs):
-        r = audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=n, seed=seed0 + s, test="cells"))
-        hits += r.verdict in (Verdict.LOSSY, Verdict.ACCEPTANCE_LOW)
-        used.append(r.cases[0].n)
-    return hits, used, stats.clopper_pearson(hits, runs), time.perf_counter() - t0
+    done = rejection_rate(
+        lambda seed: audit_engine(spec, EngineAuditConfig(alpha=alpha, samples=n, seed=seed, test="cells")),
+        range(seed0, seed0 + runs),
+        lambda r: r.verdict in (Verdict.LOSSY, Verdict.ACCEPTANCE_LOW),
+        keep=lambda r: r.cases[0].n,
+    )
+    return done.rate, done.results, done.seconds
 
 
 def _false_alarms(
     name: str, setting: Sampling, runs: int, samples: int, alpha: float, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Seeded audits of an exact engine at a fixed size: how often it is called lossy."""
-    alarms, _, (lo, hi), seconds = _rejections(name, (0, 6), setting, samples, runs, alpha, 1000)
-    say(f"{name}: {alarms}/{runs} false alarms at alpha {alpha:g} (95% CI [{lo:.3f}, {hi:.3f}])")
+    rate, _, seconds = _rejections(name, (0, 6), setting, samples, runs, alpha, 1000)
+    say(f"{name}: {rate.hits}/{runs} false alarms at alpha {alpha:g} ({rate.text()})")
     return {
         "engine": name,
         "case": f"{setting.label} after [0 6], M = 4",
         "runs": runs,
         "samples": samples,
-        "false_alarms": alarms,
-        "rate": alarms / runs,
-        "ci95": [lo, hi],
+        **rate.fields("false_alarms"),
         "seconds": seconds,
     }
 
@@ -116,16 +113,17 @@ def _power(
     name: str, prompt: tuple[int, ...], setting: Sampling, n: int, runs: int, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Seeded audits of a lossy mutant on its witness case: how often it is caught."""
-    hits, used, (lo, hi), seconds = _rejections(name, prompt, setting, n, runs, 1e-3, 2000)
-    say(f"{name}: rejected in {hits}/{runs} runs at {n} samples (mean {np.mean(used):.0f} used)")
+    rate, used, seconds = _rejections(name, prompt, setting, n, runs, 1e-3, 2000)
+    say(f"{name}: rejected in {rate.hits}/{runs} runs at {n} samples (mean {np.mean(used):.0f} used)")
+    ci = rate.fields("rejected")
     return {
         "engine": name,
         "case": f"{setting.label} after {list(prompt)}",
         "samples": n,
         "alpha": 1e-3,
         "runs": runs,
-        "rejected": hits,
-        "ci95": [lo, hi],
+        "rejected": ci["rejected"],
+        "ci95": ci["ci95"],
         "mean_samples_used": float(np.mean(used)),
         "seconds": seconds,
     }
