@@ -149,22 +149,21 @@ def _deep(
     samples: int | None = None,
 ) -> DeepRow:
     backend = REGISTRY[("chain", backend_name)]
-    pos: list[float] = []
-    cells: list[float] = []
-    comb: list[float] = []
-    unc: list[float] = []
-    each: list[float] = []
-    for run in range(runs):
+
+    def once(seed: int) -> Any:
         config = AuditConfig(
-            seed=seed0 + run, cases=[case], budget_seconds=3600, probes=False, alpha=alpha, samples=samples
+            seed=seed, cases=[case], budget_seconds=3600, probes=False, alpha=alpha, samples=samples
         )
-        c = audit(backend, config).cases[0]
-        pos.append(c.p_positions)
-        cells.append(min(1.0, 2 * min(c.p_chi2, c.p_cells)))
-        comb.append(c.pvalue)
-        unc.append(c.uncovered)
-        if c.positions is not None:  # each tested position's own p-value: uniform under the null
-            each.extend(t.pvalue for t in c.positions.positions if t.df > 0)
+        return audit(backend, config).cases[0]
+
+    def kept(c: Any) -> tuple[float, float, float, float, list[float]]:
+        # each tested position's own p-value: uniform under the null
+        own = [t.pvalue for t in c.positions.positions if t.df > 0] if c.positions is not None else []
+        return c.p_positions, min(1.0, 2 * min(c.p_chi2, c.p_cells)), c.pvalue, c.uncovered, own
+
+    done = rejection_rate(once, range(seed0, seed0 + runs), lambda c: c.pvalue <= level, keep=kept)
+    pos, cells, comb, unc = ([r[i] for r in done.results] for i in range(4))
+    each = [p for r in done.results for p in r[4]]
     count = lambda ps: int((np.array(ps) <= level).sum())  # noqa: E731
     # the combined p-value is Bonferroni over the positions (conservative, not uniform); the
     # positions' own p-values are independent uniforms under the null (audit_statistics.md, 9)
@@ -178,7 +177,7 @@ def _deep(
         level,
         count(pos),
         count(cells),
-        count(comb),
+        done.rate.hits,
         ks,
         float(np.mean(unc)),
     )
