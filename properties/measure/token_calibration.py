@@ -186,6 +186,19 @@ def reference_tokens(rng: np.random.Generator, n: int, tv: float, statistic: str
     return Observations(u, pf, np.zeros(n), np.zeros(n))
 
 
+def _crossings(hits: int, runs: int, first: list[int], t0: float) -> dict[str, Any]:
+    """A power row's tail: runs, how many crossed with the binomial interval, the median tokens
+    at the first crossing, the seconds since ``t0``."""
+    lo, hi = Rate(hits, runs).ci
+    return {
+        "runs": runs,
+        "crossed": hits,
+        "ci95": [lo, hi],
+        "median_tokens_to_cross": float(np.median(first)) if first else None,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
 def power_rows(
     tvs: Sequence[float] = (0.03, 0.01), runs: int = 60, alpha: float = 1e-4, seed: int = 12, say: Say = print
 ) -> list[dict[str, Any]]:
@@ -214,18 +227,13 @@ def power_rows(
                 hits += crossed_at is not None
                 if crossed_at is not None:
                     first.append(crossed_at)
-            lo, hi = Rate(hits, runs).ci
             row = {
                 "statistic": s,
                 "deviation": size,
                 "alpha": alpha,
                 "planned_tokens": need,
                 "information_limit": limit,
-                "runs": runs,
-                "crossed": hits,
-                "ci95": [lo, hi],
-                "median_tokens_to_cross": float(np.median(first)) if first else None,
-                "seconds": time.perf_counter() - t0,
+                **_crossings(hits, runs, first, t0),
             }
             rows.append(row)
             ratio = f", {need / limit:.2f} x the limit" if limit else ""
@@ -278,7 +286,6 @@ def pooled_power_rows(
                 hits += crossed_at is not None
                 if crossed_at is not None:
                     first.append(crossed_at)
-            lo, hi = Rate(hits, runs).ci
             rows.append(
                 {
                     "statistic": s,
@@ -288,11 +295,7 @@ def pooled_power_rows(
                     "planned_tokens": each * cases,
                     "planned_before_pooling": before,
                     "information_limit": limit,
-                    "runs": runs,
-                    "crossed": hits,
-                    "ci95": [lo, hi],
-                    "median_tokens_to_cross": float(np.median(first)) if first else None,
-                    "seconds": time.perf_counter() - t0,
+                    **_crossings(hits, runs, first, t0),
                 }
             )
             say(
