@@ -755,3 +755,42 @@ def test_a_server_of_another_family_is_named_at_once_with_the_fix(tmp_path):
     text = str(e.value)
     assert f"URL: {url} does not answer as profile vllm" in text
     assert "--profile names its family" in text and "llamacpp" in text
+
+
+def _prefill_audit(si: StandIn, samples: int = 64, **kw: object):
+    ep = endpoint(si.url, "vllm")
+    try:
+        spec = endpoint_spec(ep, prompts=[PROMPT], samplings=[T1], tokens=32)
+        assert ep.along == {T1: ""}  # the check before sampling found the two reads equal
+        config = EngineAuditConfig(alpha=ALPHA, samples=samples, seed=1, report_samples=0, test="tokens")
+        return audit_engine(spec, config, **kw)  # type: ignore[arg-type]
+    finally:
+        ep.close()
+
+
+def test_laws_read_along_a_path_are_checked_at_random_depths_while_sampling(correct, monkeypatch):
+    """The vLLM family reads a sample's laws in one prefill request (prompt_logprobs). A server
+    whose prefill reads past the 8th token from a window its decode path lacks (prefill_window)
+    agrees with the one-token recipe right after the prompt, where the check before sampling
+    looks; while sampling, one sample in eight is checked at a depth drawn from the seed against
+    the one-token recipe: a contract violation naming the position, which nothing else names
+    (the check switched off, the token test compares a correct generation with wrong laws). The
+    correct server passes with every checked read equal to the last bits."""
+    from specproof.properties.engine import token_stage
+
+    with StandIn("prefill_window", loop="laws") as si:
+        r = _prefill_audit(si)
+        assert r.verdict == Verdict.CONTRACT_VIOLATION, r.summary()
+        assert r.violation["kind"] == "teacher_forcing_differs"
+        assert "in one request after [0, 6, " in r.violation["detail"], r.violation
+        assert "differs from the one-token recipe's law there" in r.violation["detail"]
+        monkeypatch.setattr(token_stage, "FORCING_SHARE", 0.0)
+        blind = _prefill_audit(si)  # the token test alone compares the generation with wrong laws
+        assert (
+            blind.verdict != Verdict.CONTRACT_VIOLATION and "teacher_forcing_checked" not in blind.token_test
+        )
+    monkeypatch.undo()
+    ok = _prefill_audit(correct)
+    assert ok.verdict == Verdict.PASS, ok.summary()
+    forced = ok.token_test["teacher_forcing_checked"]
+    assert forced["checked"] >= 1 and forced["largest_tv"] < 1e-6, forced

@@ -158,6 +158,16 @@ class EndpointEngine:
             along = self._laws_along(contexts, prompt_len)
             if along is not None:
                 return along
+        return self._one_token_laws(contexts, prompt_len)
+
+    def law_alone(self, context: Sequence[int], prompt_len: int | None = None) -> list[float]:
+        """The law after ``context`` read at that prefix alone, by the one-token recipe (the
+        decode path), never along a path: what the laws read along a path are checked against
+        during sampling (:class:`~specproof.properties.engine.token_stage.ForcingCheck`)."""
+        return self._one_token_laws([context], prompt_len)[0]
+
+    def _one_token_laws(self, contexts: Sequence[Sequence[int]], prompt_len: int | None) -> list[list[float]]:
+        """The laws after each context, one request each by the one-token recipe."""
         requests = [self.profile.law_request(c, self.sampling, self.vocab, prompt_len) for c in contexts]
         if not requests:
             return []

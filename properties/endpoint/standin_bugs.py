@@ -72,6 +72,16 @@ scale                ``--adapter``         gets its first token at them and its 
                                            at the server's own (the request's scales dropped
                                            from the verify pass): exact for requests naming no
                                            adapter, so only ``--adapter`` sees it
+prefill_window       pass; contract        the laws along a path (vLLM's ``prompt_logprobs``,
+                     violation with the    one prefill forward) past the 8th token are read
+                     vllm family           from the last 8 tokens alone, a window the decode
+                                           path (generation, the one-token recipe) does not
+                                           have: only a family that reads laws along a path
+                                           sees it, and only past the first positions, where
+                                           the check before sampling does not look; the
+                                           check at random depths during sampling names it
+                                           (``teacher_forcing_differs``) where the token test
+                                           alone would call a correct generation lossy
 averaged_metric      misreported           ``GET /metrics`` gives accepted drafts as the drafted
                                            total times the mean of the requests' accepted
                                            shares (a mean of ratios for a ratio of sums,
@@ -220,6 +230,13 @@ BUGS: dict[str, Planted] = planted(
         "them but has its drafts verified at the server's own scales (the request's dropped from the "
         "verify pass): a request naming no adapter is exact, so only an audit whose requests ask for "
         "one (--adapter) flags it (lossy)",
+    ),
+    Planted(
+        "prefill_window",
+        Verdict.PASS,
+        "the laws along a path (vLLM's prompt_logprobs) past the 8th token read from the last 8 "
+        "tokens alone, the decode path exact: the llama.cpp family never reads them; with the vllm "
+        "family the check at random depths gives contract_violation (teacher_forcing_differs)",
     ),
     Planted(
         "averaged_metric",

@@ -179,6 +179,38 @@ class CaseRunner:
         self._keep(prefix, row)
         return row
 
+    def reads_along(self) -> bool:
+        """Whether the laws along a sample come by another path than the law at one prefix:
+        the engine's ``target_laws_along`` (teacher forcing in one forward), or a server's read of
+        a whole path in one request (``reads_along()`` of an endpoint's engine)."""
+        if "teacher_forcing" in self.offers:
+            return True
+        along = getattr(self.engine, "reads_along", None)
+        return bool(callable(along) and along())
+
+    @property
+    def along_names(self) -> tuple[str, str]:
+        """How a finding names the two reads of one law: (along a path, at the prefix alone)."""
+        if "teacher_forcing" in self.offers:
+            return "target_laws_along", "target_law"
+        return "the law read along the path in one request", "the one-token recipe's law"
+
+    def law_alone(self, prefix: Seq) -> np.ndarray:
+        """The law after the prompt and ``prefix`` read at that prefix alone: ``target_law``
+        (memoized), or, for an engine whose ``target_law`` may itself read along a path (a
+        server's), its ``law_alone`` (the one-token recipe, read afresh, never memoized)."""
+        alone = getattr(self.engine, "law_alone", None)
+        if not callable(alone) or self.end(prefix) is not None:
+            return self.law(prefix)
+        context = list(self.case.prompt + prefix)
+        try:
+            got = alone(context, prompt_len=len(self.case.prompt)) if self._with_prompt else alone(context)
+        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
+            raise
+        except Exception as e:
+            raise EngineViolation("exception", f"law_alone raised {type(e).__name__}: {e}", self.case) from e
+        return self._checked_law(got, context)
+
     def _keep(self, prefix: Seq, row: np.ndarray) -> None:
         if len(prefix) > MEMO_DEPTH:
             self._chunk[prefix] = row

@@ -65,7 +65,7 @@ class ForcingCheck:
     largest: float = 0.0
 
     def check(self, runner: CaseRunner, index: int, seq: Seq, laws: np.ndarray, seed: int) -> None:
-        if "teacher_forcing" not in runner.offers or not len(laws):
+        if not len(laws) or not runner.reads_along():
             return
         rng = np.random.default_rng([abs(int(seed)), runner.case.index, index, 0x7EAC])
         if rng.random() >= FORCING_SHARE:
@@ -75,15 +75,16 @@ class ForcingCheck:
         total = float(row.sum())
         if not (abs(total - 1) <= 1e-6 and row.min() >= 0):
             return  # not a law: the scoring names it
-        one = runner.law(tuple(seq[:d]))
+        one = runner.law_alone(tuple(seq[:d]))
         tv = 0.5 * float(np.abs(row / total - one).sum())
         self.checked += 1
         self.largest = max(self.largest, tv)
         if tv > FORCING_TOLERANCE:
+            along, alone = runner.along_names
             raise EngineViolation(
                 "teacher_forcing_differs",
-                f"target_laws_along after {list(runner.case.prompt + tuple(seq[:d]))} (position {d + 1} of "
-                f"sample {index}) differs from target_law there by TV {tv:.3g} (tolerance "
+                f"{along} after {list(runner.case.prompt + tuple(seq[:d]))} (position {d + 1} of "
+                f"sample {index}) differs from {alone} there by TV {tv:.3g} (tolerance "
                 f"{FORCING_TOLERANCE:g}): "
                 "the law read along the path and the law read at the prefix alone disagree",
                 runner.case,

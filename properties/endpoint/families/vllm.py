@@ -37,6 +37,10 @@ from specproof.properties.endpoint.families.base import (
 from specproof.properties.endpoint.families.openai import completions_head
 from specproof.reference.sampling import Sampling
 
+#: the stand-in's ``prefill_window`` bug: its prompt_logprobs past this many tokens are read from
+#: the last ones alone (a prefill kernel with a sliding window that the decode path does not have)
+PREFILL_WINDOW = 8
+
 if TYPE_CHECKING:
     from specproof.properties.endpoint.client import Client
     from specproof.properties.endpoint.standin import StandIn
@@ -254,6 +258,11 @@ def completions(si: StandIn, body: dict[str, Any]) -> dict[str, Any]:
     if body.get("prompt_logprobs") is not None:  # the raw law at each position of the prompt
         rows: list[dict[str, Any] | None] = [None]
         along: Any = si.model.logits_along(ask.prompt[:1], ask.prompt[1:]) if len(ask.prompt) > 1 else []
+        if si.bug == "prefill_window":  # past PREFILL_WINDOW tokens, the prefill reads the last ones alone
+            along = [
+                si.model.logits(tuple(ask.prompt[max(0, k + 1 - PREFILL_WINDOW) : k + 1]))
+                for k in range(len(along))
+            ]  # bug: prefill_window
         for z in along:  # after each prefix of the prompt, read in one forward
             raw = si.model.law_of(z, Sampling(1.0))
             ranked = sorted(range(len(raw)), key=lambda i: -float(raw[i]))
