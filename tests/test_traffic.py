@@ -195,3 +195,30 @@ def test_the_command_line_writes_a_traffic_report_in_the_format_its_ending_names
             else:
                 assert text.startswith("# specproof traffic audit") and "```" in text
     capsys.readouterr()
+
+
+def test_a_twin_whose_reads_along_a_path_disagree_deep_is_named_not_scored(tmp_path):
+    """The vLLM family reads a record's laws from the twin in one request (prompt_logprobs). A
+    twin whose prefill reads past the 8th token from a window its decode path lacks
+    (``prefill_window``) agrees with the one-token recipe right after the prompt (the check before
+    scoring); one record in eight, at a depth drawn from the seed, is checked against the one-token
+    recipe: contract_violation naming the line and position, the traffic never scored against
+    the wrong laws. The correct twin: pass, every checked read equal to the last bits."""
+    with StandIn(loop="laws", listen=False) as served:
+        path = _write(tmp_path, _serve(served, 400))
+
+    def audit(twin: StandIn):
+        options = EndpointOptions(profile="vllm", vocab=8, twin=twin.url, concurrency=4)
+        return run_traffic(path, options, EngineAuditConfig(tv=0.1), transports={twin.url: InProcess(twin)})
+
+    with StandIn("prefill_window", speculative=False, loop="laws", listen=False) as bad:
+        r = audit(bad)
+    assert r.verdict == Verdict.CONTRACT_VIOLATION and r.exit_code == Verdict.CONTRACT_VIOLATION.exit_code
+    assert r.finding is not None and r.finding["kind"] == "teacher_forcing_differs", r.finding
+    assert r.finding["position"] > 8 - len(PROMPTS[0]) and re.match(r"line \d+: ", r.finding["text"])
+    assert r.finding["text"] in r.summary()
+    with StandIn(speculative=False, loop="laws", listen=False) as good:
+        ok = audit(good)
+    assert ok.verdict == Verdict.PASS, ok.summary()
+    forced = ok.token_test["teacher_forcing_checked"]
+    assert forced["checked"] >= 20 and forced["largest_tv"] < 1e-6, forced

@@ -30,34 +30,60 @@ __all__ = [
 ]
 
 
-def twin_laws(endpoint: Any, default: tuple[tuple[int, float], ...] | None = None) -> LawsAlong:
-    """The laws along a path read from an opened endpoint (its twin where it has one), per
-    setting and LoRA adapter scales (``adapter``: (id, scale) pairs; empty: the server's own;
-    None: ``default``, or where that is None the endpoint's ``--adapter``, the server's own
-    without it): by the family's recipe, the laws along the path in one request where the family
-    reads them so and they agree with its one-token recipe (:meth:`Endpoint.check_along`), else one
-    law request a prefix, sent concurrently."""
-    if default is None:
-        default = endpoint.options.adapter
-    engines: dict[tuple[Sampling, tuple[tuple[int, float], ...]], Any] = {}
+class TwinLaws:
+    """The laws along a path read from an opened endpoint (its twin where it has one), per setting
+    and LoRA adapter scales (``adapter``: (id, scale) pairs; empty: the server's own; None:
+    ``default``, or where that is None the endpoint's ``--adapter``, the server's own without it):
+    by the family's recipe, the laws along the path in one request where the family reads them so
+    and they agree with its one-token recipe (:meth:`Endpoint.check_along`), else one law request
+    a prefix, sent concurrently. :meth:`alone` reads one law by the one-token recipe, what the
+    traffic audit checks the reads along a path against at random depths."""
 
-    def laws(
+    def __init__(self, endpoint: Any, default: tuple[tuple[int, float], ...] | None = None) -> None:
+        self.endpoint = endpoint
+        self.default = endpoint.options.adapter if default is None else default
+        self.engines: dict[tuple[Sampling, tuple[tuple[int, float], ...]], Any] = {}
+
+    def _engine(
+        self, prompt: tuple[int, ...], s: Sampling, adapter: tuple[tuple[int, float], ...] | None
+    ) -> Any:
+        key = (s, tuple(self.default if adapter is None else adapter))
+        if key not in self.engines:
+            if s not in self.endpoint.along:
+                self.endpoint.check_along(
+                    tuple(prompt), s
+                )  # the laws along a path in one request, where they agree
+            self.engines[key] = self.endpoint.engine(s, adapter=key[1])
+        return self.engines[key]
+
+    def __call__(
+        self,
         prompt: tuple[int, ...],
         tokens: tuple[int, ...],
         s: Sampling,
         adapter: tuple[tuple[int, float], ...] | None = None,
     ) -> np.ndarray:
-        key = (s, tuple(default if adapter is None else adapter))
-        if key not in engines:
-            if s not in endpoint.along:
-                endpoint.check_along(
-                    tuple(prompt), s
-                )  # the laws along a path in one request, where they agree
-            engines[key] = endpoint.engine(s, adapter=key[1])
         contexts = [list(prompt) + list(tokens[:d]) for d in range(len(tokens))]
-        return np.asarray(engines[key].target_laws(contexts, prompt_len=len(prompt)))
+        return np.asarray(self._engine(prompt, s, adapter).target_laws(contexts, prompt_len=len(prompt)))
 
-    return laws
+    def alone(
+        self,
+        prompt: tuple[int, ...],
+        prefix: tuple[int, ...],
+        s: Sampling,
+        adapter: tuple[tuple[int, float], ...] | None = None,
+    ) -> np.ndarray | None:
+        """The law after ``prompt + prefix`` by the one-token recipe; None where this setting's laws
+        are read one position at a time anyway (the two reads are one path)."""
+        engine = self._engine(prompt, s, adapter)
+        if not engine.reads_along():
+            return None
+        return np.asarray(engine.law_alone(list(prompt) + list(prefix), prompt_len=len(prompt)))
+
+
+def twin_laws(endpoint: Any, default: tuple[tuple[int, float], ...] | None = None) -> LawsAlong:
+    """:class:`TwinLaws` of an opened endpoint."""
+    return TwinLaws(endpoint, default)
 
 
 def engine_laws(engine: Any) -> LawsAlong:

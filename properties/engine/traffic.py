@@ -18,6 +18,14 @@ server's law, and under a lossless server every token's transform is uniform giv
 record, position and statistic named), ``pass`` when the traffic held the tokens the plan asks for
 per setting without a deviation, ``underpowered`` when it held fewer (the TV they do vouch for is
 stated).
+
+Where the laws are read along a whole path in one request (teacher forcing: a twin's prompt
+log-probabilities, a forced path) and the laws' reader can also read one law at a prefix alone
+(:class:`~specproof.properties.endpoint.traffic.TwinLaws`), one record in eight is checked at one
+position (both drawn from the plan's seed and the record's place in the file) against that read,
+as the engine audit does while sampling (proofs_notes/token_audit.md, claim 8): a total variation
+above the tolerance is ``contract_violation`` (``teacher_forcing_differs``), naming the record's
+line and position, since the token test would score the served tokens against a wrong law.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.engine.config import EngineAuditConfig, check_adapter
+from specproof.properties.engine.token_stage import FORCING_SHARE, FORCING_TOLERANCE
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenTest
 from specproof.properties.verdicts import Verdict
@@ -168,6 +177,13 @@ class TrafficResult:
                 f"detects a per-token TV of {s['detects']['mean']:.3g} (sharpening), "
                 f"{s['detects']['greedy']:.3g} (to the argmax)"
             )
+        forced = self.token_test.get("teacher_forcing_checked")
+        if forced:
+            lines.append(
+                "  laws read along each path in one request, checked against the one-token recipe in "
+                f"{forced['checked']} records: largest TV {forced['largest_tv']:.2g} (tolerance "
+                f"{forced['tolerance']:g})"
+            )
         lines.append(f"  laws read from the twin in {self.seconds:.1f} s")
         return "\n".join(lines)
 
@@ -225,11 +241,16 @@ def audit_traffic(
     }
     t0 = time.perf_counter()
     seen: dict[Sampling, int] = dict.fromkeys(groups, 0)
+    forcing = _Forcing()
     for n, r in enumerate(records):
         say(f"record {r.line}", n / len(records))
         if not r.tokens:
             continue
         along = _along(r, laws, vocab)
+        differs = forcing.check(r, n, along, laws, config.seed)
+        if differs is not None:
+            res.finding, res.verdict = differs, Verdict.CONTRACT_VIOLATION
+            break
         case = cases[r.sampling]
         test.score(case, [Sample(seen[r.sampling], r.tokens, along, _blocks(r.steps, len(r.tokens)))])
         seen[r.sampling] += 1
@@ -243,7 +264,10 @@ def audit_traffic(
         "log_wealth": test.log_wealth,
         "pvalue": test.pvalue(),
         "trace": test.trace.to_json(test.point(), config.alpha),
+        **({"teacher_forcing_checked": forcing.to_json()} if forcing.checked else {}),
     }
+    if res.verdict == Verdict.CONTRACT_VIOLATION:
+        return res
     planned = power.plan_tokens(config.tv, config.alpha, config.power, len(cases))
     w = power.shares(False, False)
     for s, case in cases.items():
@@ -269,6 +293,47 @@ def audit_traffic(
     elif any(c.tokens < planned for c in cases.values()):
         res.verdict = Verdict.UNDERPOWERED
     return res
+
+
+@dataclass
+class _Forcing:
+    """The check of the laws read along a path against the law read at one prefix alone (module
+    docstring): how many records were checked, the largest total variation found."""
+
+    checked: int = 0
+    largest: float = 0.0
+
+    def check(
+        self, r: Record, n: int, along: np.ndarray, laws: LawsAlong, seed: int
+    ) -> dict[str, Any] | None:
+        """Record ``r`` (number ``n`` in the file) checked where it is drawn to be; the finding
+        where the two reads disagree, else None."""
+        alone = getattr(laws, "alone", None)
+        if alone is None:
+            return None
+        rng = np.random.default_rng([abs(int(seed)), n, 0x7EAC])
+        if rng.random() >= FORCING_SHARE:
+            return None
+        d = int(rng.integers(len(r.tokens)))
+        one = alone(r.prompt, r.tokens[:d], r.sampling, r.adapter or None)
+        if one is None:
+            return None  # this setting's laws are read one position at a time: one path
+        row = along[d] / along[d].sum()
+        tv = 0.5 * float(np.abs(row - np.asarray(one, dtype=np.float64)).sum())
+        self.checked += 1
+        self.largest = max(self.largest, tv)
+        if tv <= FORCING_TOLERANCE:
+            return None
+        text = (
+            f"line {r.line}: the law read along the path after {list(r.prompt + r.tokens[:d])} (position "
+            f"{d + 1}) differs from the one-token recipe's law there by TV {tv:.3g} (tolerance "
+            f"{FORCING_TOLERANCE:g}): the twin's two reads of one law disagree, so its laws along a path "
+            "cannot score the traffic"
+        )
+        return {"kind": "teacher_forcing_differs", "line": r.line, "position": d + 1, "tv": tv, "text": text}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": self.checked, "largest_tv": self.largest, "tolerance": FORCING_TOLERANCE}
 
 
 def _check_adapted(records: Sequence[Record], laws: LawsAlong) -> None:
