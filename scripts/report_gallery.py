@@ -40,6 +40,18 @@ RECIPES: dict[str, list[str]] = {
     "engine-pass": ["engine", "reference.direct", "--tv", "0.2", "--test", "tokens"],
     "engine-lossy": ["engine", "mutant.greedy_draft_soft_law", "--samples", "400", "--test", "tokens"],
     "engine-underpowered": ["engine", "reference.direct", "--test", "tokens", "--budget-seconds", "1"],
+    "engine-misreported": [
+        "engine",
+        "mutant.draft_reports",
+        "--prompt",
+        "0 6",
+        "--temperature",
+        "1",
+        "--tv",
+        "0.2",
+        "--test",
+        "tokens",
+    ],
 }
 ENDPOINT = {
     "endpoint-pass": (None, ["--tv", "0.2"]),

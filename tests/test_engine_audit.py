@@ -652,3 +652,24 @@ def test_a_horizon_with_no_room_for_a_whole_step_is_said():
         notes[m] = audit_engine(spec, EngineAuditConfig(samples=20)).notes
     assert any("no whole speculative step fits" in n and "M >= 5" in n for n in notes[2]), notes[2]
     assert not any("speculative step" in n for n in notes[5])
+
+
+@pytest.mark.parametrize(
+    "name, verdict",
+    [("mutant.draft_reports", Verdict.MISREPORTED), ("alternative.target_reports", Verdict.PASS)],
+)
+def test_an_engine_that_reports_the_draft_s_probability_is_misreported(name, verdict):
+    """The reference loop reporting each token's probability (engine/report_mutants.py): the law
+    holds either way (the token test at per-token TV 0.2 passes both); the one that reports the
+    draft model's probability for its accepted drafts is misreported, naming a token whose reported
+    probability is not the law's, and the one that reports the target's agrees to rounding."""
+    spec = with_options(resolve_engine(name), prompts=[(0, 6)], samplings=[T1])
+    r = audit_engine(spec, EngineAuditConfig(alpha=1e-3, tv=0.2, test="tokens", seed=3))
+    assert r.verdict == verdict, r.summary()
+    rep = r.to_json()["reports"]
+    assert rep["checked"] == len(rep["pairs"]) > 0 and rep["missing"] == 0
+    if verdict == Verdict.MISREPORTED:
+        assert "reported probabilities: WRONG" in r.summary() and rep["max_error"] > 0.05
+        assert rep["worst"]["reported"] != rep["worst"]["law"]
+    else:
+        assert rep["max_error"] < 1e-12

@@ -3,7 +3,7 @@ the docs checked against the code's tables, and every stand-in bug given its ver
 
 The tables: the mutant verifiers (``conformance/mutants.py``), the mutant and alternative engines
 (``engine/loops.py``, ``engine/param_mutants.py``, ``engine/stop_mutants.py``,
-``engine/acceptance_mutants.py``) and the stand-in server's bugs
+``engine/acceptance_mutants.py``, ``engine/report_mutants.py``) and the stand-in server's bugs
 (``endpoint/standin.py``). The engine audits of every engine row run in tests/test_engine_audit.py
 and the main job (declared verdicts, read from these tables); here every stand-in bug is audited
 at a fixed seed and sample size (alpha 1e-3), so each verdict is a fixed outcome, not a draw.
@@ -21,23 +21,16 @@ from specproof.properties.endpoint.engine import Endpoint, endpoint_spec
 from specproof.properties.endpoint.options import EndpointOptions
 from specproof.properties.endpoint.standin import InProcess, StandIn
 from specproof.properties.endpoint.standin_bugs import BUGS, TRANSPORT_FAULTS
-from specproof.properties.engine import acceptance_mutants, param_mutants, stop_mutants
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1
-from specproof.properties.engine.loops import MUTANT_DOCS
-from specproof.properties.engine.registry import ENGINES, ensure_registered
+from specproof.properties.engine.registry import ENGINES, ensure_registered, planted_engines
 from specproof.properties.verdicts import Planted, Verdict
 from specproof.reference.errors import UsageError
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 TABLES = {
     "chain mutants": CHAIN_MUTANTS,
-    "engines": {
-        **MUTANT_DOCS,
-        **param_mutants.builders(),
-        **stop_mutants.builders(),
-        **acceptance_mutants.builders(),
-    },
+    "engines": planted_engines(),
     "stand-in bugs": BUGS,
 }
 

@@ -1,9 +1,10 @@
 """The one report model (properties/report_model.py), rendered for every kind of audit.
 
 For the verifier, engine, endpoint and traffic audits, one audit of each verdict the kind can
-reach (pass, lossy, underpowered; misreported for the endpoint audit, whose stand-in reports
-probabilities; an engine audit can be misreported too, but no registered engine is; the recipes
-are scripts/report_gallery.py's, whose screenshots docs/reports.md shows) is run through the
+reach (pass, lossy, underpowered; misreported for the engine audit, on an engine that reports
+the draft model's probability for its accepted drafts, and for the endpoint audit, whose stand-in
+reports probabilities; the recipes are scripts/report_gallery.py's, whose screenshots
+docs/reports.md shows) is run through the
 command line with ``--json`` and ``--report x.json``, and the report's blocks are written in the
 other two formats. Then:
 
@@ -144,6 +145,8 @@ def test_the_engine_report(tmp_path, verdict):
         power = next(i for i, t in enumerate(text) if t.startswith("Power"))
         assert short < power  # what did not run is said first
     _check_token_figures(blocks, doc["token_test"], doc["token_test"]["cases"])
+    if verdict == "misreported":  # as the endpoint's: the reports check's pairs, the finding drawn red
+        _check_scatter(blocks, doc, reports, verdict)
 
 
 @pytest.mark.parametrize("verdict", [k.split("-", 1)[1] for k in ENDPOINT])
@@ -152,12 +155,18 @@ def test_the_endpoint_report(tmp_path, verdict):
     assert doc["verdict"] == verdict
     blocks = _check_renderings(doc, reports)
     _check_token_figures(blocks, doc["token_test"], doc["token_test"]["cases"])
+    _check_scatter(blocks, doc, reports, verdict)
+
+
+def _check_scatter(blocks: list[dict], doc: dict, reports: dict[str, str], verdict: str) -> None:
+    """The scatter is the reports check's pairs, at its tolerance; for a misreported audit the
+    points off the diagonal are the finding, drawn red."""
     scatter = _figure(blocks, "scatter", "Reported probability against the law's")
     pairs = doc["reports"]["pairs"]
-    assert pairs, "the stand-in reports probabilities: the check compared some"
+    assert pairs, "the audited engine reports probabilities: the check compared some"
     assert scatter is not None and scatter["points"] == pairs
     assert scatter["tolerance"] == doc["reports"]["tolerance"]
-    if verdict == "misreported":  # the points off the diagonal are the finding, drawn red
+    if verdict == "misreported":
         assert any(abs(y - x) > scatter["tolerance"] for x, y in scatter["points"])
         assert 'fill="#dc3912"' in reports["html"]
 

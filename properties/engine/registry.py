@@ -9,7 +9,7 @@ probes no installed package):
 * ``mutant.*``: loops with one bug each and engines that break the contract (expected: lossy
   or contract_violation); ``alternative.*``: loops that look wrong but are lossless
   (:data:`.loops.MUTANT_DOCS`, :mod:`.param_mutants`, :mod:`.stop_mutants`,
-  :mod:`.acceptance_mutants`);
+  :mod:`.acceptance_mutants`, :mod:`.report_mutants`);
 * ``hf.*``, ``vllm.*``, ``sglang.*``: third-party engines (:mod:`.adapters`), available where
   their package is installed;
 * ``optimized.*``: the optimized decoding loop, when :mod:`specproof.optimized.decode` exists.
@@ -47,6 +47,7 @@ from specproof.properties.engine.loops import (
     engine_target,
     reference_engine,
 )
+from specproof.properties.verdicts import Planted
 from specproof.reference.errors import BadParameterError, InternalError, SpecproofInputError, UsageError
 from specproof.reference.proposers import PROPOSERS, Proposer
 from specproof.reference.rules import RULES
@@ -112,11 +113,23 @@ def _loop_spec(group: str, p: Proposer, rule: str, what: str, build: Any, **kw: 
     )
 
 
-def _register_mutants() -> None:
-    from specproof.properties.engine import acceptance_mutants, param_mutants, stop_mutants
+def planted_engines() -> dict[str, Planted]:
+    """Every planted engine and its correct twin, by name: the loops' (:data:`.loops.MUTANT_DOCS`)
+    and the tables of :mod:`.param_mutants`, :mod:`.stop_mutants`, :mod:`.acceptance_mutants` and
+    :mod:`.report_mutants` (the registry registers them; the docs' table is checked against it)."""
+    from specproof.properties.engine import acceptance_mutants, param_mutants, report_mutants, stop_mutants
 
-    tables = (param_mutants.builders(), stop_mutants.builders(), acceptance_mutants.builders())
-    for m in [*MUTANT_DOCS.values(), *(m for t in tables for m in t.values())]:
+    return {
+        **MUTANT_DOCS,
+        **param_mutants.builders(),
+        **stop_mutants.builders(),
+        **acceptance_mutants.builders(),
+        **report_mutants.builders(),
+    }
+
+
+def _register_mutants() -> None:
+    for m in planted_engines().values():
         if m.build is None:
             raise InternalError(f"planted engine {m.name!r} has no builder")
         register(
