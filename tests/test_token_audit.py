@@ -340,3 +340,44 @@ def test_samples_that_keep_ending_early_hit_the_cap_and_say_it():
     assert case.observed_tokens < case.planned * 64
     assert res.verdict == Verdict.UNDERPOWERED, res.summary()
     assert "it hit the cap on more samples" in res.summary()
+
+
+def test_the_ids_that_end_the_output_are_those_a_search_over_every_id_finds():
+    """properties/engine/endings.py against the definition: at every position of random outputs
+    over random texts and stop strings (spanning tokens, inside one token's text, overlapping),
+    with and without an end of sequence, the ids it gives are exactly those ``x`` for which
+    ``Sampling.end(out[:d] + [x])`` ends the output at ``x`` (seed 31, 300 settings)."""
+    from specproof.properties.engine.endings import Endings
+
+    rng = np.random.default_rng(31)
+    letters = "abc"
+    for _ in range(300):
+        vocab = int(rng.integers(2, 12))
+        texts = tuple("".join(rng.choice(list(letters), int(rng.integers(0, 4)))) for _ in range(vocab))
+        stop = tuple({"".join(rng.choice(list(letters), int(rng.integers(1, 5)))) for _ in range(2)})
+        eos = int(rng.integers(0, vocab)) if rng.random() < 0.3 else None
+        s = Sampling(1.0, stop=stop, texts=texts, eos=eos)
+        out = [int(x) for x in rng.integers(0, vocab, 12)]
+        k = s.end(out)
+        out = out[: (k - 1) if k else len(out)]  # up to (not including) the ending token
+        found = Endings(s).after_output(out)
+        for d in range(len(out)):
+            want = [x for x in range(vocab) if s.end([*out[:d], x]) == d + 1]
+            assert list(found[d]) == want, (texts, stop, eos, out[:d])
+
+
+def test_a_stop_draft_dropped_by_the_draft_loop_is_lossy_by_the_stopping_event():
+    """A draft loop that breaks on a draft completing the stop string "ab" (spanning two tokens)
+    and drops it, the verifier keeping the draft's law: the stopping tokens' mass moves at drafted
+    positions, and the eos statistic, which scores the output's end against the law's mass on
+    every id that would end it, flags it. The exact engine passes with that statistic running."""
+    from specproof.properties.engine.narrow import stopping_spec
+
+    plan = EngineAuditConfig(tv=0.03, seed=4, report_samples=0)
+    good = audit_engine(stopping_spec(256, 64), plan)
+    assert good.verdict == Verdict.PASS, good.summary()
+    assert "eos" in {b["statistic"] for b in good.token_test["cases"]["0"]["bets"]}
+    bad = audit_engine(stopping_spec(256, 64, drops_stop_draft=True), plan)
+    assert bad.verdict == Verdict.LOSSY, bad.summary()
+    assert bad.token_test["finding"]["family"] == "eos", bad.token_test["finding"]
+    assert "the output ended less often than the law says" in bad.summary()

@@ -108,10 +108,18 @@ class NarrowPerPosition:
         tokens and the step's drafts): one forward."""
         return self._laws(self.target, context, drafts + 1)
 
-    def stops_drafting(self, x: int) -> bool:
-        """Whether a drafted ``x`` ends the step's drafting, dropped (never, here: an end of
-        sequence is drafted and verified like any token)."""
+    def stops_drafting(self, done: list[int], x: int) -> bool:
+        """Whether a drafted ``x`` after the output ``done`` (the step's drafts included) ends the
+        step's drafting, dropped (never, here: an end of sequence is drafted and verified like any
+        token)."""
         return False
+
+    def end(self, out: list[int]) -> int | None:
+        """How many tokens of the output ``out`` it keeps, where it has ended (its first end of
+        sequence); None where it has not."""
+        if self.eos_id is not None and self.eos_id in out:
+            return out.index(self.eos_id) + 1
+        return None
 
     def acceptance(self, p: np.ndarray, q: np.ndarray, x: int) -> float:
         """The probability a draft ``x`` is kept: ``min(1, p(x) / q(x))``."""
@@ -145,7 +153,7 @@ class NarrowPerPosition:
             for _ in range(self.k):
                 q = self._laws(self.draft, ctx)[0]
                 x = self._draw(d_rng, q)
-                if self.stops_drafting(x):
+                if self.stops_drafting(ctx[n0:], x):
                     break
                 drafts.append(x)
                 qs.append(q)
@@ -160,13 +168,14 @@ class NarrowPerPosition:
                 break
             else:
                 emitted.append(self._draw(rng, ps[len(drafts)]))
-            if self.eos_id is not None and self.eos_id in emitted:
-                emitted = emitted[: emitted.index(self.eos_id) + 1]  # the end ends the output
+            k = self.end(out[n0:] + emitted)
+            if k is not None:
+                emitted = emitted[: k - (len(out) - n0)]  # the end ends the output
             drafted += len(drafts)
             accepted += len(emitted) - 1
             out += emitted
             self.last_steps.append(len(emitted))
-            if self.eos_id is not None and out[-1] == self.eos_id:
+            if k is not None:
                 break
         self.last_counters = {"drafted": drafted, "accepted": accepted}
         return out[n0:][:max_new_tokens]
@@ -229,7 +238,7 @@ class NarrowEndingDropsEos(NarrowEnding):
     that stops drafting at the end of generation does) while the verifier keeps the draft's law:
     the end's mass moves at drafted positions, by about ``min(p, q)`` of it."""
 
-    def stops_drafting(self, x: int) -> bool:
+    def stops_drafting(self, done: list[int], x: int) -> bool:
         return x == self.eos_id  # bug: the end's draft dropped
 
 
@@ -256,4 +265,60 @@ def ending_spec(vocab: int, tokens: int, boost: float = 4.0, drops_eos_draft: bo
         (Sampling(1.0),),
         tokens=tokens,
         expect="lossy" if drops_eos_draft else "pass",
+    )
+
+
+#: the texts of the stopping engine's ids (four letters in turn) and its stop string, which spans
+#: two tokens: it completes where a token of text "b" follows one of text "a"
+STOP_TEXTS = ("a", "b", "c", "d")
+STOP_STRING = "ab"
+
+
+class NarrowStopping(NarrowSpeculative):
+    """The narrow engine under a request with stop strings (``stopping``: a setting with ``stop``
+    and ``texts``): its output ends at the first token whose text completes one, wherever in a
+    step's block it lies (reference/sampling.py)."""
+
+    def __init__(self, target: NarrowLM, draft: NarrowLM, stopping: Any, temperature: float = 1.0) -> None:
+        super().__init__(target, draft, temperature=temperature)
+        self.stopping = stopping
+
+    def end(self, out: list[int]) -> int | None:
+        k: int | None = self.stopping.end(out)
+        return k
+
+
+class NarrowStoppingDropsStop(NarrowStopping):
+    """A planted bug: the draft loop breaks on a draft whose text completes a stop string and drops
+    it (as a loop that stops drafting once the drafts end the generation does), while the verifier
+    keeps the draft's law: the stopping tokens' mass moves at drafted positions."""
+
+    def stops_drafting(self, done: list[int], x: int) -> bool:
+        return self.stopping.end([*done, x]) == len(done) + 1  # bug: the stopping draft dropped
+
+
+def stopping_spec(vocab: int, tokens: int, drops_stop_draft: bool = False) -> Any:
+    """The spec of :class:`NarrowStopping` at ``vocab`` ids (id ``i``'s text is
+    ``STOP_TEXTS[i % 4]``, the stop string :data:`STOP_STRING`), one prompt at T = 1: an exact
+    engine whose samples end on a stop string; with ``drops_stop_draft``,
+    :class:`NarrowStoppingDropsStop` (expected lossy)."""
+    from specproof.properties.engine.contract import EngineSpec, Sampling
+
+    kind = NarrowStoppingDropsStop if drops_stop_draft else NarrowStopping
+    target = NarrowLM(vocab)
+    draft = target.perturbed(0.2, seed=1)
+    texts = tuple(STOP_TEXTS[i % len(STOP_TEXTS)] for i in range(vocab))
+    setting = Sampling(1.0, stop=(STOP_STRING,), texts=texts)
+    return EngineSpec(
+        f"calibration.stopping[V={vocab}]" + (".drops_stop_draft" if drops_stop_draft else ""),
+        "user",
+        "a narrow model whose output ends on a stop string spanning two tokens, token-level speculative "
+        "sampling"
+        + ("; the draft loop drops a draft that completes the stop" if drops_stop_draft else "; exact"),
+        lambda s: kind(target, draft, s, temperature=s.temperature),
+        vocab,
+        ((3, 1, 4),),
+        (setting,),
+        tokens=tokens,
+        expect="lossy" if drops_stop_draft else "pass",
     )

@@ -32,6 +32,7 @@ from specproof.properties.engine.contract import (
     Seq,
     WorkerFault,
 )
+from specproof.properties.engine.endings import Endings
 from specproof.reference.errors import SpecproofError, UsageError
 from specproof.reference.memo import Memo
 
@@ -130,6 +131,7 @@ class CaseRunner:
         #: where a sample's output ends (its eos, a stop string: Sampling.end), else None
         ender = case.sampling if self.eos == asked else dataclasses.replace(case.sampling, eos=self.eos)
         self._ender = ender if ender.ends else None
+        self._endings: Endings | None = None
         self._with_prompt = "prompt_len" in self.offers
 
     def optional(self, capability: str, default: Any = None) -> Any:
@@ -229,6 +231,22 @@ class CaseRunner:
     def end_chunk(self) -> None:
         """Let go of the deep laws read for a group of samples (they are scored)."""
         self._chunk.clear()
+
+    @property
+    def stops(self) -> bool:
+        """Whether the setting has stop strings (the stopping event is then read id by id at each
+        position: :meth:`endings`)."""
+        return self._ender is not None and bool(self._ender.stop)
+
+    def endings(self, seq: Seq) -> list[np.ndarray] | None:
+        """For each observed position of ``seq``, the ids that end the output there (a stop string
+        completed, or the end of sequence); None where the setting has no stop strings (the end
+        of sequence alone is read by its id)."""
+        if self._ender is None or not self._ender.stop:
+            return None
+        if self._endings is None:
+            self._endings = Endings(self._ender)
+        return self._endings.after_output(seq[: self.horizon(seq)])
 
     def horizon(self, seq: Seq) -> int:
         """How many of ``seq``'s tokens are observations: up to and including the token that

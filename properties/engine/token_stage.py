@@ -114,7 +114,12 @@ class TokenStage:
             i = rn.case.index
             blocks[i] = "steps" in rn.offers and "sequential" in rn.offers
             cases[i] = test.add_case(
-                i, rn.case.tokens, draft="draft_law" in rn.offers, blocks=blocks[i], eos=rn.eos
+                i,
+                rn.case.tokens,
+                draft="draft_law" in rn.offers,
+                blocks=blocks[i],
+                eos=rn.eos,
+                stops=rn.stops,
             )
         if pooled:
             test.pool()
@@ -142,6 +147,7 @@ class TokenStage:
             laws,
             block_indices(g.steps, m) if self.blocks[runner.case.index] else None,
             runner.draft_laws_along(g.tokens, checked=False),
+            runner.endings(g.tokens),
         )
         case = self.cases[runner.case.index]
         pending = self.pending.setdefault(runner.case.index, [])
@@ -195,12 +201,17 @@ class TokenStage:
         m = runner.horizon(g.tokens)
         scratch = TokenTest(self.test.alpha, self.test.seed)
         case = scratch.add_case(
-            runner.case.index, runner.case.tokens, draft="draft_law" in runner.offers, eos=runner.eos
+            runner.case.index,
+            runner.case.tokens,
+            draft="draft_law" in runner.offers,
+            eos=runner.eos,
+            stops=runner.stops,
         )
         laws = runner.laws_along(g.tokens, checked=False)
         drafts = runner.draft_laws_along(g.tokens, checked=False)
         try:
-            scratch.observe(case, Sample(10**9, tuple(g.tokens[:m]), laws, None, drafts))
+            sample = Sample(10**9, tuple(g.tokens[:m]), laws, None, drafts, runner.endings(g.tokens))
+            scratch.observe(case, sample)
         except RowNotALaw as e:
             raise _violation(runner, g, e) from e
 

@@ -47,6 +47,9 @@ class Sample:
     laws: np.ndarray | list[TokenLaw]
     block: np.ndarray | None = None
     drafts: np.ndarray | None = None
+    #: where the request has stop strings: at each position, the ids that end the output there
+    #: (a stop string completed, or the end of sequence); the eos statistic scores that event
+    stops: list[np.ndarray] | None = None
 
 
 @dataclass
@@ -105,9 +108,17 @@ class TokenTest:
     trace: Trace = field(default_factory=Trace)
 
     def add_case(
-        self, index: int, horizon: int, draft: bool = False, blocks: bool = False, eos: int | None = None
+        self,
+        index: int,
+        horizon: int,
+        draft: bool = False,
+        blocks: bool = False,
+        eos: int | None = None,
+        stops: bool = False,
     ) -> TokenCase:
-        family = Family(horizon, draft=draft, blocks=blocks, eos=eos is not None)
+        """A case of ``horizon`` tokens a sample; ``eos``: its end of sequence, ``stops``: its
+        samples may end on a stop string (either feeds the eos statistic)."""
+        family = Family(horizon, draft=draft, blocks=blocks, eos=eos is not None or stops)
         case = TokenCase(index, horizon, family, eos=eos)
         self.cases.append(case)
         return case
@@ -140,6 +151,8 @@ class TokenTest:
             w = case.tilt.sized(max((law.vocab for law in smp.laws), default=0))
             drafts = None if smp.drafts is None else list(smp.drafts)
             obs = observe(smp.laws, smp.tokens, v, drafts, case.eos, w)
+        if smp.stops is not None:
+            _stopping(obs, smp)
         if obs.ids_seen is not None and obs.ids_mass is not None:
             # the weights move only now, after this sample was scored with them (predictable)
             case.tilt.learn(obs.ids_seen, obs.ids_mass)
@@ -294,3 +307,22 @@ def _logsumexp(values: list[float]) -> float:
     if math.isinf(m):
         return m
     return m + math.log(sum(math.exp(v - m) for v in values))
+
+
+def _stopping(obs: Observations, smp: Sample) -> None:
+    """The eos statistic's event read from the sample's ending ids (:attr:`Sample.stops`): at
+    each position, whether the token ended the output and the law's mass on the ids that would
+    have (NaN where a censored law hides some of it)."""
+    n = len(obs)
+    hit = np.zeros(n, dtype=bool)
+    mass = np.zeros(n)
+    for t in range(n):
+        ids = smp.stops[t]  # type: ignore[index]
+        hit[t] = bool(np.isin(smp.tokens[t], ids))
+        if isinstance(smp.laws, np.ndarray):
+            row = smp.laws[t]
+            mass[t] = float(np.sum(row[ids], dtype=np.float64) / np.sum(row, dtype=np.float64))
+        else:
+            ps = [smp.laws[t].probability_of(int(i)) for i in ids]
+            mass[t] = float(sum(ps))  # NaN where a hidden tail holds one of them
+    obs.p_eos, obs.eos_hit = mass, hit

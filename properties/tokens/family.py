@@ -33,9 +33,11 @@ statistic      per token                                   catches
                its mean, and (with steps) its product      inverse CDF over the ids fed the uniform
                with the one at the same index in the       that drew a draft, a generator rebuilt
                step before                                 from the seed every step)
-``eos``        ``[x = eos] - p(eos)``                      the end of sequence's mass moved (a draft
-                                                           loop that drops an end-of-sequence draft;
-                                                           where the audit has an end of sequence)
+``eos``        ``[x = eos] - p(eos)``; with stop strings,  the end's mass moved (a draft loop that
+               ``[x ends the output] - p(the ids that      drops an end-of-sequence draft, or one
+               end it)``                                   that completes a stop string; where the
+                                                           audit has an end of sequence or stop
+                                                           strings)
 ``ids``        the log of ``w(x) / sum p w``, ``w`` a      mass moved toward some ids at every
                weight per id learned from the tokens       position, the order by probability kept
                before (:mod:`.tilt`)                       (a logit bias, a key masked by its id)
@@ -85,7 +87,7 @@ DOCS: dict[str, str] = {
     "position": "a deviation from some position on",
     "block": "a deviation at one index of the speculative block",
     "index": "the transform in the ids' order moved (reused uniforms)",
-    "eos": "the end of sequence's mass moved",
+    "eos": "the end's mass moved (end of sequence, or a stop string completed)",
     "ids": "mass moved toward some token ids at every position (the order by probability kept)",
 }
 #: which way a statistic's drift leans, in words: (negative, positive), by the last part of its name
@@ -102,8 +104,8 @@ _WAYS: dict[str, tuple[str, str]] = {
     "samples": ("consecutive samples moving apart", "consecutive samples moving together"),
     "repeat": ("a step's transforms moving apart from the step before", "a step repeating the step before"),
     "eos": (
-        "the end of sequence less often than the law says",
-        "the end of sequence more often than the law says",
+        "the output ended less often than the law says",
+        "the output ended more often than the law says",
     ),
 }
 _INDEX = ("toward lower token ids", "toward higher token ids")
@@ -130,7 +132,7 @@ def direction(statistic: str, drift: float) -> str:
 NOT_FED: dict[str, str] = {
     "draft": "the engine gives no draft law",
     "block": "no steps told, or verification not sequential",
-    "eos": "no end of sequence",
+    "eos": "no end of sequence or stop string",
 }
 OPTIONAL = tuple(NOT_FED)
 
