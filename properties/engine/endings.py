@@ -25,6 +25,9 @@ import numpy as np
 
 from specproof.reference.sampling import Sampling
 
+#: the most tails whose ending ids are kept at once
+MEMO_TAILS = 4096
+
 
 class Endings:
     """The ids that end an output of ``setting`` at its next token (module docstring)."""
@@ -43,6 +46,7 @@ class Endings:
                 ids = frozenset(i for i, text in enumerate(self.texts) if text.startswith(tail))
                 if ids:
                     self.after.append((head, ids))
+        self._memo: dict[str, np.ndarray] = {}
 
     def after_output(self, out: Sequence[int]) -> list[np.ndarray]:
         """For each position ``d`` of ``out``, the ids (sorted) that end the output at token ``d``
@@ -50,13 +54,24 @@ class Endings:
         found: list[np.ndarray] = []
         text = ""
         for x in out:
-            tail = text[-(self.longest - 1) :] if self.longest > 1 else ""
+            found.append(self._after_tail(text[-(self.longest - 1) :] if self.longest > 1 else ""))
+            text += self.texts[x] if 0 <= x < len(self.texts) else ""
+        return found
+
+    def _after_tail(self, tail: str) -> np.ndarray:
+        """The ending ids after a text that ends with ``tail`` (its last ``longest - 1``
+        characters: all a match can take from it), memoized by the tail."""
+        got = self._memo.get(tail)
+        if got is None:
             ids = set(self.inside)
             for head, more in self.after:
                 if tail.endswith(head):
                     ids |= more
             if self.eos is not None:
                 ids.add(self.eos)
-            found.append(np.fromiter(sorted(ids), dtype=np.int64, count=len(ids)))
-            text += self.texts[x] if 0 <= x < len(self.texts) else ""
-        return found
+            got = np.fromiter(sorted(ids), dtype=np.int64, count=len(ids))
+            got.flags.writeable = False
+            if len(self._memo) >= MEMO_TAILS:
+                self._memo.clear()  # bounded: the tails seen last are read again soonest
+            self._memo[tail] = got
+        return got
