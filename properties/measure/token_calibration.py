@@ -29,7 +29,7 @@ from scipy.stats import norm
 
 from specproof.properties.engine.audit import EngineAuditConfig, audit_engine
 from specproof.properties.engine.contract import T1, EngineSpec
-from specproof.properties.engine.narrow import ending_spec, narrow_spec
+from specproof.properties.engine.narrow import ending_spec, narrow_spec, stopping_spec
 from specproof.properties.engine.registry import resolve_engine, with_options
 from specproof.properties.engine.results import EngineCase
 from specproof.properties.engine.runner import CaseRunner, sample_seed
@@ -147,8 +147,10 @@ def toy_spec(vocab: int, tokens: int) -> EngineSpec:
 #: the exact engines of the false-alarm and stopping rows when none are named: (engine, M); the
 #: calibration's own engines are named ``calibration.speculative[V=...]`` (one case),
 #: ``calibration.narrow[V=...]`` (the narrow engine: two prompts at T = 1 and 0.7, four cases whose
-#: tokens the pooled family reads together) and ``calibration.ending[V=...]`` (the narrow engine
-#: with an end of sequence: samples that end early, the eos statistic fed)
+#: tokens the pooled family reads together), ``calibration.ending[V=...]`` (the narrow engine
+#: with an end of sequence: samples that end early, the eos statistic fed) and
+#: ``calibration.stopping[V=...]`` (the narrow engine under a stop string spanning two tokens: the
+#: eos statistic fed the output's end)
 EXACT = (
     ("calibration.speculative[V=4096]", 256),
     ("calibration.speculative[V=256]", 1024),
@@ -320,6 +322,8 @@ def _exact_specs(exact: Sequence[str] | None) -> list[EngineSpec]:
             spec = toy_spec(_vocab_of(ref, name, "calibration.speculative[V="), 64)
         elif name.startswith("calibration.ending[V=") and name.endswith("]"):
             spec = ending_spec(_vocab_of(ref, name, "calibration.ending[V="), 64)
+        elif name.startswith("calibration.stopping[V=") and name.endswith("]"):
+            spec = stopping_spec(_vocab_of(ref, name, "calibration.stopping[V="), 64)
         elif name.startswith("calibration.narrow[V=") and name.endswith("]"):
             spec = narrow_spec(
                 _vocab_of(ref, name, "calibration.narrow[V="),
