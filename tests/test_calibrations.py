@@ -23,7 +23,7 @@ from specproof.properties.measure import calibrations
 from specproof.properties.measure.calibrations import CALIBRATIONS, COMMON, chosen
 from specproof.properties.measure.rate import Rate, rejection_rate
 from specproof.properties.verdicts import USAGE_ERROR
-from specproof.reference.errors import UsageError
+from specproof.reference.errors import SpecproofInputError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_rate_is_the_exact_binomial_interval():
     [(-1, 3, 0.95, "hits"), (4, 3, 0.95, "more than the runs"), (1, 2.5, 0.95, "runs"), (1, 3, 1.0, "level")],
 )
 def test_rate_refuses_counts_that_are_not_counts(hits, runs, level, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(SpecproofInputError, match=match):
         Rate(hits, runs, level)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from specproof.properties.audit import stats
+from specproof.reference.errors import SpecproofInputError
 
 R = TypeVar("R")
 K = TypeVar("K")
@@ -40,11 +41,11 @@ class Rate:
         for name in ("hits", "runs"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"{name}: a count >= 0, got {v!r}")
+                raise SpecproofInputError(name, f"a count >= 0, got {v!r}")
         if self.hits > self.runs:
-            raise ValueError(f"hits: {self.hits} of {self.runs} runs is more than the runs")
+            raise SpecproofInputError("hits", f"{self.hits} of {self.runs} runs is more than the runs")
         if not 0 < self.level < 1:
-            raise ValueError(f"level: in (0, 1), got {self.level!r}")
+            raise SpecproofInputError("level", f"in (0, 1), got {self.level!r}")
 
     @property
     def rate(self) -> float:
