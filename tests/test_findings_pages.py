@@ -206,3 +206,25 @@ def test_the_release_met_is_read_from_the_pinned_environment_the_finding_needs(m
 
     monkeypatch.setattr(integrations, "info", refused)
     assert "not in this Python environment" in pages._installed(ort)
+
+
+def test_stored_reproductions_are_runs_of_their_findings_and_their_pages_say_them():
+    """Each file under docs/measurements/findings-reproduced/ is one ``specproof findings reproduce
+    SLUG --json`` run: its finding exists, its state is the one its tests' outcomes give, every test
+    it ran is one the finding names, and the finding's page says when, against which release and
+    with what result; a finding with no stored run says how to store one."""
+    stored = sorted(pages.REPRODUCED.glob("*.json"))
+    assert stored, "no stored reproduction"
+    for path in stored:
+        doc = json.loads(path.read_text())
+        finding = by_slug(path.stem)
+        assert doc["finding"] == finding.slug and re.fullmatch(r"\d{4}-\d\d-\d\d", doc["date"]), path
+        outcomes = tuple((t["test"], t["outcome"], t["message"]) for t in doc["tests"])
+        assert pages.Reproduction(finding.slug, doc["installed"], outcomes).state == doc["state"], path
+        named = {t.split("[")[0] for t in finding.tests}
+        assert {t["test"].split("[")[0] for t in doc["tests"]} <= named, path
+        page = (pages.PAGES / f"{finding.slug}.md").read_text()
+        assert f"| reproduced here | {doc['date']}, against {doc['installed']}: " in page, finding.slug
+    unstored = [f for f in FINDINGS if not (pages.REPRODUCED / f"{f.slug}.json").exists()]
+    for f in unstored:
+        assert f"findings reproduce {f.slug} --json" in (pages.PAGES / f"{f.slug}.md").read_text()

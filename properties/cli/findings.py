@@ -10,6 +10,7 @@ not run in full: a test skipped, the engine is not installed).
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from typing import Any
 
@@ -60,6 +61,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     print(found.summary())
     if args.json:
         doc: dict[str, Any] = {"finding": found.finding, "installed": found.installed}
+        doc["date"] = datetime.date.today().isoformat()
         doc["state"] = found.state
         doc["tests"] = [{"test": t, "outcome": o, "message": m} for t, o, m in found.outcomes]
         doc["places"] = [{"place": p, "state": state} for p, state in found.places]

@@ -137,6 +137,7 @@ def written_part(finding: Finding) -> str:
         + "".join(f"; without specproof: [repro/{s}](repro/{s})" for s in finding.scripts)
         + " |",
     ]
+    lines.append(f"| reproduced here | {_reproduced(finding)} |")
     if finding.command:
         lines.append(f"| the audit | `{finding.command}` |")
     if finding.patch:
@@ -152,6 +153,35 @@ def written_part(finding: Finding) -> str:
     lines += ["## Checked by", ""] + [f"- `{t}`" for t in finding.tests]
     lines += ["", END]
     return "\n".join(lines) + "\n"
+
+
+#: where ``specproof findings reproduce SLUG --json`` outcomes are kept, one file a finding
+REPRODUCED = MEASUREMENTS / "findings-reproduced"
+
+
+def _reproduced(finding: Finding) -> str:
+    """The stored outcome of the finding's reproduction (:data:`REPRODUCED`), in words: when, against
+    which release, holds or not and how many tests; or how to store one."""
+    path = REPRODUCED / f"{finding.slug}.json"
+    if not path.exists():
+        return (
+            "no stored run; `specproof findings reproduce "
+            f"{finding.slug} --json docs/measurements/findings-reproduced/{finding.slug}.json` stores one"
+        )
+    doc = json.loads(path.read_text())
+    kinds = [t["outcome"] for t in doc["tests"]]
+    counts = ", ".join(
+        f"{kinds.count(k)} {k}" for k in ("passed", "failed", "error", "skipped") if k in kinds
+    )
+    words = {
+        "holds": "**holds**",
+        "changed": "**does not hold as written**",
+        "not_run": "not run in full (a test skipped)",
+    }
+    return (
+        f"{doc.get('date', '?')}, against {doc['installed']}: {words[doc['state']]} ({counts}; "
+        f"[JSON](../measurements/findings-reproduced/{finding.slug}.json))"
+    )
 
 
 def index() -> str:
