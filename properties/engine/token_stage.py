@@ -64,22 +64,35 @@ class ForcingCheck:
     checked: int = 0
     largest: float = 0.0
 
+    @staticmethod
+    def position(seed: int, key: tuple[int, ...], length: int) -> int | None:
+        """Where a path of ``length`` laws keyed ``key`` is checked (drawn from the seed and the
+        key alone: fixed by the plan), or None on the samples left unchecked."""
+        rng = np.random.default_rng([abs(int(seed)), *key, 0x7EAC])
+        if rng.random() >= FORCING_SHARE:
+            return None
+        return int(rng.integers(length))
+
+    def differs(self, along: np.ndarray, alone: np.ndarray) -> float | None:
+        """Count one check of a row read along a path (normalized here) against the law read at
+        its prefix alone: their total variation where it is above :data:`FORCING_TOLERANCE`."""
+        row = np.asarray(along, dtype=np.float64)
+        tv = 0.5 * float(np.abs(row / row.sum() - np.asarray(alone, dtype=np.float64)).sum())
+        self.checked += 1
+        self.largest = max(self.largest, tv)
+        return tv if tv > FORCING_TOLERANCE else None
+
     def check(self, runner: CaseRunner, index: int, seq: Seq, laws: np.ndarray, seed: int) -> None:
         if not len(laws) or not runner.reads_along():
             return
-        rng = np.random.default_rng([abs(int(seed)), runner.case.index, index, 0x7EAC])
-        if rng.random() >= FORCING_SHARE:
+        d = self.position(seed, (runner.case.index, index), len(laws))
+        if d is None:
             return
-        d = int(rng.integers(len(laws)))
         row = np.asarray(laws[d], dtype=np.float64)
-        total = float(row.sum())
-        if not (abs(total - 1) <= 1e-6 and row.min() >= 0):
+        if not (abs(float(row.sum()) - 1) <= 1e-6 and row.min() >= 0):
             return  # not a law: the scoring names it
-        one = runner.law_alone(tuple(seq[:d]))
-        tv = 0.5 * float(np.abs(row / total - one).sum())
-        self.checked += 1
-        self.largest = max(self.largest, tv)
-        if tv > FORCING_TOLERANCE:
+        tv = self.differs(row, runner.law_alone(tuple(seq[:d])))
+        if tv is not None:
             along, alone = runner.along_names
             raise EngineViolation(
                 "teacher_forcing_differs",

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from specproof.properties.engine.config import EngineAuditConfig, check_adapter
-from specproof.properties.engine.token_stage import FORCING_SHARE, FORCING_TOLERANCE
+from specproof.properties.engine.token_stage import FORCING_TOLERANCE, ForcingCheck
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenTest
 from specproof.properties.verdicts import Verdict
@@ -241,13 +241,13 @@ def audit_traffic(
     }
     t0 = time.perf_counter()
     seen: dict[Sampling, int] = dict.fromkeys(groups, 0)
-    forcing = _Forcing()
+    forcing = ForcingCheck()
     for n, r in enumerate(records):
         say(f"record {r.line}", n / len(records))
         if not r.tokens:
             continue
         along = _along(r, laws, vocab)
-        differs = forcing.check(r, n, along, laws, config.seed)
+        differs = _forcing(forcing, r, n, along, laws, config.seed)
         if differs is not None:
             res.finding, res.verdict = differs, Verdict.CONTRACT_VIOLATION
             break
@@ -295,45 +295,29 @@ def audit_traffic(
     return res
 
 
-@dataclass
-class _Forcing:
-    """The check of the laws read along a path against the law read at one prefix alone (module
-    docstring): how many records were checked, the largest total variation found."""
-
-    checked: int = 0
-    largest: float = 0.0
-
-    def check(
-        self, r: Record, n: int, along: np.ndarray, laws: LawsAlong, seed: int
-    ) -> dict[str, Any] | None:
-        """Record ``r`` (number ``n`` in the file) checked where it is drawn to be; the finding
-        where the two reads disagree, else None."""
-        alone = getattr(laws, "alone", None)
-        if alone is None:
-            return None
-        rng = np.random.default_rng([abs(int(seed)), n, 0x7EAC])
-        if rng.random() >= FORCING_SHARE:
-            return None
-        d = int(rng.integers(len(r.tokens)))
-        one = alone(r.prompt, r.tokens[:d], r.sampling, r.adapter or None)
-        if one is None:
-            return None  # this setting's laws are read one position at a time: one path
-        row = along[d] / along[d].sum()
-        tv = 0.5 * float(np.abs(row - np.asarray(one, dtype=np.float64)).sum())
-        self.checked += 1
-        self.largest = max(self.largest, tv)
-        if tv <= FORCING_TOLERANCE:
-            return None
-        text = (
-            f"line {r.line}: the law read along the path after {list(r.prompt + r.tokens[:d])} (position "
-            f"{d + 1}) differs from the one-token recipe's law there by TV {tv:.3g} (tolerance "
-            f"{FORCING_TOLERANCE:g}): the twin's two reads of one law disagree, so its laws along a path "
-            "cannot score the traffic"
-        )
-        return {"kind": "teacher_forcing_differs", "line": r.line, "position": d + 1, "tv": tv, "text": text}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"checked": self.checked, "largest_tv": self.largest, "tolerance": FORCING_TOLERANCE}
+def _forcing(
+    check: ForcingCheck, r: Record, n: int, along: np.ndarray, laws: LawsAlong, seed: int
+) -> dict[str, Any] | None:
+    """Record ``r`` (number ``n`` in the file) checked where the engine audit's draw puts it
+    (:class:`~.token_stage.ForcingCheck`, keyed by ``n``); the finding where the laws' reader's two
+    reads disagree, else None."""
+    alone = getattr(laws, "alone", None)
+    d = None if alone is None else check.position(seed, (n,), len(r.tokens))
+    if alone is None or d is None:
+        return None
+    one = alone(r.prompt, r.tokens[:d], r.sampling, r.adapter or None)
+    if one is None:
+        return None  # this setting's laws are read one position at a time: one path
+    tv = check.differs(along[d], one)
+    if tv is None:
+        return None
+    text = (
+        f"line {r.line}: the law read along the path after {list(r.prompt + r.tokens[:d])} (position "
+        f"{d + 1}) differs from the one-token recipe's law there by TV {tv:.3g} (tolerance "
+        f"{FORCING_TOLERANCE:g}): the twin's two reads of one law disagree, so its laws along a path "
+        "cannot score the traffic"
+    )
+    return {"kind": "teacher_forcing_differs", "line": r.line, "position": d + 1, "tv": tv, "text": text}
 
 
 def _check_adapted(records: Sequence[Record], laws: LawsAlong) -> None:
