@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -222,3 +223,85 @@ def test_a_twin_whose_reads_along_a_path_disagree_deep_is_named_not_scored(tmp_p
     assert ok.verdict == Verdict.PASS, ok.summary()
     forced = ok.token_test["teacher_forcing_checked"]
     assert forced["checked"] >= 20 and forced["largest_tv"] < 1e-6, forced
+
+
+def _ended_records(drops_eos_draft: bool, n: int, say: bool = True, keep_eos: bool = False) -> tuple:
+    """``n`` requests served by the narrow engine with an end of sequence (id 0, a few percent of
+    the mass), logged as servers return them: the end of sequence left out of the tokens (unless
+    ``keep_eos``) and, where ``say``, ``finish_reason`` "stop" or "length"."""
+    from specproof.properties.engine.narrow import ending_spec
+
+    spec = ending_spec(256, 64, drops_eos_draft=drops_eos_draft)
+    engine, s = spec.build(Sampling(1.0)), Sampling(1.0, eos=0)
+    out = []
+    for k in range(n):
+        tokens = tuple(engine.generate([3, 1, 4], 64, 1000 + k))
+        stopped = tokens[-1:] == (0,)
+        kept = tokens if keep_eos or not stopped else tokens[:-1]
+        finish = ("stop" if stopped else "length") if say else None
+        out.append(Record(k + 1, (3, 1, 4), kept, s, finish=finish))
+    return out, engine
+
+
+def test_stopping_events_in_traffic_are_scored_where_records_say_how_they_ended():
+    """Records that say how they ended (``finish_reason``; the end of sequence left out, as servers
+    return tokens) feed the eos statistic: a draft loop that drops an end-of-sequence draft while
+    the verifier keeps its law is lossy by it (alpha 1e-4, seed 4); the exact engine's records are
+    not. Where records do not say, the event is not scored (an end left out would read as going
+    on) and the setting says which records did not."""
+    plan = EngineAuditConfig(tv=0.03, seed=4)
+    bad, engine = _ended_records(True, 600)
+    lossy = audit_traffic(bad, engine_laws(engine), 256, plan)
+    assert lossy.verdict == Verdict.LOSSY, lossy.summary()
+    assert lossy.finding["family"] == "eos" and "ended less often" in lossy.finding["text"], lossy.finding
+    good, engine = _ended_records(False, 600)
+    kept = audit_traffic(good, engine_laws(engine), 256, plan)
+    assert kept.verdict == Verdict.UNDERPOWERED, kept.summary()  # 600 records hold fewer tokens than planned
+    assert kept.settings[0]["stopping"] == "scored" and "stopping event: scored" in kept.summary()
+    bets = kept.token_test["trace"]["statistics"]
+    assert any(name.startswith("eos") for name in bets), bets
+    # the same records without finish_reason: the event unscored, the setting says why
+    silent, engine = _ended_records(True, 600, say=False)
+    unsaid = audit_traffic(silent, engine_laws(engine), 256, plan)
+    assert unsaid.settings[0]["stopping"].startswith("not scored: 600 of 600 records"), unsaid.settings
+    assert not any(name.startswith("eos") for name in unsaid.token_test["trace"]["statistics"])
+    # tokens that keep their end of sequence: the same scores as with it put back; without the
+    # field the event is not scored even where every record happens to end on it (whether it is
+    # scored is read from the fields, never from the outcomes)
+    told, engine = _ended_records(True, 600, say=False, keep_eos=True)
+    ended = [r for r in told if r.tokens[-1:] == (0,)]
+    unsaid_ends = audit_traffic(ended, engine_laws(engine), 256, plan)
+    assert unsaid_ends.settings[0]["stopping"].startswith("not scored"), unsaid_ends.settings
+    said = [replace(r, finish="stop" if r.tokens[-1:] == (0,) else "length") for r in told]
+    same = audit_traffic(said, engine_laws(engine), 256, plan)
+    assert same.to_json()["token_test"] == lossy.to_json()["token_test"]
+
+
+@pytest.mark.parametrize(
+    ("row", "what"),
+    [
+        ({"finish_reason": "eos"}, "line 1: finish_reason 'eos': expected one of ['stop', 'length']"),
+        (
+            {"tokens": [1, 0], "finish_reason": "length", "sampling": {"eos": 0}},
+            "line 1: finish_reason: 'length', yet token 2 ends the output",
+        ),
+        (
+            {"tokens": [0, 1], "finish_reason": "stop", "sampling": {"eos": 0}},
+            "line 1: finish_reason: 'stop', yet the output ends at token 1 of 2",
+        ),
+        (
+            {
+                "tokens": [1, 2],
+                "finish_reason": "stop",
+                "sampling": {"stop": ["ab"], "texts": list("abcdefgh")},
+            },
+            "line 1: finish_reason: 'stop', yet no token completes a stop string of ['ab']",
+        ),
+    ],
+)
+def test_a_finish_reason_its_tokens_contradict_is_a_usage_error_naming_the_line(tmp_path, row, what):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"prompt": [3], "tokens": [1, 2], **row}) + "\n")
+    with pytest.raises(UsageError, match=re.escape(what)):
+        records = read_traffic(str(path), vocab=8)
+        audit_traffic(records, lambda p, t, s: np.full((len(t), 8), 1 / 8), 8)

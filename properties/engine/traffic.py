@@ -8,7 +8,8 @@ A deployer samples production requests and writes one JSON object a line::
 (``sampling`` takes :class:`~specproof.reference.sampling.Sampling`'s fields, temperature 1
 when left out; ``steps``, the tokens each speculative step emitted, where the server told them;
 ``lora``, the LoRA adapter scales the request asked for, ``[{"id": 0, "scale": 0.5}]``, its laws
-then read with the same scales).
+then read with the same scales; ``finish_reason``, how the output ended, ``"stop"`` or
+``"length"`` as an OpenAI-style answer says it).
 :func:`audit_traffic` reads the laws along every recorded path from the twin (the same model
 served with speculation off, by its family's recipe, or from an engine's own ``target_law``) and
 feeds the token test (:mod:`specproof.properties.tokens`), one case per distinct setting, in the
@@ -18,6 +19,16 @@ server's law, and under a lossless server every token's transform is uniform giv
 record, position and statistic named), ``pass`` when the traffic held the tokens the plan asks for
 per setting without a deviation, ``underpowered`` when it held fewer (the TV they do vouch for is
 stated).
+
+Where a setting names an end of sequence (``eos``) or stop strings and each of its records says how
+it ended (``finish_reason``), the token test scores the stopping event too (the ``eos``
+statistic: the output ended at a position against the law's mass on the ids that would have ended
+it there). A record ``"stop"`` whose tokens
+leave the end of sequence out (as servers return them) is scored with it put back. Where some
+record does not say, the event is not scored for that setting (a record that ended on a left-out
+end of sequence would read as one that went on, biasing the statistic): the setting's entry says
+which records did not say. Whether the event is scored is read from the records' fields alone,
+never from their tokens: a choice made on the outcomes would bias it too.
 
 Where the laws are read along a whole path in one request (teacher forcing: a twin's prompt
 log-probabilities, a forced path) and the laws' reader can also read one law at a prefix alone
@@ -35,22 +46,25 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
 from specproof.properties.engine.config import EngineAuditConfig, check_adapter
+from specproof.properties.engine.endings import Endings
 from specproof.properties.engine.token_stage import FORCING_TOLERANCE, ForcingCheck
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenTest
 from specproof.properties.verdicts import Verdict
-from specproof.reference.errors import UsageError
+from specproof.reference.errors import SpecproofInputError, UsageError
 from specproof.reference.sampling import Sampling
 
 #: laws along a path: (prompt, tokens, setting) -> [len(tokens), V]
 LawsAlong = Callable[[tuple[int, ...], tuple[int, ...], Sampling], np.ndarray]
 SAMPLING_FIELDS = {f.name for f in fields(Sampling)} - {"extra", "grammar"}
+#: how a record's output ended (its ``finish_reason``, as OpenAI-style answers name it)
+FINISH_REASONS = ("stop", "length")
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,41 @@ class Record:
     steps: tuple[int, ...] | None = None
     #: the LoRA adapter scales it asked for, (id, scale) each (a server's; empty: its defaults)
     adapter: tuple[tuple[int, float], ...] = ()
+    #: how its output ended, where the record says (``finish_reason``): "stop" or "length"
+    finish: str | None = None
+
+    def ended(self) -> tuple[int, ...] | None:
+        """The tokens the stopping event is scored over (with a left-out end of sequence put back
+        where the record says it stopped), or None where the record does not say how it ended.
+        A record whose words and tokens disagree is a usage error naming its line."""
+        s, where = self.sampling, f"line {self.line}: finish_reason"
+        try:
+            end = s.end(self.tokens) if s.ends else None
+        except SpecproofInputError as e:
+            raise UsageError(f"line {self.line}: tokens: {e}") from e
+        if end is not None and end < len(self.tokens):
+            if self.finish is None:
+                return None  # tokens past the output's end: the event cannot be read
+            raise UsageError(
+                f"{where}: {self.finish!r}, yet the output ends at token {end} of {len(self.tokens)} (its "
+                "end of sequence or a stop string) and the record goes on"
+            )
+        if self.finish is None:
+            return None  # not said: whether it ended is read from no outcome (a predictable choice)
+        if self.finish == "length":
+            if end is not None:
+                raise UsageError(f"{where}: 'length', yet token {end} ends the output")
+            return self.tokens
+        if end is not None:
+            return self.tokens
+        if s.eos is not None:
+            return self.tokens + (s.eos,)  # the server left the end of sequence out of its tokens
+        if s.stop:
+            raise UsageError(
+                f"{where}: 'stop', yet no token completes a stop string of {list(s.stop)} and the "
+                "setting names no end of sequence: record the token that completed it"
+            )
+        return None  # the server stopped on an end the setting does not name: the event unscored
 
 
 def _tuples(value: Any) -> Any:
@@ -94,6 +143,9 @@ def _record(line: int, obj: Any, vocab: int) -> Record:
     except (TypeError, ValueError) as e:
         raise UsageError(f"{where}: sampling: {e}") from e
     steps = obj.get("steps")
+    finish = obj.get("finish_reason")
+    if finish is not None and finish not in FINISH_REASONS:
+        raise UsageError(f"{where}: finish_reason {finish!r}: expected one of {list(FINISH_REASONS)}")
     return Record(
         line,
         prompt,
@@ -101,6 +153,7 @@ def _record(line: int, obj: Any, vocab: int) -> Record:
         sampling,
         None if steps is None else tuple(int(x) for x in steps),
         _lora(where, obj.get("lora")),
+        finish,
     )
 
 
@@ -177,6 +230,8 @@ class TrafficResult:
                 f"detects a per-token TV of {s['detects']['mean']:.3g} (sharpening), "
                 f"{s['detects']['greedy']:.3g} (to the argmax)"
             )
+            if s["stopping"] == "scored" or "no end of sequence" not in s["stopping"]:
+                lines.append(f"      stopping event: {s['stopping']}")
         forced = self.token_test.get("teacher_forcing_checked")
         if forced:
             lines.append(
@@ -235,15 +290,22 @@ def audit_traffic(
     say = progress or (lambda what, frac: None)
     res = TrafficResult(source, vocab, config)
     groups = _by_setting(records)
+    scored = {r.line: r.ended() for r in records}
+    stopping = {s: _stopping(s, rs, scored) for s, rs in groups.items()}
     test = TokenTest(config.alpha, config.seed)
-    cases = {
-        s: test.add_case(i, max(len(r.tokens) for r in rs) or 1) for i, (s, rs) in enumerate(groups.items())
-    }
+    cases = {}
+    for i, (s, rs) in enumerate(groups.items()):
+        ends = stopping[s] == "scored"
+        horizon = max(len(scored[r.line] or r.tokens) if ends else len(r.tokens) for r in rs) or 1
+        cases[s] = test.add_case(i, horizon, eos=s.eos if ends else None, stops=ends and bool(s.stop))
+    endings = {s: Endings(s) for s in groups if stopping[s] == "scored" and s.stop}
     t0 = time.perf_counter()
     seen: dict[Sampling, int] = dict.fromkeys(groups, 0)
     forcing = ForcingCheck()
     for n, r in enumerate(records):
         say(f"record {r.line}", n / len(records))
+        if stopping[r.sampling] == "scored":
+            r = replace(r, tokens=scored[r.line] or r.tokens)
         if not r.tokens:
             continue
         along = _along(r, laws, vocab)
@@ -252,7 +314,10 @@ def audit_traffic(
             res.finding, res.verdict = differs, Verdict.CONTRACT_VIOLATION
             break
         case = cases[r.sampling]
-        test.score(case, [Sample(seen[r.sampling], r.tokens, along, _blocks(r.steps, len(r.tokens)))])
+        ender = endings.get(r.sampling)
+        stops = None if ender is None else ender.after_output(r.tokens)
+        blocks = _blocks(r.steps, len(r.tokens))
+        test.score(case, [Sample(seen[r.sampling], r.tokens, along, blocks, None, stops)])
         seen[r.sampling] += 1
         res.records += 1
         res.tokens += len(r.tokens)
@@ -269,8 +334,8 @@ def audit_traffic(
     if res.verdict == Verdict.CONTRACT_VIOLATION:
         return res
     planned = power.plan_tokens(config.tv, config.alpha, config.power, len(cases))
-    w = power.shares(False, False)
     for s, case in cases.items():
+        w = power.shares(False, False, case.family.eos)
         res.settings.append(
             {
                 "setting": s.label,
@@ -278,6 +343,7 @@ def audit_traffic(
                 "records": case.samples,
                 "tokens": case.tokens,
                 "planned": planned,
+                "stopping": stopping[s],
                 "detects": {
                     k: power.detectable(k, case.tokens, config.alpha, config.power, len(cases), w)
                     for k in ("mean", "greedy", "uniform")
@@ -293,6 +359,21 @@ def audit_traffic(
     elif any(c.tokens < planned for c in cases.values()):
         res.verdict = Verdict.UNDERPOWERED
     return res
+
+
+def _stopping(s: Sampling, records: Sequence[Record], scored: dict[int, tuple[int, ...] | None]) -> str:
+    """Whether the stopping event is scored for setting ``s`` ("scored"), else why not: the
+    setting names no end, or some record does not say how it ended."""
+    if not s.ends:
+        return "not scored: the setting names no end of sequence or stop string"
+    silent = [r.line for r in records if scored[r.line] is None]
+    if silent:
+        lines = ", ".join(map(str, silent[:5])) + (", ..." if len(silent) > 5 else "")
+        return (
+            f"not scored: {len(silent)} of {len(records)} records do not say how they ended (no "
+            f"finish_reason; lines {lines})"
+        )
+    return "scored"
 
 
 def _forcing(
@@ -359,6 +440,6 @@ def _finding(
     else:
         text = (
             f"{setting.label}: statistic {found['statistic']} ({found['what']}) after "
-            f"{found['tokens']:,} tokens, drift {found['drift']:+.3g}"
+            f"{found['tokens']:,} tokens, drift {found['drift']:+.3g}: {found['direction']}"
         )
     return {**found, "setting": setting.label, "text": text}
