@@ -293,11 +293,7 @@ def audit_traffic(
     scored = {r.line: r.ended() for r in records}
     stopping = {s: _stopping(s, rs, scored) for s, rs in groups.items()}
     test = TokenTest(config.alpha, config.seed)
-    cases = {}
-    for i, (s, rs) in enumerate(groups.items()):
-        ends = stopping[s] == "scored"
-        horizon = max(len(scored[r.line] or r.tokens) if ends else len(r.tokens) for r in rs) or 1
-        cases[s] = test.add_case(i, horizon, eos=s.eos if ends else None, stops=ends and bool(s.stop))
+    cases = _cases(test, groups, scored, stopping)
     endings = {s: Endings(s) for s in groups if stopping[s] == "scored" and s.stop}
     t0 = time.perf_counter()
     seen: dict[Sampling, int] = dict.fromkeys(groups, 0)
@@ -334,24 +330,7 @@ def audit_traffic(
     if res.verdict == Verdict.CONTRACT_VIOLATION:
         return res
     planned = power.plan_tokens(config.tv, config.alpha, config.power, len(cases))
-    for s, case in cases.items():
-        w = power.shares(False, False, case.family.eos)
-        res.settings.append(
-            {
-                "setting": s.label,
-                "sampling": s.to_json(),
-                "records": case.samples,
-                "tokens": case.tokens,
-                "planned": planned,
-                "stopping": stopping[s],
-                "detects": {
-                    k: power.detectable(k, case.tokens, config.alpha, config.power, len(cases), w)
-                    for k in ("mean", "greedy", "uniform")
-                },
-                "log_wealth": case.log_wealth,
-                "pit": [int(c) for c in case.pit],
-            }
-        )
+    res.settings = [_setting(s, case, planned, stopping[s], config, len(cases)) for s, case in cases.items()]
     found = test.finding() if test.rejected else None
     if found is not None:
         res.finding = _finding(found, cases, groups)
@@ -359,6 +338,44 @@ def audit_traffic(
     elif any(c.tokens < planned for c in cases.values()):
         res.verdict = Verdict.UNDERPOWERED
     return res
+
+
+def _cases(
+    test: TokenTest,
+    groups: dict[Sampling, list[Record]],
+    scored: dict[int, tuple[int, ...] | None],
+    stopping: dict[Sampling, str],
+) -> dict[Sampling, Any]:
+    """One case of ``test`` per setting, its horizon the longest record's (with a left-out end of
+    sequence put back where the stopping event is scored), the eos statistic fed where it is."""
+    cases = {}
+    for i, (s, rs) in enumerate(groups.items()):
+        ends = stopping[s] == "scored"
+        horizon = max(len(scored[r.line] or r.tokens) if ends else len(r.tokens) for r in rs) or 1
+        cases[s] = test.add_case(i, horizon, eos=s.eos if ends else None, stops=ends and bool(s.stop))
+    return cases
+
+
+def _setting(
+    s: Sampling, case: Any, planned: int, stopping: str, config: EngineAuditConfig, n_cases: int
+) -> dict[str, Any]:
+    """One setting's entry of the result: its records and tokens against the plan, whether its
+    stopping event was scored, what its tokens detect."""
+    w = power.shares(False, False, case.family.eos)
+    return {
+        "setting": s.label,
+        "sampling": s.to_json(),
+        "records": case.samples,
+        "tokens": case.tokens,
+        "planned": planned,
+        "stopping": stopping,
+        "detects": {
+            k: power.detectable(k, case.tokens, config.alpha, config.power, n_cases, w)
+            for k in ("mean", "greedy", "uniform")
+        },
+        "log_wealth": case.log_wealth,
+        "pit": [int(c) for c in case.pit],
+    }
 
 
 def _stopping(s: Sampling, records: Sequence[Record], scored: dict[int, tuple[int, ...] | None]) -> str:
