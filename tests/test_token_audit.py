@@ -381,3 +381,41 @@ def test_a_stop_draft_dropped_by_the_draft_loop_is_lossy_by_the_stopping_event()
     assert bad.verdict == Verdict.LOSSY, bad.summary()
     assert bad.token_test["finding"]["family"] == "eos", bad.token_test["finding"]
     assert "the output ended less often than the law says" in bad.summary()
+
+
+@pytest.mark.parametrize(
+    ("every", "verifier", "lead", "tokens"),
+    [(2, False, "index.repeat[2]", 2667), (3, True, "index.repeat[3]", 7860)],
+)
+def test_randomness_repeated_every_few_steps_is_lossy_by_the_repeat_at_that_lag(
+    every, verifier, lead, tokens
+):
+    """A generator rebuilt from the request's seed every few steps (the drafter's every 2, the
+    verifier's every 3; the other stream apart, so no step reuses a uniform within itself): the
+    index transform of a token and of the token at its index that many steps before move
+    together, and the repeat at that lag flags it at the default plan (seed 6, alpha 1e-4)."""
+    from specproof.properties.engine.narrow import reseeded_spec
+
+    res = audit_engine(reseeded_spec(512, 64, every, verifier), EngineAuditConfig(seed=6, report_samples=0))
+    assert res.verdict == Verdict.LOSSY, res.summary()
+    found = res.token_test["finding"]
+    assert found["statistic"] == lead and found["tokens"] == tokens, found
+    assert found["direction"].startswith("a step repeating an earlier step"), found
+
+
+@pytest.mark.slow
+def test_only_the_repeat_at_a_lag_sees_randomness_repeated_every_two_steps(monkeypatch):
+    """The drafter rebuilt every 2 steps passes the default plan where the index transform is
+    compared with the step before only (every other statistic looks on: 214,080 tokens, seed 6);
+    a generator rebuilt every 12 steps, past the largest lag (8), passes too: what the lags do not
+    cover, as docs/token-audit.md says."""
+    from specproof.properties.engine.narrow import reseeded_spec
+    from specproof.properties.tokens import family
+
+    plan = EngineAuditConfig(seed=6, report_samples=0)
+    beyond = audit_engine(reseeded_spec(512, 64, 12), plan)
+    assert beyond.verdict == Verdict.PASS, beyond.summary()
+    monkeypatch.setattr(family, "LAGS", (1,))
+    alone = audit_engine(reseeded_spec(512, 64, 2), plan)
+    assert alone.verdict == Verdict.PASS, alone.summary()
+    assert "index.repeat[2]" not in alone.token_test["trace"]["statistics"]

@@ -417,7 +417,14 @@ def test_the_dependence_power_table_is_the_code_s_and_serial_holds_in_simulation
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "token-audit.md").read_text()
     part = text.split("| bettor | what it is tested against | size 0.01 | 0.02 | 0.05 | 0.1 |", 1)[1]
     sizes = (0.01, 0.02, 0.05, 0.1)
-    assert set(power.BETTORS) == {"serial", "index", "index.mean", "block[b].uniform", "block[b].mean"}
+    assert set(power.BETTORS) == {
+        "serial",
+        "index",
+        "index.mean",
+        "block[b].uniform",
+        "block[b].mean",
+        "index.repeat[L]",
+    }
     for bettor in power.BETTORS:
         row = re.findall(rf"^\| `{re.escape(bettor)}` \|[^|]*\|(.*)\|$", part, flags=re.M)[0]
         cells = [c.strip() for c in row.split("|")]

@@ -143,6 +143,10 @@ class NarrowPerPosition:
         """The drafter's stream at step ``step`` (0-based): the generation's own, continued."""
         return stream
 
+    def verify_stream(self, seed: int, stream: np.random.Generator, step: int) -> np.random.Generator:
+        """The verifier's stream at step ``step`` (0-based): the generation's own, continued."""
+        return stream
+
     def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
         drafting, rng = self.streams(seed)
         out, n0 = list(prompt_ids), len(prompt_ids)
@@ -150,6 +154,7 @@ class NarrowPerPosition:
         while len(out) - n0 < max_new_tokens:
             ctx, drafts, qs = list(out), [], []
             d_rng = self.draft_stream(seed, drafting, len(self.last_steps))
+            rng = self.verify_stream(seed, rng, len(self.last_steps))
             for _ in range(self.k):
                 q = self._laws(self.draft, ctx)[0]
                 x = self._draw(d_rng, q)
@@ -240,6 +245,63 @@ class NarrowEndingDropsEos(NarrowEnding):
 
     def stops_drafting(self, done: list[int], x: int) -> bool:
         return x == self.eos_id  # bug: the end's draft dropped
+
+
+class NarrowDraftsReseeded(NarrowSpeculative):
+    """A planted bug: the drafter's generator rebuilt from the request's seed every ``every`` steps
+    (as a sampler state kept per batch slot and reset when the request is rescheduled would), the
+    verifier's stream apart: the drafts of step ``t`` reuse the uniforms of step ``t - every``,
+    which the tokens since then have partly revealed, so a draft is no longer a fresh draw of the
+    draft's law given the past. Each token's marginal looks right; the transforms at one index
+    of the step depend on those ``every`` steps before (``index.repeat[every]``)."""
+
+    def __init__(self, target: NarrowLM, draft: NarrowLM, every: int, temperature: float = 1.0) -> None:
+        super().__init__(target, draft, temperature=temperature)
+        self.every = every
+
+    def draft_stream(self, seed: int, stream: np.random.Generator, step: int) -> np.random.Generator:
+        if step % self.every == 0:
+            self._rebuilt = self.streams(seed)[0]  # bug: the drafter's generator rebuilt from the seed
+        return self._rebuilt
+
+
+class NarrowVerifierReseeded(NarrowSpeculative):
+    """A planted bug: the verifier's generator (the acceptance tests and the residual draws) rebuilt
+    from the request's seed every ``every`` steps, the drafter's stream apart: the acceptance tests
+    of step ``t`` reuse the uniforms of step ``t - every``."""
+
+    def __init__(self, target: NarrowLM, draft: NarrowLM, every: int, temperature: float = 1.0) -> None:
+        super().__init__(target, draft, temperature=temperature)
+        self.every = every
+
+    def verify_stream(self, seed: int, stream: np.random.Generator, step: int) -> np.random.Generator:
+        if step % self.every == 0:
+            return self.streams(seed)[1]  # bug: the verifier's generator rebuilt from the seed
+        return stream
+
+
+def reseeded_spec(vocab: int, tokens: int, every: int, verifier: bool = False) -> Any:
+    """The spec of :class:`NarrowDraftsReseeded` (or, with ``verifier``,
+    :class:`NarrowVerifierReseeded`) at ``vocab`` ids, one prompt at T = 1: randomness that
+    repeats every ``every`` steps of one generation (expected lossy)."""
+    from specproof.properties.engine.contract import EngineSpec, Sampling
+
+    kind = NarrowVerifierReseeded if verifier else NarrowDraftsReseeded
+    target = NarrowLM(vocab)
+    draft = target.perturbed(0.2, seed=1)
+    who = "verifier's" if verifier else "drafter's"
+    return EngineSpec(
+        f"narrow[V={vocab}].{'verifier' if verifier else 'drafts'}_reseeded_every_{every}",
+        "user",
+        f"a narrow model decoded by token-level speculative sampling; the {who} generator rebuilt "
+        f"from the request's seed every {every} steps",
+        lambda s: kind(target, draft, every, temperature=s.temperature),
+        vocab,
+        ((3, 1, 4),),
+        (Sampling(1.0),),
+        tokens=tokens,
+        expect="lossy",
+    )
 
 
 def ending_spec(vocab: int, tokens: int, boost: float = 4.0, drops_eos_draft: bool = False) -> Any:

@@ -32,7 +32,8 @@ statistic      per token                                   catches
 ``index``      the transform in the ids' order: 8 cells,  a sampler whose uniforms are reused (an
                its mean, and (with steps) its product      inverse CDF over the ids fed the uniform
                with the one at the same index in the       that drew a draft, a generator rebuilt
-               step before                                 from the seed every step)
+               step 1, 2, ..., 8 steps before              from the seed every step, or every few
+               (:data:`LAGS`)                              steps)
 ``eos``        ``[x = eos] - p(eos)``; with stop strings,  the end's mass moved (a draft loop that
                ``[x ends the output] - p(the ids that      drops an end-of-sequence draft, or one
                end it)``                                   that completes a stop string; where the
@@ -86,7 +87,7 @@ DOCS: dict[str, str] = {
     "serial": "consecutive tokens (of a sample, or at one position of consecutive samples) dependent",
     "position": "a deviation from some position on",
     "block": "a deviation at one index of the speculative block",
-    "index": "the transform in the ids' order moved (reused uniforms)",
+    "index": "the transform in the ids' order moved (reused uniforms, within a step or 1 to 8 steps apart)",
     "eos": "the end's mass moved (end of sequence, or a stop string completed)",
     "ids": "mass moved toward some token ids at every position (the order by probability kept)",
 }
@@ -102,7 +103,11 @@ _WAYS: dict[str, tuple[str, str]] = {
     "draft": ("away from the draft's law", "toward the draft's law"),
     "serial": ("consecutive transforms moving apart", "consecutive transforms moving together"),
     "samples": ("consecutive samples moving apart", "consecutive samples moving together"),
-    "repeat": ("a step's transforms moving apart from the step before", "a step repeating the step before"),
+    "repeat": (
+        "a step's transforms moving apart from an earlier step's (the step before, or as many steps "
+        "before as the brackets say)",
+        "a step repeating an earlier step (the step before, or as many steps before as the brackets say)",
+    ),
     "eos": (
         "the output ended less often than the law says",
         "the output ended more often than the law says",
@@ -146,6 +151,11 @@ def shares(draft: bool = False, blocks: bool = False, eos: bool = False) -> dict
     return {k: w / total for k, w in use.items()}
 
 
+#: the lags, in steps, at which the index transform of a token is multiplied with the one at its
+#: index in an earlier step of its sample (``index.repeat`` the step before, ``index.repeat[L]``
+#: ``L`` steps before): randomness that repeats every ``L`` steps, for ``L`` up to 8
+LAGS = (1, 2, 3, 4, 5, 6, 7, 8)
+
 #: block indices told apart (the last gathers every later index)
 BLOCK_INDICES = 4
 
@@ -178,19 +188,19 @@ def _across_samples(u: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return 4.0 * (u[t] - 0.5) * (u[prev] - 0.5)
 
 
-def _across_steps(u: np.ndarray, pos: np.ndarray, block: np.ndarray) -> np.ndarray:
+def _across_steps(u: np.ndarray, pos: np.ndarray, block: np.ndarray, lag: int = 1) -> np.ndarray:
     """``4 (U - 1/2)(U' - 1/2)`` for each token and the token at its index in the speculative step
-    before it, in the same sample. Under the null, for an engine whose every token's law given
-    everything before it is the target's, the transforms are independent: mean 0."""
+    ``lag`` steps before it, in the same sample. Under the null, for an engine whose every token's
+    law given everything before it is the target's, the transforms are independent: mean 0."""
     n = len(u)
     starts = np.flatnonzero(block == 0)  # the first token of each step
-    if len(starts) < 2:
+    if len(starts) < lag + 1:
         return np.zeros(0)
     lengths = np.diff(np.append(starts, n))
     step = np.cumsum(block == 0) - 1
     sample = np.cumsum(pos == 1) - 1
-    t = np.flatnonzero(step >= 1)
-    before = step[t] - 1
+    t = np.flatnonzero(step >= lag)
+    before = step[t] - lag
     ok = block[t] < lengths[before]
     t, before = t[ok], before[ok]
     prev = starts[before] + block[t]
@@ -252,7 +262,9 @@ class Family:
         self.bets.append(Bet("index", "index", share["index"] / parts, BinBettor()))
         self.bets.append(Bet("index.mean", "index", share["index"] / parts, MeanBettor(0.5)))
         if self.blocks:
-            self.bets.append(Bet("index.repeat", "index", share["index"] / parts, MeanBettor(1.0)))
+            for lag in LAGS:
+                name = "index.repeat" if lag == 1 else f"index.repeat[{lag}]"
+                self.bets.append(Bet(name, "index", share["index"] / parts / len(LAGS), MeanBettor(1.0)))
         bins = position_bins(self.horizon)
         for lo, hi in bins:
             w = share["position"] / (3 * len(bins))
@@ -297,7 +309,9 @@ class Family:
             get["index"].bettor.update(obs.u_id[known])
             get["index.mean"].bettor.update(obs.u_id[known] - 0.5)
             if self.blocks and block is not None and known.all():
-                get["index.repeat"].bettor.update(_across_steps(obs.u_id, pos, np.asarray(block[:n])))
+                for lag in LAGS:
+                    name = "index.repeat" if lag == 1 else f"index.repeat[{lag}]"
+                    get[name].bettor.update(_across_steps(obs.u_id, pos, np.asarray(block[:n]), lag))
         if self.eos and obs.p_eos is not None and obs.eos_hit is not None:
             known = ~np.isnan(obs.p_eos)  # a censored law that hides the end's mass says nothing of it
             get["eos"].bettor.update((obs.eos_hit.astype(np.float64) - obs.p_eos)[known])

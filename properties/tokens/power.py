@@ -30,7 +30,7 @@ import numpy as np
 from scipy.stats import norm
 
 from specproof.properties.tokens.eprocess import BINS, LEVELS
-from specproof.properties.tokens.family import BLOCK_INDICES
+from specproof.properties.tokens.family import BLOCK_INDICES, LAGS
 from specproof.properties.tokens.family import shares as family_shares
 from specproof.reference.errors import InternalError
 
@@ -124,6 +124,7 @@ BETTORS: dict[str, tuple[str, str, float, bool]] = {
     "index.mean": ("mean", "index", 1 / 2, False),
     "block[b].uniform": ("uniform", "block", 1 / (2 * BLOCK_INDICES + 1), True),
     "block[b].mean": ("mean", "block", 1 / (2 * BLOCK_INDICES + 1), True),
+    "index.repeat[L]": ("serial", "index", 1 / (3 * len(LAGS)), True),
 }
 
 
@@ -134,7 +135,9 @@ def bettor_tokens(bettor: str, tv: float, alpha: float, power: float = 0.99) -> 
     ids' order) and ``index.mean`` (its mean: a drift toward lower or higher ids) against
     ``uniform``'s and ``mean``'s reference deviations of that transform; ``block[b].uniform`` and
     ``block[b].mean`` against those deviations at one index of the speculative step, in tokens
-    at that index (an engine that tells its steps). Its threshold is ``log(1/alpha)`` less the
+    at that index (an engine that tells its steps); ``index.repeat[L]`` (any one lag of
+    :data:`~.family.LAGS`) against the index transforms of a token and of the token at its index
+    ``L`` steps before correlated by ``tv``, in such pairs. Its threshold is ``log(1/alpha)`` less the
     log of its weight: its family's share times its part."""
     reference_of, family, part, blocks = BETTORS[bettor]
     lt = log_threshold(alpha, 1, family, shares(False, blocks)) - math.log(part)
