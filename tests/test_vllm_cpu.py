@@ -138,6 +138,45 @@ def test_no_lossy_mode_of_vllms_own_runs_on_the_cpu_build():
     assert {"FLy", "draft_model[synthetic]"} <= set(vllm_cpu.NOT_RUNNABLE)
 
 
+def test_adaptive_verification_is_refused_by_the_cpu_builds_runner():
+    """vLLM's adaptive verification (a draft-verification budget sized from per-request
+    confidence, shared across a batch: a batch-mix case for the load axis) does not run here, as
+    NOT_RUNNABLE says: the engine configuration the server would build for the tiny pair, with
+    n-gram or the draft model, eager or not, is refused by the V1 model runner's check before any
+    model loads."""
+    models = vllm_cpu.models_dir()
+    probe = (
+        "import json, sys\n"
+        "from vllm.engine.arg_utils import EngineArgs\n"
+        "target, draft = sys.argv[1], sys.argv[2]\n"
+        "specs = {'ngram': {'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_max': 3,\n"
+        "                   'prompt_lookup_min': 1},\n"
+        "         'draft_model': {'method': 'draft_model', 'model': draft, 'num_speculative_tokens': 3}}\n"
+        "out = {}\n"
+        "for name, spec in specs.items():\n"
+        "    for eager in (True, False):\n"
+        "        spec = {**spec, 'enable_adaptive_verification': True}\n"
+        "        args = EngineArgs(model=target, dtype='float32', max_model_len=128, enforce_eager=eager,\n"
+        "                          speculative_config=spec)\n"
+        "        try:\n"
+        "            args.create_engine_config()\n"
+        "            out[f'{name},eager={eager}'] = 'accepted'\n"
+        "        except Exception as e:\n"
+        "            out[f'{name},eager={eager}'] = str(e)\n"
+        "print(json.dumps(out))\n"
+    )
+    done = in_vllm_env("-c", probe, str(models / "target"), str(models / "draft"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(got) == 4, got
+    refused = "Model Runner V1 does not support: adaptive draft verification"
+    assert all(refused in why for why in got.values()), got
+    assert (
+        "adaptive verification" in vllm_cpu.NOT_RUNNABLE
+        and refused in vllm_cpu.NOT_RUNNABLE["adaptive verification"]
+    )
+
+
 def test_the_deploying_pages_vllm_block_runs_to_a_pass(tmp_path):
     """docs/deploying.md's vLLM block as written: `specproof vllm serve` (n-gram with both fixes,
     and the plain twin) and the endpoint audit of the pair: `pass` (exit 0), 64 samples a case."""

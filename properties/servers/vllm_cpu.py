@@ -104,7 +104,10 @@ NOT_RUNNABLE = {
     "FLy": "vLLM 0.32 has no FLy rejection method (its methods: standard, synthetic, block)",
     "draft_model[synthetic]": "synthetic acceptance (vLLM's own lossy benchmarking mode) asserts in the "
     "CPU build's sampling kernels: 'Synthetic acceptance not supported with CPU sampling'",
-    "adaptive verification": "enable_adaptive_verification is supported for method dspark only",
+    "adaptive verification": "the V1 model runner refuses enable_adaptive_verification ('Model Runner V1 "
+    "does not support: adaptive draft verification', VllmConfig's check of V1's unsupported features), "
+    "and the V2 runner, which implements it (for method dspark, with full CUDA graphs), needs Triton's "
+    "GPU backend",
 }
 
 
