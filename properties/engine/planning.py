@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from specproof.properties.audit import stats
 from specproof.properties.engine.token_stage import plan_detects, plan_limit
-from specproof.properties.tokens.power import POOLED_SHARE
+from specproof.properties.tokens.power import POOLED_SHARE, tv_text
 
 if TYPE_CHECKING:
     from specproof.properties.engine.audit import EngineAudit
@@ -127,7 +127,8 @@ def token_plan_lines(audit: EngineAudit) -> list[str]:
         lines.append(
             f"    pooled: one family of statistics fed every case's tokens holds {POOLED_SHARE:g} of the "
             f"wealth, the cases' own the rest; a deviation in one case alone is detected at a per-token "
-            f"TV of {alone['mean']:.3g} (sharpening) or {alone['greedy']:.3g} (to the argmax) by its "
+            f"TV of {tv_text(alone['mean'])} (sharpening) or {tv_text(alone['greedy'])} (to the argmax) "
+            f"by its "
             f"{n:,} tokens"
         )
     if not c.samples:

@@ -17,6 +17,7 @@ from typing import Any
 from specproof.properties.engine.results import EngineAuditResult
 from specproof.properties.engine.traffic import TrafficResult
 from specproof.properties.report_model import Bars, Lines, Scatter, write_blocks
+from specproof.properties.tokens.power import tv_text
 from specproof.properties.verdicts import Verdict
 
 
@@ -32,6 +33,11 @@ def report_blocks(results: Sequence[EngineAuditResult], title: str = "specproof 
         out.append(("h2", "Ran short of the plan"))
         out += [("p", f"{r.engine}: sampling stopped: {r.fault}") for r in faults]
         out += [("p", f"{r.engine}: {c.case.name}: {c.n}/{c.planned} samples") for r, c in short]
+        out += [
+            ("p", f"{r.engine}: the plan did not fit the budget (said before sampling): {r.fit}")
+            for r in results
+            if r.short and r.fit
+        ]
     for r in results:
         if r.witness is not None and r.witness.test is not None and not r.witness.hard_failure:
             out += _witness_bars(r)
@@ -58,6 +64,10 @@ def _signoff(r: EngineAuditResult) -> list[Any]:
         ),
         ("table", (["#", "question", "answer", "detail"], rows)),
     ]
+
+
+def _cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"
 
 
 def _verdicts(results: Sequence[EngineAuditResult]) -> list[Any]:
@@ -151,12 +161,12 @@ def _token_tv(r: EngineAuditResult) -> str:
     pooled = (r.token_test or {}).get("pooled") or {}
     d = pooled.get("detects_per_token_tv")
     if d:
-        parts.append(f"{d['mean']:.3g} / {d['greedy']:.3g} every case pooled")
+        parts.append(f"{tv_text(d['mean'])} / {tv_text(d['greedy'])} every case pooled")
     alone = [c.token_detects for c in r.cases if c.token_detects]
     if alone:
         worst = max(alone, key=lambda t: t["mean"])
         which = "worst case alone" if d else "worst case"
-        parts.append(f"{worst['mean']:.3g} / {worst['greedy']:.3g} {which}")
+        parts.append(f"{tv_text(worst['mean'])} / {tv_text(worst['greedy'])} {which}")
     return "; ".join(parts)
 
 
@@ -167,7 +177,7 @@ def _details(r: EngineAuditResult) -> list[Any]:
         out.append(
             (
                 "p",
-                f"Plan: {planned:,} samples over {len(r.cases)} cases (M = {r.tokens}, V = {r.vocab}); "
+                f"Plan: {planned:,} samples over {_cases(len(r.cases))} (M = {r.tokens}, V = {r.vocab}); "
                 f"drawn: {r.samples:,} ({r.per_sample_text()}).",
             )
         )
@@ -281,7 +291,7 @@ def _case_table(r: EngineAuditResult) -> list[Any]:
         row = [c.case.name, str(c.planned), str(c.n)]
         if tokens:
             d = c.token_detects
-            tv = f"{d['mean']:.3g} / {d['greedy']:.3g} / {d['uniform']:.3g}" if d else none
+            tv = " / ".join(tv_text(d[k]) for k in ("mean", "greedy", "uniform")) if d else none
             row += [f"{c.observed_tokens:,}", tv]
         if cells:
             ran = c.test is not None
@@ -339,7 +349,7 @@ def traffic_blocks(res: TrafficResult, title: str = "specproof traffic audit") -
         out += [("p", f"{s['setting']}: {s['tokens']:,} of {s['planned']:,} tokens") for s in short]
     if res.finding is not None:
         f = res.finding
-        way = f" ({f['direction']})" if f.get("direction") else ""
+        way = f" ({f['direction']})" if f.get("direction") and f["direction"] not in f["text"] else ""
         out += [("h2", "Witness"), ("p", f"{f['text']}{way}")]
     e = math.exp(min(700.0, tt.get("log_wealth", 0.0)))
     out.append(("h2", "Power"))
@@ -354,13 +364,17 @@ def traffic_blocks(res: TrafficResult, title: str = "specproof traffic audit") -
     )
     head = ["setting", "records", "tokens scored", "tokens planned"]
     head.append("per-token TV detected: sharpening / argmax / any")
+    ends = any("names no end" not in s.get("stopping", "names no end") for s in res.settings)
+    if ends:  # some setting has an end of sequence or stop strings: whether its stops were scored
+        head.append("stopping event")
     rows = [
         [
             s["setting"],
             f"{s['records']:,}",
             f"{s['tokens']:,}",
             f"{s['planned']:,}",
-            f"{s['detects']['mean']:.3g} / {s['detects']['greedy']:.3g} / {s['detects']['uniform']:.3g}",
+            " / ".join(tv_text(s["detects"][k]) for k in ("mean", "greedy", "uniform")),
+            *([s["stopping"]] if ends else []),
         ]
         for s in res.settings
     ]

@@ -15,6 +15,7 @@ from specproof.properties.engine.checks import Control, Reports, Speculation, St
 from specproof.properties.engine.completions import CompletionsResult
 from specproof.properties.engine.metrics import MetricsCheck
 from specproof.properties.engine.signoff import signoff
+from specproof.properties.tokens.power import tv_text
 from specproof.properties.verdicts import CheckStatus, Verdict
 
 if TYPE_CHECKING:
@@ -273,7 +274,8 @@ class EngineAuditResult:
         lines += [f"  {rep.line()}" for rep in self.plugins.values()]
         c = self.config
         lines.append(
-            f"  {len(self.cases)} cases (M = {self.tokens}, V = {self.vocab}), {self.samples} samples, "
+            f"  {len(self.cases)} case{'' if len(self.cases) == 1 else 's'} (M = {self.tokens}, V = "
+            f"{self.vocab}), {self.samples} samples, "
             f"{self.seconds:.1f} s ({self.per_sample_text()}); "
             f"family-wise alpha {c.alpha:g} (Holm), {c.looks} looks"
         )
@@ -351,7 +353,8 @@ class EngineAuditResult:
                 lines.append(
                     f"    every case together (pooled): {pooled['tokens']:,} tokens: detects a per-token "
                     "TV of "
-                    f"{d['mean']:.3g} (sharpening), {d['greedy']:.3g} (to the argmax), {d['uniform']:.3g} "
+                    f"{tv_text(d['mean'])} (sharpening), {tv_text(d['greedy'])} (to the argmax), "
+                    f"{tv_text(d['uniform'])} "
                     f"(any, on the transform's cells) shared by every case, at power {c.power:g}; each case "
                     "alone, below"
                 )
@@ -365,8 +368,9 @@ class EngineAuditResult:
             if r.token_detects:
                 d = r.token_detects
                 parts.append(
-                    f"{r.observed_tokens:,} tokens: detects a per-token TV of {d['mean']:.3g} (sharpening), "
-                    f"{d['greedy']:.3g} (to the argmax), {d['uniform']:.3g} (any, on the transform's cells)"
+                    f"{r.observed_tokens:,} tokens: detects a per-token TV of {tv_text(d['mean'])} "
+                    f"(sharpening), {tv_text(d['greedy'])} (to the argmax), {tv_text(d['uniform'])} (any, on "
+                    "the transform's cells)"
                 )
             if r.test is not None or r.point_mass:
                 parts.append(f"joint TV {r.detectable_tv:.3g}")

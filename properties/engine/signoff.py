@@ -66,7 +66,8 @@ def _law(r: EngineAuditResult) -> Item:
         )
     if r.verdict in (Verdict.UNDERPOWERED, Verdict.INTERRUPTED) or r.short:
         return Item(q, NOT_TESTED, "the law tests ran short of their plan: " + (r.fault or "the budget"))
-    head = f"no deviation in {len(r.cases)} cases ({', '.join(settings)})"
+    n = len(r.cases)
+    head = f"no deviation in {n} case{'' if n == 1 else 's'} ({', '.join(settings)})"
     if any(c.token_detects for c in r.cases):  # the token test: a TV per token
         tv = max(c.token_detects["mean"] for c in r.cases if c.token_detects)
         return Item(q, YES, f"{head}; each detects a per-token TV of {tv:.3g} (sharpening)")

@@ -227,8 +227,8 @@ class TrafficResult:
             lines.append(
                 f"    {s['setting']}: {s['records']:,} records, {s['tokens']:,} tokens "
                 f"(plan {s['planned']:,}): "
-                f"detects a per-token TV of {s['detects']['mean']:.3g} (sharpening), "
-                f"{s['detects']['greedy']:.3g} (to the argmax)"
+                f"detects a per-token TV of {power.tv_text(s['detects']['mean'])} (sharpening), "
+                f"{power.tv_text(s['detects']['greedy'])} (to the argmax)"
             )
             if s["stopping"] == "scored" or "no end of sequence" not in s["stopping"]:
                 lines.append(f"      stopping event: {s['stopping']}")

@@ -216,6 +216,12 @@ def plan_tokens(
     return math.ceil(total / cases) if share is not None else total
 
 
+def tv_text(tv: float) -> str:
+    """A per-token TV :func:`detectable` gave, for a report: ``> 0.45`` where it says none below
+    0.45 is detected (its 1), else the number."""
+    return "> 0.45" if tv >= 1 else f"{tv:.3g}"
+
+
 def detectable(
     statistic: str,
     tokens: int,
