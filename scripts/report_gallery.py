@@ -119,6 +119,13 @@ def screenshot(page: Path, png: Path, chromium: str) -> None:
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
 
 
+def dump_dom(page: Path, chromium: str) -> str:
+    """The page's DOM as headless Chromium holds it once parsed (what the browser draws from)."""
+    with tempfile.TemporaryDirectory(prefix="specproof-chromium-") as profile:
+        cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri()]
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
 def main_gallery(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="folder to write the reports in")

@@ -1,7 +1,7 @@
 """.ci/run fails when an install fails, and a tier skips only where the platform cannot run it.
 
-``.ci/run`` runs as it is, with stand-ins for ``python3``, ``python``, ``pip`` and ``specproof``
-first on PATH: each appends its command line to a log and exits 0, except the one command broken
+``.ci/run`` runs as it is, with stand-ins for ``python3``, ``python``, ``pip``, ``specproof``,
+``apt-get`` and ``sudo`` first on PATH: each appends its command line to a log and exits 0, except the one command broken
 on purpose, which exits 3; the virtual environment is an empty folder under the test's temporary
 directory. Nothing is installed, built or tested for real. Under ``set -e`` bash does not stop at
 a failed command of an && list other than its last, so ``specproof vllm install && python -m
@@ -33,6 +33,9 @@ echo "$name $*|${SPECPROOF_TIER_REQUIRED:-}" >> "$CI_LOG"
 if [ "$name" = python3 ] && [ "${1:-}" = -m ] && [ "${2:-}" = venv ]; then
   mkdir -p "$3/bin" && : > "$3/bin/activate"
 fi
+if [ "$name" = apt-get ]; then
+  echo "$* ${DEBIAN_FRONTEND:-}" >> "$(dirname "$CI_LOG")/apt-env.log"
+fi
 if [ "$name $*" = "${CI_BROKEN:-}" ]; then
   echo "$name $*: broken on purpose" >&2
   exit 3
@@ -60,6 +63,10 @@ TIERS = [
         "tests/test_findings_pages.py",
     ),
 ]
+#: the browser tier: Debian's chromium (two apt-get steps, through sudo where not root), its tests
+_ROOT = "" if os.getuid() == 0 else "sudo "
+BROWSER_INSTALLS = [f"{_ROOT}apt-get update -q", f"{_ROOT}apt-get install -y -q chromium"]
+BROWSER_TESTS = "python -m pytest tests/test_report_browser.py -p no:xdist"
 
 
 def _run(tmp: Path, broken: str = "") -> tuple[subprocess.CompletedProcess[str], list[tuple[str, str]]]:
@@ -67,7 +74,7 @@ def _run(tmp: Path, broken: str = "") -> tuple[subprocess.CompletedProcess[str],
     each with the SPECPROOF_TIER_REQUIRED it saw."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
-    for name in ("python3", "python", "pip", "specproof"):
+    for name in ("python3", "python", "pip", "specproof", "apt-get", "sudo"):
         (bin_dir / name).write_text(FAKE)
         (bin_dir / name).chmod(0o755)
     log = tmp / "calls.log"
@@ -85,14 +92,24 @@ def test_with_every_step_succeeding_every_tier_runs_after_its_install(tmp_path):
     expected = [f"python3 -m venv {tmp_path}/specproof-ci-venv", "python --version"]
     expected += [*README_INSTALLS, README_TESTS, SLOW_TESTS]
     expected += [cmd for tier in TIERS for cmd in tier]
+    expected += [*BROWSER_INSTALLS, BROWSER_TESTS]
     assert [c for c, _ in calls] == expected
     # the tiers' tests run required (a missing environment fails them); README's run does not
     required = {c: r for c, r in calls}
     assert required[README_TESTS] == required[SLOW_TESTS] == ""
-    assert all(required[tests] == "1" for _, tests in TIERS)
+    assert all(required[tests] == "1" for _, tests in [*TIERS, ("", BROWSER_TESTS)])
 
 
-@pytest.mark.parametrize("broken", [*README_INSTALLS, *(install for install, _ in TIERS)])
+@pytest.mark.skipif(os.getuid() != 0, reason="the stand-in sudo logs its command instead of running it")
+def test_the_browser_tier_installs_chromium_noninteractively(tmp_path):
+    """apt-get install runs with DEBIAN_FRONTEND=noninteractive (no prompt can stall CI)."""
+    done, _ = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    seen = (tmp_path / "apt-env.log").read_text() if (tmp_path / "apt-env.log").exists() else ""
+    assert "install -y -q chromium noninteractive" in seen, seen
+
+
+@pytest.mark.parametrize("broken", [*README_INSTALLS, *(install for install, _ in TIERS), *BROWSER_INSTALLS])
 def test_a_failed_install_fails_the_run_there(tmp_path, broken):
     done, calls = _run(tmp_path, broken)
     assert done.returncode != 0, (broken, [c for c, _ in calls])
