@@ -1,12 +1,12 @@
 """.ci/run fails when an install fails, and a tier skips only where the platform cannot run it.
 
 ``.ci/run`` runs as it is, with stand-ins for ``python3``, ``python``, ``pip``, ``specproof``,
-``apt-get`` and ``sudo`` first on PATH: each appends its command line to a log and exits 0, except the one command broken
-on purpose, which exits 3; the virtual environment is an empty folder under the test's temporary
-directory. Nothing is installed, built or tested for real. Under ``set -e`` bash does not stop at
-a failed command of an && list other than its last, so ``specproof vllm install && python -m
-pytest ...`` once skipped a tier whose install had failed and still exited 0: each install broken
-in turn must end the run there, with a non-zero status.
+``apt-get`` and ``sudo`` first on PATH: each appends its command line to a log and exits 0,
+except the one command broken on purpose, which exits 3; the virtual environment is an empty
+folder under the test's temporary directory. Nothing is installed, built or tested for real.
+Under ``set -e`` bash does not stop at a failed command of an && list other than its last, so
+``specproof vllm install && python -m pytest ...`` once skipped a tier whose install had failed
+and still exited 0: each install broken in turn must end the run there, with a non-zero status.
 
 Then the tier marks (tests/tier_helpers.py) under ``SPECPROOF_TIER_REQUIRED=1``, which .ci/run
 sets for the tiers' tests: a missing environment fails them, the platform alone may skip them; and
