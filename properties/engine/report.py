@@ -162,7 +162,8 @@ def _token_tv(r: EngineAuditResult) -> str:
     d = pooled.get("detects_per_token_tv")
     if d:
         parts.append(f"{tv_text(d['mean'])} / {tv_text(d['greedy'])} every case pooled")
-    alone = [c.token_detects for c in r.cases if c.token_detects]
+    # a point-mass case (greedy: every sample must be the argmax, checked exactly) says no TV
+    alone = [c.token_detects for c in r.cases if c.token_detects and not c.point_mass]
     if alone:
         worst = max(alone, key=lambda t: t["mean"])
         which = "worst case alone" if d else "worst case"
@@ -292,6 +293,8 @@ def _case_table(r: EngineAuditResult) -> list[Any]:
         if tokens:
             d = c.token_detects
             tv = " / ".join(tv_text(d[k]) for k in ("mean", "greedy", "uniform")) if d else none
+            if c.point_mass and c.n:
+                tv = "exact: the law is one sequence, each token checked against it"
             row += [f"{c.observed_tokens:,}", tv]
         if cells:
             ran = c.test is not None
