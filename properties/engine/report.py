@@ -101,7 +101,13 @@ def _power(results: Sequence[EngineAuditResult]) -> list[Any]:
     if results:
         cfg = results[0].config
         tests = []
-        if tokens:
+        if tokens and cfg.samples:  # a fixed size: no plan; what it detects is in the table
+            tests.append(
+                f"the token test at a fixed {cfg.samples:,} samples per case (each emitted token's law "
+                "against the target's at its prefix; what those tokens detect at power "
+                f"{cfg.power:g} is in the table), anytime-valid"
+            )
+        elif tokens:
             tests.append(
                 f"the token test planned for a per-token TV of {cfg.tv:g} (each emitted token's law "
                 f"against the target's at its prefix) at power {cfg.power:g}, anytime-valid"
