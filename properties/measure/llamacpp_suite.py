@@ -425,6 +425,20 @@ class LongAudit:
         return self.endpoint.summary() + "\n" + self.traffic.summary()
 
 
+def _traffic_requests(audit: EngineAuditConfig, result: Any) -> int:
+    """Requests per setting for the traffic audit of :func:`long_audit`: its plan's tokens per
+    setting (one case per setting, not pooled: :func:`.traffic.audit_traffic`) in requests of
+    M tokens on each prompt, and no fewer than the endpoint audit planned per case (which pools
+    its cases, so plans fewer). A fixed sample size (``audit.samples``) is taken as it is."""
+    from specproof.properties.tokens import power
+
+    planned = max(c.planned for c in result.cases)
+    if audit.samples:
+        return planned
+    tokens = power.plan_tokens(audit.tv, audit.alpha, audit.power, len(LONG.samplings))
+    return max(planned, math.ceil(tokens / (LONG.tokens * len(LONG.prompts))))
+
+
 def long_audit(
     audit: EngineAuditConfig,
     records: int | None,
@@ -432,7 +446,8 @@ def long_audit(
     progress: Callable[[str, float], None] | None = None,
 ) -> LongAudit:
     """:data:`LONG` and its twin on loopback: the endpoint audit at M = 128 under ``audit``; then
-    ``records`` requests per setting (None: as many as the audit planned per case) served by the
+    ``records`` requests per setting (None: what the traffic audit's plan asks of each setting,
+    and no fewer than the endpoint audit planned per case: :func:`_traffic_requests`) served by the
     speculative server (seeds 1,000,000 on, none of
     the audit's), written to ``traffic_file`` (JSON lines) and audited as recorded traffic against
     the twin, with the same plan."""
@@ -451,7 +466,7 @@ def long_audit(
                 spec = endpoint_spec(endpoint, LONG.prompts, LONG.samplings, LONG.tokens, LONG.name)
                 result = audit_engine(spec, audit, progress=progress)
                 rows: list[dict[str, Any]] = []
-                n = max(c.planned for c in result.cases) if records is None else records
+                n = records if records is not None else _traffic_requests(audit, result)
                 seeds = range(1_000_000, 1_000_000 + n)
                 for s in LONG.samplings:
                     engine = spec.build(s)
