@@ -74,6 +74,11 @@ class BadParameterError(SpecproofInputError):
     """A rule parameter outside its documented range."""
 
 
+class AmbiguousLawError(BadParameterError):
+    """A parameter whose law is not pinned down at this context in float32: a top-p cut within
+    the margin of a cumulative mass, where an engine may keep one token more or fewer."""
+
+
 class NotAChainError(SpecproofInputError):
     """A chain-only rule was given a tree in which some node has two or more children."""
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BadParameterError, SpecproofInputError, UsageError
+from .errors import AmbiguousLawError, BadParameterError, SpecproofInputError, UsageError
 
 Seq = tuple[int, ...]
 SCOPES = ("all", "output")
@@ -481,7 +481,7 @@ def _top_p(w: _Warped, s: Sampling, margin: float | None) -> None:
     above = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])
     near = np.abs(above[1:] - s.top_p) < margin if margin else np.zeros(0, dtype=bool)
     if near.any():
-        raise BadParameterError(
+        raise AmbiguousLawError(
             "top_p",
             f"{s.top_p:g} falls within {margin:g} of a cumulative mass of this law "
             f"({', '.join(f'{a:.6f}' for a in above[1:][near])}): ambiguous in float32",

@@ -20,6 +20,7 @@ their cells (power 0.99); the mutant runs below catch their deviation with the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -673,3 +674,37 @@ def test_an_engine_that_reports_the_draft_s_probability_is_misreported(name, ver
         assert rep["worst"]["reported"] != rep["worst"]["law"]
     else:
         assert rep["max_error"] < 1e-12
+
+
+def test_a_top_p_cut_float32_cannot_pin_is_a_usage_error_not_the_engines_fault():
+    """Where a top-p falls within 1e-5 of a cumulative mass of some law of the setting, an engine
+    computing in float32 may keep one token more or fewer there: the law it must be held to is not
+    pinned down. That is the setting's, not the engine's: the audit stops with a usage error naming
+    the case and what to do, never a contract violation of an engine that did nothing wrong."""
+    from specproof.properties.servers import gguf_models as gm
+    from specproof.reference.errors import UsageError
+
+    class TopP:  # exact: draws from the setting's law, reads its laws by the same recipe
+        def __init__(self, s):
+            self.sampling = s
+
+        def target_law(self, context):
+            return list(self.sampling.law(list(gm.last_logits(list(context)))))
+
+        def generate(self, prompt_ids, n, seed):
+            rng, out = np.random.default_rng(seed), list(prompt_ids)
+            for _ in range(n):
+                p = np.asarray(self.sampling.law(list(gm.last_logits(out)), margin=None))
+                out.append(int(rng.choice(len(p), p=p / p.sum())))
+            return out[len(prompt_ids) :]
+
+    prompt = (1, 2, 3, 4)
+    first = np.sort(np.asarray(Sampling(1.0).law(list(gm.last_logits(list(prompt))))))[::-1]
+    cut = float(np.cumsum(first)[2])  # exactly a cumulative mass of the first law
+    spec = EngineSpec(
+        "top_p.ambiguous", "user", "", TopP, len(gm.VOCAB), (prompt,), (Sampling(1.0, top_p=cut),), tokens=4
+    )
+    with pytest.raises(UsageError, match=r"top_p: T=1,top_p=.* not pinned down in float32.*--samples"):
+        audit_engine(spec, EngineAuditConfig(samples=50, seed=0))
+    clear = dataclasses.replace(spec, samplings=(Sampling(1.0, top_p=cut + 0.01),))
+    assert audit_engine(clear, EngineAuditConfig(samples=50, seed=0)).verdict == Verdict.PASS

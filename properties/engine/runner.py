@@ -33,7 +33,7 @@ from specproof.properties.engine.contract import (
     WorkerFault,
 )
 from specproof.properties.engine.endings import Endings
-from specproof.reference.errors import SpecproofError, UsageError
+from specproof.reference.errors import AmbiguousLawError, SpecproofError, UsageError
 from specproof.reference.memo import Memo
 
 
@@ -41,6 +41,16 @@ def sample_seed(*parts: int) -> int:
     """The seed of one call, a function of ``parts`` alone (the audit's seed, the case, the index)."""
     state = np.random.SeedSequence([abs(int(x)) for x in parts]).generate_state(1, dtype=np.uint64)[0]
     return int(state >> 2)
+
+
+def _ambiguous(e: AmbiguousLawError, case: Any) -> UsageError:
+    """The usage error an engine's law that is not pinned down in float32 is: the audit's own
+    reading of the setting, not a fault of the engine (reference/sampling.py: ``Sampling.law``)."""
+    return UsageError(
+        f"{e.argument}: {case.name}: the law at some context of this setting is not pinned down in "
+        f"float32 ({e.problem}), so no engine can be held to one law there; audit the setting at a "
+        "fixed size that misses such contexts (--samples), or at another value"
+    )
 
 
 class EngineViolation(SpecproofError):
@@ -175,6 +185,8 @@ class CaseRunner:
                 got = self.engine.target_law(context)
         except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
+        except AmbiguousLawError as e:
+            raise _ambiguous(e, self.case) from e
         except Exception as e:
             raise EngineViolation("exception", f"target_law raised {type(e).__name__}: {e}", self.case) from e
         row = self._checked_law(got, context)
@@ -209,6 +221,8 @@ class CaseRunner:
             got = alone(context, prompt_len=len(self.case.prompt)) if self._with_prompt else alone(context)
         except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
+        except AmbiguousLawError as e:
+            raise _ambiguous(e, self.case) from e
         except Exception as e:
             raise EngineViolation("exception", f"law_alone raised {type(e).__name__}: {e}", self.case) from e
         return self._checked_law(got, context)
@@ -274,6 +288,8 @@ class CaseRunner:
                 rows = along(list(self.case.prompt), list(seq[:m]))
         except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
+        except AmbiguousLawError as e:
+            raise _ambiguous(e, self.case) from e
         except Exception as e:
             raise EngineViolation(
                 "exception", f"target_laws_along raised {type(e).__name__}: {e}", self.case
@@ -296,6 +312,8 @@ class CaseRunner:
                 rows = [as_rows(draft(list(self.case.prompt + seq[:d]))) for d in range(m)]
         except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
             raise
+        except AmbiguousLawError as e:
+            raise _ambiguous(e, self.case) from e
         except Exception as e:
             raise EngineViolation("exception", f"{what} raised {type(e).__name__}: {e}", self.case) from e
         return self._checked_laws(rows, m, what, seq, checked)
@@ -361,6 +379,8 @@ class CaseRunner:
                 rows = many(contexts)
         except (EngineUnavailable, WorkerFault, UsageError):
             raise
+        except AmbiguousLawError as e:
+            raise _ambiguous(e, self.case) from e
         except Exception as e:
             raise EngineViolation(
                 "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
