@@ -291,7 +291,8 @@ def test_llama_speculative_runs(llamacpp_bin: Path, models: dict[str, Any], prog
 def test_a_run_that_hangs_is_run_again_and_an_always_hanging_one_named(tmp_path: Path, monkeypatch) -> None:
     """About one llama-speculative run in a thousand never exits (its logger's ring full when the
     drain pauses it: proofs_notes/thirdparty.md); the real program cannot be made to hang on
-    demand, so a stand-in does: it hangs on its first call and answers on its second. A run past
+    demand, so a stand-in does: it hangs on its first call and answers on its second (a 5 s
+    timeout: far above a stand-in call, even beside busy cores). A run past
     the timeout is run again; one that hangs every time is a LlamaRunError that says so."""
     marker = tmp_path / "called"
     fake = tmp_path / "llama-speculative"
@@ -302,8 +303,8 @@ def test_a_run_that_hangs_is_run_again_and_an_always_hanging_one_named(tmp_path:
         "echo 'n_draft = 4' >&2\n"
     )
     fake.chmod(0o755)
-    run = llamacpp.run_speculative(tmp_path, tmp_path / "t", tmp_path / "d", "abc", attempts=3, timeout=1.0)
+    run = llamacpp.run_speculative(tmp_path, tmp_path / "t", tmp_path / "d", "abc", attempts=3, timeout=5.0)
     assert run.text == "abc"
     monkeypatch.setenv("ALWAYS_HANG", "1")
-    with pytest.raises(llamacpp.LlamaRunError, match=r"output incomplete in 2 runs \(2 hung past 1 s\)"):
-        llamacpp.run_speculative(tmp_path, tmp_path / "t", tmp_path / "d", "abc", attempts=2, timeout=1.0)
+    with pytest.raises(llamacpp.LlamaRunError, match=r"output incomplete in 2 runs \(2 hung past 5 s\)"):
+        llamacpp.run_speculative(tmp_path, tmp_path / "t", tmp_path / "d", "abc", attempts=2, timeout=5.0)
