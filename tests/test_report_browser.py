@@ -120,7 +120,7 @@ def _check_lines(fig: dict, marks: list[tuple[str, dict[str, str]]]) -> None:
     values = {k: [float(v) for v in vs] for k, vs in fig["series"].items()}
     finite = [v for vs in values.values() for v in vs if math.isfinite(v)] + [float(fig["threshold"])]
     top = max(finite)
-    floor = max(min(finite), top - 10.0)
+    floor = max(min(finite), top - report_gallery.report_model.LINES_SPAN)
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     f = report_gallery.report_model._Frame
     for line, vs in zip(lines, values.values()):
