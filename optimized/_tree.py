@@ -1,4 +1,5 @@
-"""What every tree kernel's wrapper shares: validated, contiguous inputs and the outputs."""
+"""What every kernel's wrapper shares: validated, contiguous inputs and the outputs, for trees
+(:func:`prepare`) and chains (:func:`prepare_chain`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from specproof.reference.validate import check_tree, check_uniforms
+from specproof.reference.validate import check_chain_call, check_tree, check_uniforms
+
+from ._split import choose_path
 
 
 @dataclass
@@ -56,3 +59,55 @@ def prepare(
 
 def f64(u: torch.Tensor, device: torch.device) -> torch.Tensor:
     return u.to(device, torch.float64).contiguous()
+
+
+@dataclass
+class ChainLaunch:
+    B: int
+    K: int
+    V: int
+    path: str  # "row" or "split", chosen
+    x: torch.Tensor  # draft token ids [B, K] int64
+    q: torch.Tensor  # the draft laws, or p where there are none (never read without has_q)
+    p: torch.Tensor
+    u: torch.Tensor  # the per-position uniforms [B, K + 1] float64
+    u_final: torch.Tensor  # [B] float64
+    out: torch.Tensor  # [B, K + 1] int64
+    has_q: bool
+    KB: int
+
+
+def prepare_chain(
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    u: tuple[str, torch.Tensor],
+    u_final: torch.Tensor,
+    validate: bool,
+    path: str,
+) -> ChainLaunch:
+    """Validate (unless ``validate`` is False) and lay a chain rule's inputs out for a launch;
+    ``u`` is the per-position uniforms with their argument's name. On the "split" path the
+    kernel writes every position of ``out``, padding included; on "row" it starts at -1."""
+    B, K, V = check_chain_call(draft_token_ids, draft_probs, target_probs, u, u_final, validate)
+    path = choose_path(path, V)
+    device = target_probs.device
+    if path == "split":
+        out = torch.empty((B, K + 1), dtype=torch.int64, device=device)
+    else:
+        out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
+    p = target_probs.contiguous()
+    return ChainLaunch(
+        B,
+        K,
+        V,
+        path,
+        draft_token_ids.to(device=device, dtype=torch.int64).contiguous(),
+        draft_probs.contiguous() if draft_probs is not None else p,
+        p,
+        f64(u[1], device),
+        f64(u_final, device),
+        out,
+        draft_probs is not None,
+        max(1, triton.next_power_of_2(K)),
+    )

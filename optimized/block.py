@@ -13,11 +13,10 @@ from __future__ import annotations
 import torch
 import triton
 
-from specproof.reference.validate import check_chain_call
-
 from ._contract import chain_verifier
 from ._device import on_kernel_device
-from ._split import LAUNCH, block_size, choose_path, chunking, counters
+from ._split import LAUNCH, block_size, chunking, counters
+from ._tree import prepare_chain
 from .kernels.block_chain import block_chain_kernel
 from .kernels.block_split import block_level_kernel
 
@@ -42,30 +41,18 @@ def block(
     launches; see :mod:`.kernels.block_split`) or "auto" (split on a GPU when V >= 8192).
     ``validate=False``: inputs already checked by the caller (or a benchmark).
     """
-    B, K, V = check_chain_call(
-        draft_token_ids, draft_probs, target_probs, ("u_eta", u_eta), u_final, validate
-    )
-    path = choose_path(path, V)
+    c = prepare_chain(draft_token_ids, draft_probs, target_probs, ("u_eta", u_eta), u_final, validate, path)
+    if c.B == 0:
+        return c.out  # on "split" the deciding program writes the whole row
     block = block_size(block)
-    device = target_probs.device
-    if path == "split":  # the deciding program writes the whole row
-        out = torch.empty((B, K + 1), dtype=torch.int64, device=device)
-    else:
-        out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
-    if B == 0:
-        return out
-    x = draft_token_ids.to(device=device, dtype=torch.int64).contiguous()
-    p = target_probs.contiguous()
-    q = draft_probs.contiguous() if draft_probs is not None else p  # never read without HAS_Q
-    ue = u_eta.to(device, torch.float64).contiguous()
-    uf = u_final.to(device, torch.float64).contiguous()
-    has_q = draft_probs is not None
-    KB = max(1, triton.next_power_of_2(K))
     opts = dict(LAUNCH, **({"num_warps": num_warps} if num_warps else {}))
-    if path == "row":
-        block_chain_kernel[(B,)](x, q, p, ue, uf, out, K, V, HAS_Q=has_q, KB=KB, BLOCK=block, **opts)
-        return out
-    chunk, C, CB = chunking(V, target_probs.element_size(), block, chunk)
+    B, K, V, device = c.B, c.K, c.V, c.p.device
+    if c.path == "row":
+        block_chain_kernel[(B,)](
+            c.x, c.q, c.p, c.u, c.u_final, c.out, K, V, HAS_Q=c.has_q, KB=c.KB, BLOCK=block, **opts
+        )
+        return c.out
+    chunk, C, CB = chunking(V, c.p.element_size(), block, chunk)
     pw = torch.empty(B, K + 1, dtype=torch.float64, device=device)
     state = torch.empty(B, dtype=torch.int32, device=device)  # written at LEVEL = K
     parts = torch.empty(B, C, dtype=torch.float64, device=device)
@@ -73,10 +60,10 @@ def block(
     KB1 = triton.next_power_of_2(K + 1)
     for level in range(K, -1, -1):
         block_level_kernel[(B, C)](
-            x, q, p, ue, uf, out, pw, state, parts, cnt, K, V, C, chunk, level,
-            HAS_Q=has_q, KB=KB, KB1=KB1, CB=CB, BLOCK=block, **opts,
+            c.x, c.q, c.p, c.u, c.u_final, c.out, pw, state, parts, cnt, K, V, C, chunk, level,
+            HAS_Q=c.has_q, KB=c.KB, KB1=KB1, CB=CB, BLOCK=block, **opts,
         )  # fmt: skip
-    return out
+    return c.out
 
 
 block_verifier = chain_verifier(block, "u_eta")

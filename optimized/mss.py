@@ -10,6 +10,8 @@ from a ``torch.Generator`` (the tree contract; backend ``optimized.mss``). Rule:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ._contract import tree_verifier
@@ -74,21 +76,42 @@ def multi_draft(
     return t.accepted, t.next_token
 
 
-@on_kernel_device
-def mss(
-    parents: torch.Tensor,
-    tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    u_accept: torch.Tensor,
-    u_final: torch.Tensor,
-    block: int | None = None,
-    path: str = "auto",
-    chunk: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return multi_draft(
-        parents, tokens, draft_probs, target_probs, u_accept, u_final, False, block, path, chunk
-    )
+def multi_draft_rule(
+    without_replacement: bool, name: str
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The rule ``name(parents, tokens, draft_probs, target_probs, u_accept, u_final, block=None,
+    path="auto", chunk=None) -> (accepted_nodes, next_token)`` over :func:`multi_draft`, drafts
+    drawn with replacement (mss) or without (rrs)."""
+
+    def rule(
+        parents: torch.Tensor,
+        tokens: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        u_accept: torch.Tensor,
+        u_final: torch.Tensor,
+        block: int | None = None,
+        path: str = "auto",
+        chunk: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return multi_draft(
+            parents,
+            tokens,
+            draft_probs,
+            target_probs,
+            u_accept,
+            u_final,
+            without_replacement,
+            block,
+            path,
+            chunk,
+        )
+
+    rule.__name__ = rule.__qualname__ = name
+    return on_kernel_device(rule)
+
+
+mss = multi_draft_rule(False, "mss")
 
 
 mss_verifier = tree_verifier(mss, "u_accept")

@@ -9,28 +9,10 @@ loses the rejected token and is renormalized. Backend ``optimized.rrs``. Rule: J
 
 from __future__ import annotations
 
-import torch
-
 from ._contract import tree_verifier
-from ._device import on_kernel_device
-from .mss import multi_draft
+from .mss import multi_draft_rule
 
-
-@on_kernel_device
-def rrs(
-    parents: torch.Tensor,
-    tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    u_accept: torch.Tensor,
-    u_final: torch.Tensor,
-    block: int | None = None,
-    path: str = "auto",
-    chunk: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return multi_draft(
-        parents, tokens, draft_probs, target_probs, u_accept, u_final, True, block, path, chunk
-    )
+rrs = multi_draft_rule(True, "rrs")
 
 
 rrs_verifier = tree_verifier(rrs, "u_accept")

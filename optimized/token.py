@@ -13,13 +13,11 @@ coupling to the reference: proofs_notes/optimized_coupling.md.
 from __future__ import annotations
 
 import torch
-import triton
-
-from specproof.reference.validate import check_chain_call
 
 from ._contract import chain_verifier
 from ._device import on_kernel_device
-from ._split import LAUNCH, block_size, choose_path, chunking, counters
+from ._split import LAUNCH, block_size, chunking, counters
+from ._tree import prepare_chain
 from .kernels.token_chain import token_chain_kernel
 from .kernels.token_split import token_split_kernel
 
@@ -46,36 +44,26 @@ def token(
     or a benchmark of the kernels alone); malformed input then gives undefined tokens.
     ``num_warps`` is a GPU tuning knob (Triton's default when None).
     """
-    B, K, V = check_chain_call(
-        draft_token_ids, draft_probs, target_probs, ("u_accept", u_accept), u_final, validate
+    c = prepare_chain(
+        draft_token_ids, draft_probs, target_probs, ("u_accept", u_accept), u_final, validate, path
     )
-    path = choose_path(path, V)
+    if c.B == 0:
+        return c.out
     block = block_size(block)
-    device = target_probs.device
-    if path == "split":  # its kernel writes every position, padding included
-        out = torch.empty((B, K + 1), dtype=torch.int64, device=device)
-    else:
-        out = torch.full((B, K + 1), -1, dtype=torch.int64, device=device)
-    if B == 0:
-        return out
-    x = draft_token_ids.to(device=device, dtype=torch.int64).contiguous()
-    p = target_probs.contiguous()
-    q = draft_probs.contiguous() if draft_probs is not None else p  # never read without HAS_Q
-    ua = u_accept.to(device, torch.float64).contiguous()
-    uf = u_final.to(device, torch.float64).contiguous()
-    KB = max(1, triton.next_power_of_2(K))
-    has_q = draft_probs is not None
     opts = dict(LAUNCH, **({"num_warps": num_warps} if num_warps else {}))
-    if path == "row":
-        token_chain_kernel[(B,)](x, q, p, ua, uf, out, K, V, HAS_Q=has_q, KB=KB, BLOCK=block, **opts)
-        return out
-    chunk, C, CB = chunking(V, target_probs.element_size(), block, chunk)
-    parts = torch.empty(B, C, dtype=torch.float64, device=device)
+    B, K, V = c.B, c.K, c.V
+    if c.path == "row":
+        token_chain_kernel[(B,)](
+            c.x, c.q, c.p, c.u, c.u_final, c.out, K, V, HAS_Q=c.has_q, KB=c.KB, BLOCK=block, **opts
+        )
+        return c.out
+    chunk, C, CB = chunking(V, c.p.element_size(), block, chunk)
+    parts = torch.empty(B, C, dtype=torch.float64, device=c.p.device)
     token_split_kernel[(B, C)](
-        x, q, p, ua, uf, out, parts, counters(B, device), K, V, C, chunk,
-        HAS_Q=has_q, KB=KB, CB=CB, BLOCK=block, **opts,
+        c.x, c.q, c.p, c.u, c.u_final, c.out, parts, counters(B, c.p.device), K, V, C, chunk,
+        HAS_Q=c.has_q, KB=c.KB, CB=CB, BLOCK=block, **opts,
     )  # fmt: skip
-    return out
+    return c.out
 
 
 token_verifier = chain_verifier(token, "u_accept")

@@ -48,11 +48,11 @@ from .medusa import Medusa
 from .mtp import MTP
 from .ngram import Ngram
 from .processes import RowProposal, propose
-from .selfdraft import BatchedDrafter, Node
+from .selfdraft import BatchedDrafter, Node, Placement
 
 #: the batched twin of each reference draft network class
 NETS: dict[type, Callable[..., BatchedDrafter]] = {
-    MedusaHeads: lambda net, target, dtype, device=None, **kw: Medusa(net, target, dtype, device),
+    MedusaHeads: Medusa,
     Eagle1Net: Eagle1,
     Eagle3Net: Eagle3,
     MTPModules: MTP,
@@ -78,12 +78,7 @@ def twin(
             raise BadParameterError("proposer", f"{proposer!r} is unknown; available: {', '.join(PROPOSERS)}")
         proposer = PROPOSERS[proposer]
     probe: Any = proposer.make_drafter(target, trained)((0, 0))  # a step's draft model
-    kw: dict[str, Any] = {
-        "block_size": block_size,
-        "num_blocks": num_blocks,
-        "poison": poison,
-        "device": device,
-    }
+    at = Placement(dtype, device, block_size, num_blocks, poison)
     if isinstance(probe, BoundDraft):
         if probe.temperature != 1.0:
             raise BadParameterError("proposer", "batched drafters draft at temperature 1, as the reference's")
@@ -92,12 +87,12 @@ def twin(
             raise BadParameterError("proposer", f"no batched twin of {type(probe.net).__name__} yet")
         # the network reads the features of the model it was bound to (Medusa-2: the fine-tuned
         # backbone, which is also the model that verifies)
-        return make(probe.net, probe.target, dtype, **kw)
+        return make(probe.net, probe.target, at)
     if isinstance(probe, TransformerLM):
-        return DraftModel(probe, dtype, **kw)
+        return DraftModel(probe, at)
     if isinstance(probe, NgramLM):
-        return Ngram(probe, dtype, device)
+        return Ngram(probe, at)
     raise BadParameterError("proposer", f"no batched twin of a {type(probe).__name__} drafter")
 
 
-__all__ = ["NETS", "BatchedDrafter", "Node", "RowProposal", "propose", "twin"]
+__all__ = ["NETS", "BatchedDrafter", "Node", "Placement", "RowProposal", "propose", "twin"]

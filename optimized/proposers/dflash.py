@@ -22,8 +22,9 @@ from .selfdraft import (
     BatchedDrafter,
     BlockNet,
     Features,
-    Node,
+    LawTable,
     OwnHeadWeights,
+    Placement,
     fused,
     fused_layers,
     need_two,
@@ -31,30 +32,20 @@ from .selfdraft import (
 )
 
 
-class DFlash(BatchedDrafter):
+class DFlash(LawTable, BatchedDrafter):
     reads_features = True
 
-    def __init__(
-        self,
-        net: DFlashNet,
-        target: TinyTransformer,
-        dtype: torch.dtype = torch.float64,
-        block_size: int = 16,
-        num_blocks: int = 512,
-        poison: bool = False,
-        device: torch.device | None = None,
-    ) -> None:
+    def __init__(self, net: DFlashNet, target: TinyTransformer, at: Placement) -> None:
         self.vocab = target.vocab
         self.max_depth = net.max_depth
         self.B = int(net.max_depth or 0)
-        self.ctx = net.ctx.detach().to(device, dtype).clone()
-        self.mask_row = net.mask.detach().to(device, dtype).clone()
-        self.embed = target.embed.detach().to(device, dtype).clone()
-        self.net = BlockNet([net.block], target, dtype, device)
-        self.head = OwnHeadWeights(net.head, dtype, device)
-        self.cache = self.net.cache(num_blocks, block_size, poison)
+        self.ctx = at.copy(net.ctx)
+        self.mask_row = at.copy(net.mask)
+        self.embed = at.copy(target.embed)
+        self.net = BlockNet([net.block], target, at)
+        self.head = OwnHeadWeights(net.head, at)
+        self.cache = self.net.cache()
         self.features = Features(fused_layers(target))
-        self._laws: torch.Tensor | None = None
         # block rows see each other: every bit of the block region set
         self._all = ancestor_masks([-1] + list(range(self.B)))[-1:]  # bits 0..B: the block region
 
@@ -94,10 +85,3 @@ class DFlash(BatchedDrafter):
         for r, c in zip(rids, contexts):
             self.cache.set_length(r, len(c) - 1)
         return self._laws[:, 0]
-
-    def expand(self, nodes: Sequence[Node]) -> torch.Tensor:
-        assert self._laws is not None, "expand before begin"
-        return self._laws[[n.row for n in nodes], [n.depth for n in nodes]]
-
-    def end(self) -> None:
-        self._laws = None

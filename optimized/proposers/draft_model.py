@@ -19,23 +19,15 @@ from specproof.reference.transformer import TransformerLM
 
 from ..paged_kv import QueryBatch, chain_rows
 from ..transformer import PagedTransformer
-from .selfdraft import BatchedDrafter, Node, StepTrees, to_law
+from .selfdraft import BatchedDrafter, Node, Placement, StepTrees, to_law
 
 
 class DraftModel(BatchedDrafter):
-    def __init__(
-        self,
-        lm: TransformerLM,
-        dtype: torch.dtype = torch.float64,
-        block_size: int = 16,
-        num_blocks: int = 512,
-        poison: bool = False,
-        device: torch.device | None = None,
-    ) -> None:
-        self.model = PagedTransformer(lm.model, dtype, device)
+    def __init__(self, lm: TransformerLM, at: Placement) -> None:
+        self.model = PagedTransformer(lm.model, at.dtype, at.device)
         self.temperature = lm.temperature
         self.vocab = lm.vocab
-        self.cache = self.model.new_cache(num_blocks, block_size, poison)
+        self.cache = self.model.new_cache(at.num_blocks, at.block_size, at.poison)
         self._rids: list[Hashable] = []
         self._tree: StepTrees | None = None
 

@@ -26,7 +26,17 @@ from specproof.reference.proposers.eagle1 import Eagle1Net
 from specproof.reference.transformer import Block, TinyTransformer
 
 from ..paged_kv import QueryBatch, chain_rows
-from .selfdraft import BatchedDrafter, BlockNet, Features, Node, StepTrees, TargetHead, need_two, to_law
+from .selfdraft import (
+    BatchedDrafter,
+    BlockNet,
+    Features,
+    Node,
+    Placement,
+    StepTrees,
+    TargetHead,
+    need_two,
+    to_law,
+)
 
 
 class FeatureDraft(BatchedDrafter):
@@ -42,17 +52,13 @@ class FeatureDraft(BatchedDrafter):
         layers: Sequence[int],
         feature: Callable[[list[torch.Tensor]], torch.Tensor],
         head: Callable[[torch.Tensor], torch.Tensor],
-        dtype: torch.dtype,
-        block_size: int,
-        num_blocks: int,
-        poison: bool,
-        device: torch.device | None = None,
+        at: Placement,
     ) -> None:
         self.vocab = target.vocab
-        self.embed = target.embed.detach().to(device, dtype).clone()
-        self.fc = fc.detach().to(device, dtype).clone()
-        self.net = BlockNet([block], target, dtype, device)
-        self.cache = self.net.cache(num_blocks, block_size, poison)
+        self.embed = at.copy(target.embed)
+        self.fc = at.copy(fc)
+        self.net = BlockNet([block], target, at)
+        self.cache = self.net.cache()
         self.features = Features(layers)
         self.feature, self.head = feature, head
         self._rids: list[Hashable] = []
@@ -116,27 +122,6 @@ class FeatureDraft(BatchedDrafter):
 
 
 class Eagle1(FeatureDraft):
-    def __init__(
-        self,
-        net: Eagle1Net,
-        target: TinyTransformer,
-        dtype: torch.dtype = torch.float64,
-        block_size: int = 16,
-        num_blocks: int = 512,
-        poison: bool = False,
-        device: torch.device | None = None,
-    ) -> None:
-        L = target.config.layers
-        super().__init__(
-            target,
-            net.block,
-            net.fc,
-            [L],
-            lambda h: h[0],
-            TargetHead(target, dtype, device),
-            dtype,
-            block_size,
-            num_blocks,
-            poison,
-            device,
-        )
+    def __init__(self, net: Eagle1Net, target: TinyTransformer, at: Placement) -> None:
+        layers = [target.config.layers]
+        super().__init__(target, net.block, net.fc, layers, lambda h: h[0], TargetHead(target, at), at)

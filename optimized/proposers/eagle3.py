@@ -8,37 +8,15 @@ and its own head. It drafts EAGLE-2's dynamic tree.
 
 from __future__ import annotations
 
-import torch
-
 from specproof.reference.proposers.eagle3 import Eagle3Net
 from specproof.reference.transformer import TinyTransformer
 
 from .eagle1 import FeatureDraft
-from .selfdraft import OwnHeadWeights, fused, fused_layers
+from .selfdraft import OwnHeadWeights, Placement, fused, fused_layers
 
 
 class Eagle3(FeatureDraft):
-    def __init__(
-        self,
-        net: Eagle3Net,
-        target: TinyTransformer,
-        dtype: torch.dtype = torch.float64,
-        block_size: int = 16,
-        num_blocks: int = 512,
-        poison: bool = False,
-        device: torch.device | None = None,
-    ) -> None:
-        fuse = net.fuse.detach().to(device, dtype).clone()
-        super().__init__(
-            target,
-            net.block,
-            net.fc,
-            fused_layers(target),
-            lambda h: fused(h) @ fuse,
-            OwnHeadWeights(net.head, dtype, device),
-            dtype,
-            block_size,
-            num_blocks,
-            poison,
-            device,
-        )
+    def __init__(self, net: Eagle3Net, target: TinyTransformer, at: Placement) -> None:
+        fuse = at.copy(net.fuse)
+        head = OwnHeadWeights(net.head, at)
+        super().__init__(target, net.block, net.fc, fused_layers(target), lambda h: fused(h) @ fuse, head, at)

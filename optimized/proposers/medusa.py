@@ -15,26 +15,19 @@ import torch
 from specproof.reference.proposers.medusa import MedusaHeads
 from specproof.reference.transformer import TinyTransformer, rms_norm
 
-from .selfdraft import BatchedDrafter, Node, need_two, to_law
+from .selfdraft import BatchedDrafter, LawTable, Placement, need_two, to_law
 
 
-class Medusa(BatchedDrafter):
+class Medusa(LawTable, BatchedDrafter):
     reads_features = True
 
-    def __init__(
-        self,
-        net: MedusaHeads,
-        target: TinyTransformer,
-        dtype: torch.dtype = torch.float64,
-        device: torch.device | None = None,
-    ) -> None:
+    def __init__(self, net: MedusaHeads, target: TinyTransformer, at: Placement) -> None:
         self.vocab = target.vocab
         self.max_depth = net.max_depth
-        self.res = net.res.detach().to(device, dtype).clone()  # [heads, W, W]
-        self.out = net.out.detach().to(device, dtype).clone()  # [heads, W, V]
-        self.norm = target.norm.detach().to(device, dtype).clone()
+        self.res = at.copy(net.res)  # [heads, W, W]
+        self.out = at.copy(net.out)  # [heads, W, V]
+        self.norm = at.copy(target.norm)
         self.last: dict[Hashable, torch.Tensor] = {}
-        self._laws: torch.Tensor | None = None
 
     def release(self, rid: Hashable) -> None:
         self.last.pop(rid, None)
@@ -50,10 +43,3 @@ class Medusa(BatchedDrafter):
         z = h[None] + torch.nn.functional.silu(torch.einsum("bw,jwv->jbv", h, self.res))  # [heads, B, W]
         self._laws = to_law(torch.einsum("jbw,jwv->bjv", z, self.out))  # [B, heads, V]
         return self._laws[:, 0]
-
-    def expand(self, nodes: Sequence[Node]) -> torch.Tensor:
-        assert self._laws is not None, "expand before begin"
-        return self._laws[[n.row for n in nodes], [n.depth for n in nodes]]
-
-    def end(self) -> None:
-        self._laws = None

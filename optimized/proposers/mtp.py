@@ -23,32 +23,23 @@ from specproof.reference.proposers.mtp import MTPModules
 from specproof.reference.transformer import TinyTransformer, rms_norm
 
 from ..paged_kv import QueryBatch, chain_rows
-from .selfdraft import BatchedDrafter, BlockNet, Features, Node, TargetHead, need_two, to_law
+from .selfdraft import BatchedDrafter, BlockNet, Features, Node, Placement, TargetHead, need_two, to_law
 
 
 class MTP(BatchedDrafter):
     reads_features = True
 
-    def __init__(
-        self,
-        net: MTPModules,
-        target: TinyTransformer,
-        dtype: torch.dtype = torch.float64,
-        block_size: int = 16,
-        num_blocks: int = 512,
-        poison: bool = False,
-        device: torch.device | None = None,
-    ) -> None:
+    def __init__(self, net: MTPModules, target: TinyTransformer, at: Placement) -> None:
         self.vocab = target.vocab
         self.max_depth = net.max_depth
         self.K = int(net.max_depth or 0)
-        self.proj = [p.detach().to(device, dtype).clone() for p in net.proj]
-        self.norm_h = net.norm_h.detach().to(device, dtype).clone()
-        self.norm_e = net.norm_e.detach().to(device, dtype).clone()
-        self.embed = target.embed.detach().to(device, dtype).clone()
-        self.net = BlockNet(list(net.blocks), target, dtype, device)
-        self.cache = self.net.cache(num_blocks, block_size, poison)
-        self.head = TargetHead(target, dtype, device)
+        self.proj = [at.copy(p) for p in net.proj]
+        self.norm_h = at.copy(net.norm_h)
+        self.norm_e = at.copy(net.norm_e)
+        self.embed = at.copy(target.embed)
+        self.net = BlockNet(list(net.blocks), target, at)
+        self.cache = self.net.cache()
+        self.head = TargetHead(target, at)
         self.top = Features([target.config.layers])
         self.h: dict[Hashable, list[torch.Tensor]] = {}  # h[rid][k - 1]: module k's committed outputs
         self._rids: list[Hashable] = []

@@ -14,7 +14,7 @@ import torch
 
 from specproof.reference.proposers.ngram import NgramLM
 
-from .selfdraft import BatchedDrafter, Node
+from .selfdraft import BatchedDrafter, Node, Placement
 
 
 def lookup(contexts: Sequence[Sequence[int]], max_n: int) -> torch.Tensor:
@@ -44,11 +44,9 @@ def lookup(contexts: Sequence[Sequence[int]], max_n: int) -> torch.Tensor:
 
 
 class Ngram(BatchedDrafter):
-    def __init__(
-        self, lm: NgramLM, dtype: torch.dtype = torch.float64, device: torch.device | None = None
-    ) -> None:
-        self.vocab, self.max_n, self.dtype = lm.vocab, lm.max_n, dtype
-        self.device = device or torch.device("cpu")
+    def __init__(self, lm: NgramLM, at: Placement) -> None:
+        self.vocab, self.max_n, self.dtype = lm.vocab, lm.max_n, at.dtype
+        self.device = at.device or torch.device("cpu")
         self._paths: dict[tuple[int, int], list[int]] = {}
 
     def _laws(self, contexts: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -138,12 +138,43 @@ def need_two(rid: Hashable, n: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a batched drafter lives: the engine's dtype and device for its weights, and the
+    shape of its own paged KV cache (``poison`` fills freed slots with NaN, as the engine's)."""
+
+    dtype: torch.dtype = torch.float64
+    device: torch.device | None = None
+    block_size: int = 16
+    num_blocks: int = 512
+    poison: bool = False
+
+    def copy(self, weight: torch.Tensor) -> torch.Tensor:
+        """A detached copy of a reference ``weight`` in this dtype, on this device."""
+        return weight.detach().to(self.device, self.dtype).clone()
+
+
+class LawTable:
+    """For drafters whose law at depth d is the same whatever the path (Medusa's heads, DFlash's
+    block rows): :meth:`~BatchedDrafter.begin` fills ``_laws`` ``[rows, depth, V]`` and
+    :meth:`expand` only looks a node's law up."""
+
+    _laws: torch.Tensor | None = None
+
+    def expand(self, nodes: Sequence[Node]) -> torch.Tensor:
+        assert self._laws is not None, "expand before begin"
+        return self._laws[[n.row for n in nodes], [n.depth for n in nodes]]
+
+    def end(self) -> None:
+        self._laws = None
+
+
 class OwnHeadWeights:
     """A draft network's own head (EAGLE-3, DFlash) in the engine's dtype."""
 
-    def __init__(self, head: OwnHead, dtype: torch.dtype, device: torch.device | None = None) -> None:
-        self.norm = head.norm.detach().to(device, dtype).clone()
-        self.weight = head.weight.detach().to(device, dtype).clone()
+    def __init__(self, head: OwnHead, at: Placement) -> None:
+        self.norm = at.copy(head.norm)
+        self.weight = at.copy(head.weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.norm) @ self.weight
@@ -152,11 +183,9 @@ class OwnHeadWeights:
 class TargetHead:
     """The target's own head (final RMSNorm, tied embedding / sqrt(width)) in the engine's dtype."""
 
-    def __init__(
-        self, target: TinyTransformer, dtype: torch.dtype, device: torch.device | None = None
-    ) -> None:
-        self.norm = target.norm.detach().to(device, dtype).clone()
-        self.embed = target.embed.detach().to(device, dtype).clone()
+    def __init__(self, target: TinyTransformer, at: Placement) -> None:
+        self.norm = at.copy(target.norm)
+        self.embed = at.copy(target.embed)
         self.scale = math.sqrt(target.config.width)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -218,30 +247,25 @@ class StepTrees:
 class BlockNet:
     """One decoder block of a draft network run over its own paged cache (one layer per block)."""
 
-    def __init__(
-        self,
-        blocks: Sequence[torch.nn.Module],
-        target: TinyTransformer,
-        dtype: torch.dtype,
-        device: torch.device | None = None,
-    ) -> None:
+    def __init__(self, blocks: Sequence[torch.nn.Module], target: TinyTransformer, at: Placement) -> None:
         cfg = target.config
-        self.device = torch.device(device or "cpu")
-        self.w = [BlockWeights.of(b, dtype, self.device) for b in blocks]
+        self.device = torch.device(at.device or "cpu")
+        self.w = [BlockWeights.of(b, at.dtype, self.device) for b in blocks]
         self.heads, self.rope_base = cfg.heads, cfg.rope_base
         self.width = cfg.width
-        self.dtype = dtype
+        self.at = at
 
-    def cache(self, num_blocks: int, block_size: int, poison: bool) -> PagedKVCache:
+    def cache(self) -> PagedKVCache:
+        """A paged KV cache for these blocks, shaped by the placement."""
         return PagedKVCache(
             len(self.w),
             self.heads,
             self.width // self.heads,
-            block_size=block_size,
-            num_blocks=num_blocks,
-            dtype=self.dtype,
+            block_size=self.at.block_size,
+            num_blocks=self.at.num_blocks,
+            dtype=self.at.dtype,
             device=self.device,
-            poison=poison,
+            poison=self.at.poison,
         )
 
     def run(self, x: torch.Tensor, batch: QueryBatch, cache: PagedKVCache, layer: int = 0) -> torch.Tensor:
