@@ -78,13 +78,13 @@ class ChainLaunch:
 
 
 def prepare_chain(
+    path: str,
+    validate: bool,
     draft_token_ids: torch.Tensor,
     draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,
     u: tuple[str, torch.Tensor],
     u_final: torch.Tensor,
-    validate: bool,
-    path: str,
 ) -> ChainLaunch:
     """Validate (unless ``validate`` is False) and lay a chain rule's inputs out for a launch;
     ``u`` is the per-position uniforms with their argument's name. On the "split" path the

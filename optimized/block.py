@@ -41,7 +41,7 @@ def block(
     launches; see :mod:`.kernels.block_split`) or "auto" (split on a GPU when V >= 8192).
     ``validate=False``: inputs already checked by the caller (or a benchmark).
     """
-    c = prepare_chain(draft_token_ids, draft_probs, target_probs, ("u_eta", u_eta), u_final, validate, path)
+    c = prepare_chain(path, validate, draft_token_ids, draft_probs, target_probs, ("u_eta", u_eta), u_final)
     if c.B == 0:
         return c.out  # on "split" the deciding program writes the whole row
     block = block_size(block)

@@ -17,39 +17,22 @@ import torch
 from ._contract import tree_verifier
 from ._device import on_kernel_device
 from ._split import LAUNCH, block_size, choose_path, chunking, counters, multi_draft_passes, tree_shapes
-from ._tree import f64, prepare
+from ._tree import TreeLaunch, f64, prepare
 from .kernels.multi_draft import multi_draft_kernel, multi_draft_level_kernel
 
 
-def multi_draft(
-    parents,
-    tokens,
-    draft_probs,
-    target_probs,
-    u_accept,
-    u_final,
-    without_replacement,
-    block,
-    path="auto",
-    chunk=None,
-):
-    """The shared launcher of mss and rrs. ``path``: "row" (one program per row), "split" (one
-    launch per full-row pass of the walk, each row's pass spread over ``chunk``-sized
-    programs) or "auto" (split on a GPU when V >= 8192)."""
-    t = prepare(
-        parents,
-        tokens,
-        draft_probs,
-        target_probs,
-        {"u_accept": (u_accept, "node"), "u_final": (u_final, "row")},
-    )
-    if t.B == 0:
-        return t.accepted, t.next_token
+def launch(
+    t: TreeLaunch, shapes: list[tuple[int, ...]], without_replacement: bool, u: tuple, how: tuple
+) -> None:
+    """Run mss or rrs on the prepared trees ``t`` (``shapes``: each row's parents), uniforms
+    ``u = (u_accept, u_final)``, ``how = (block, path, chunk)``: path "row" (one program per
+    row), "split" (one launch per full-row pass of the walk, each row's pass spread over
+    ``chunk``-sized programs) or "auto" (split on a GPU when V >= 8192)."""
     device = t.target.device
-    path = choose_path(path, t.V)
-    block = block_size(block)
+    path = choose_path(how[1], t.V)
+    block = block_size(how[0])
     q = t.draft if t.draft is not None else t.target  # never read without HAS_Q
-    ua, uf = f64(u_accept, device), f64(u_final, device)
+    ua, uf = f64(u[0], device), f64(u[1], device)
     if path == "row":
         scratch = torch.empty(2, t.B, t.V, dtype=torch.float64, device=device)
         multi_draft_kernel[(t.B,)](
@@ -57,9 +40,9 @@ def multi_draft(
             t.N, t.V, HAS_Q=t.draft is not None, WITHOUT_REPLACEMENT=without_replacement, BLOCK=block,
             **LAUNCH,
         )  # fmt: skip
-        return t.accepted, t.next_token
-    chunk, C, CB = chunking(t.V, t.target.element_size(), block, chunk)
-    passes = max(multi_draft_passes(s) for s in tree_shapes(parents))
+        return
+    chunk, C, CB = chunking(t.V, t.target.element_size(), block, how[2])
+    passes = max(multi_draft_passes(s) for s in shapes)
     state = torch.empty(t.B, 4, dtype=torch.int64, device=device)
     hx = torch.empty(t.B, t.NB, dtype=torch.int64, device=device)
     hz = torch.empty(t.B, t.NB, dtype=torch.float64, device=device)
@@ -73,15 +56,14 @@ def multi_draft(
             HAS_Q=t.draft is not None, WITHOUT_REPLACEMENT=without_replacement, NB=t.NB, CB=CB, BLOCK=block,
             **LAUNCH,
         )  # fmt: skip
-    return t.accepted, t.next_token
 
 
-def multi_draft_rule(
-    without_replacement: bool, name: str
-) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """The rule ``name(parents, tokens, draft_probs, target_probs, u_accept, u_final, block=None,
-    path="auto", chunk=None) -> (accepted_nodes, next_token)`` over :func:`multi_draft`, drafts
-    drawn with replacement (mss) or without (rrs)."""
+Verdict = tuple[torch.Tensor, torch.Tensor]  # (accepted_nodes [B, N], next_token [B])
+
+
+def multi_draft_rule(without_replacement: bool, name: str) -> Callable[..., Verdict]:
+    """The rule ``name``, drafts drawn with replacement (mss) or without (rrs): its ``path``
+    and ``chunk`` as :func:`launch` says."""
 
     def rule(
         parents: torch.Tensor,
@@ -93,19 +75,12 @@ def multi_draft_rule(
         block: int | None = None,
         path: str = "auto",
         chunk: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return multi_draft(
-            parents,
-            tokens,
-            draft_probs,
-            target_probs,
-            u_accept,
-            u_final,
-            without_replacement,
-            block,
-            path,
-            chunk,
-        )
+    ) -> Verdict:
+        u = {"u_accept": (u_accept, "node"), "u_final": (u_final, "row")}
+        t = prepare(parents, tokens, draft_probs, target_probs, u)
+        if t.B:
+            launch(t, tree_shapes(parents), without_replacement, (u_accept, u_final), (block, path, chunk))
+        return t.accepted, t.next_token
 
     rule.__name__ = rule.__qualname__ = name
     return on_kernel_device(rule)

@@ -45,7 +45,7 @@ def token(
     ``num_warps`` is a GPU tuning knob (Triton's default when None).
     """
     c = prepare_chain(
-        draft_token_ids, draft_probs, target_probs, ("u_accept", u_accept), u_final, validate, path
+        path, validate, draft_token_ids, draft_probs, target_probs, ("u_accept", u_accept), u_final
     )
     if c.B == 0:
         return c.out

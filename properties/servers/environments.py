@@ -39,6 +39,22 @@ class OpenVINO(PinnedEnvironment):
 class MistralRS(PinnedEnvironment):
     module = "mistralrs_env"
 
+    def install(self, progress: Callable[[str], None]) -> str:
+        """Make the environment and check that its wheel runs here: a CPU that cannot run it is
+        said and is not a failed install (the tier's tests skip, saying so); any other failure
+        to run is."""
+        mod = self._mod()
+        where = super().install(progress)
+        ok, why = mod.usable()
+        if ok:
+            return where
+        if mod.cpu_cannot_run():
+            return (
+                f"{where}\nmistral.rs {mod.VERSION} is installed, and this CPU cannot run its wheel: {why}. "
+                "Its tier is not tested on this machine: tests/test_mistralrs.py skips, saying so."
+            )
+        raise mod.MistralRSError(f"the environment was built and does not run: {why}")
+
     def info(self) -> dict[str, Any]:
         out = super().info()
         ok, why = self._mod().usable()  # the wheel may not run on this CPU

@@ -36,6 +36,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from specproof.properties.engine.adapters.tier import TierEngine
 from specproof.properties.engine.contract import EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
@@ -52,22 +53,13 @@ TOKENS = 6
 SETTINGS = (Sampling(1.0, eos=gm.EOS_ID), Sampling(0.7, eos=gm.EOS_ID))
 #: one worker per runner, kept while an audit runs; an idle mistral.rs runner spins a core, so
 #: every engine's audit closes them when it ends (its spec's ``close``: :func:`close_workers`)
-_WORKERS = venvs.WorkerPool()
+_WORKERS = venvs.WorkerPool(mistralrs_env.Worker)
+_worker = _WORKERS.get
+close_workers = _WORKERS.close
 
 
 def available() -> tuple[bool, str]:
     return mistralrs_env.usable()
-
-
-def _worker(mode: str) -> mistralrs_env.Worker:
-    """One worker per runner, kept until :func:`close_workers` (each audit's end)."""
-    worker: mistralrs_env.Worker = _WORKERS.get(mode, lambda: mistralrs_env.Worker(mode))
-    return worker
-
-
-def close_workers() -> None:
-    """Stop every runner's worker (the next call starts them again)."""
-    _WORKERS.close()
 
 
 #: What each mistral.rs release was seen to do, by release (tests/test_mistralrs.py checks the
@@ -106,7 +98,7 @@ def max_tokens_for(m: int) -> int:
     return m - extra
 
 
-class MistralRSEngine:
+class MistralRSEngine(TierEngine):
     """One sampling setting of one runner (module docstring)."""
 
     capabilities = frozenset({"generate_many", "batch", "twin", "describe", "draft_tokens", "eos"})
@@ -141,18 +133,10 @@ class MistralRSEngine:
             self.calls += len(new)
         return [Generation(self._drawn[(key, max_new_tokens, s)]) for s in seeds]
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        (g,) = self.generate_many(prompt_ids, max_new_tokens, [seed])
-        return list(g.tokens)
-
-    def target_law(self, context: Sequence[int]) -> list[float]:
-        return list(self.sampling.law(list(gm.last_logits(list(context)))))
-
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.workers.get(self.mode)
         return {
             "runner": self.mode,
-            "mistralrs": None if w is None else w.identity.get("mistralrs"),
+            "mistralrs": _WORKERS.identity(self.mode, "mistralrs"),
             "speculative_gamma": self.draft_tokens,
             "dtype": "f32",
             "request": self.knobs,

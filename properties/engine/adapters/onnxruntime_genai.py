@@ -51,6 +51,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from specproof.properties.engine.adapters.tier import TierEngine
 from specproof.properties.engine.contract import EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
@@ -77,24 +78,15 @@ TOP1 = Sampling(1.0, top_k=1, eos=gm.EOS_ID)
 #: put through it at every drafted position)
 PENALTY = Sampling(1.0, repetition_penalty=1.5, eos=gm.EOS_ID)
 #: one worker per mode, kept for the process; close them when done (:func:`close_workers`)
-_WORKERS = venvs.WorkerPool()
+_WORKERS = venvs.WorkerPool(ort_env.Worker)
+_worker = _WORKERS.get
+close_workers = _WORKERS.close
 
 
 @functools.lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
     """Whether the environment is there (asked once a process: listing the engines asks for each)."""
     return ort_env.installed()
-
-
-def _worker(mode: str) -> ort_env.Worker:
-    """One worker per mode, kept for the process (loading a model takes a fraction of a second)."""
-    worker: ort_env.Worker = _WORKERS.get(mode, lambda: ort_env.Worker(mode))
-    return worker
-
-
-def close_workers() -> None:
-    """Stop every mode's worker (the next call starts them again)."""
-    _WORKERS.close()
 
 
 def ended(tokens: Sequence[int], m: int) -> tuple[int, ...]:
@@ -113,7 +105,7 @@ class EngineRaised(SpecproofError, RuntimeError):
     as a fault of its own side."""
 
 
-class ORTGenAIEngine:
+class ORTGenAIEngine(TierEngine):
     """One sampling setting of one mode (module docstring)."""
 
     capabilities = frozenset(
@@ -132,6 +124,7 @@ class ORTGenAIEngine:
     vocab = VOCAB
     batch = 64
     eos_id = gm.EOS_ID
+    seed_modulus = 2**31
 
     def __init__(self, mode: str, sampling: Sampling, twin: ORTGenAIEngine | None = None) -> None:
         if mode not in ort_env.MODES:
@@ -160,15 +153,7 @@ class ORTGenAIEngine:
     def generate_many(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
     ) -> list[Generation]:
-        answer = _worker(self.mode).request(
-            {
-                "op": "generate",
-                "prompt": [int(x) for x in prompt_ids],
-                "tokens": int(max_new_tokens),
-                "seeds": [int(s) % 2**31 for s in seeds],
-                "sampling": self._sampling(),
-            }
-        )
+        answer = _worker(self.mode).request(self.ask(prompt_ids, max_new_tokens, seeds, self._sampling()))
         if "raised" in answer:  # the engine's own exception, as a user's script would get it
             raise EngineRaised(f"onnxruntime-genai ({self.mode}) raised {answer['raised']}")
         self.calls += len(seeds)
@@ -177,23 +162,20 @@ class ORTGenAIEngine:
             for s in answer["samples"]
         ]
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        (g,) = self.generate_many(prompt_ids, max_new_tokens, [seed])
+    def note(self, g: Generation) -> None:
         if "counters" in self.capabilities:  # plain decoding has none to offer
             self.last_counters = {"drafted": g.drafted or 0, "accepted": g.accepted or 0}
             self.last_forwards = g.forwards
-        return list(g.tokens)
 
     def target_law(self, context: Sequence[int], prompt_len: int | None = None) -> list[float]:
         z = ort_env.target_law_logits(context, self.half)
         return list(self.sampling.law(list(z), list(context), prompt_len))
 
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.workers.get(self.mode)
         return {
             "mode": self.mode,
-            "onnxruntime_genai": None if w is None else w.identity.get("onnxruntime_genai"),
-            "commit": None if w is None else w.identity.get("commit"),
+            "onnxruntime_genai": _WORKERS.identity(self.mode, "onnxruntime_genai"),
+            "commit": _WORKERS.identity(self.mode, "commit"),
             "max_draft_tokens": self.draft_tokens,
             "ngram_size": ort_env.NGRAM_SIZE if self.mode == "ngram" else None,
             "logits": "float16" if self.half else "float32",

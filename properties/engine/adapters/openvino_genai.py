@@ -22,6 +22,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from specproof.properties.engine.adapters.tier import TierEngine
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
@@ -32,26 +33,17 @@ PROMPTS = ((1, 2, 3, 4),)
 #: M: the first token is the target's own, so drafts are verified from the second on; at M = 2
 #: the pipeline never verifies a draft (it drafts only what fits before max_new_tokens)
 TOKENS = 6
-_WORKERS = venvs.WorkerPool()  # one worker per pipeline, kept until each audit's end (close_workers)
+#: one worker per pipeline (about a second to build), kept until each audit's end (close_workers)
+_WORKERS = venvs.WorkerPool(openvino_env.Worker)
+_worker = _WORKERS.get
+close_workers = _WORKERS.close
 
 
 def available() -> tuple[bool, str]:
     return openvino_env.installed()
 
 
-def _worker(mode: str) -> openvino_env.Worker:
-    """One worker per pipeline, kept until :func:`close_workers` (a pipeline takes about a second
-    to build; each audit closes them when it ends)."""
-    worker: openvino_env.Worker = _WORKERS.get(mode, lambda: openvino_env.Worker(mode))
-    return worker
-
-
-def close_workers() -> None:
-    """Stop every pipeline's worker (the next call starts them again)."""
-    _WORKERS.close()
-
-
-class OpenVINOEngine:
+class OpenVINOEngine(TierEngine):
     """One sampling setting of one pipeline (module docstring)."""
 
     capabilities = frozenset(
@@ -77,36 +69,22 @@ class OpenVINOEngine:
     def generate_many(
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
     ) -> list[Generation]:
-        answer = _worker(self.mode).request(
-            {
-                "op": "generate",
-                "prompt": list(prompt_ids),
-                "tokens": int(max_new_tokens),
-                "seeds": [int(s) % 2**32 for s in seeds],
-                "sampling": self._sampling(),
-            }
-        )
+        answer = _worker(self.mode).request(self.ask(prompt_ids, max_new_tokens, seeds, self._sampling()))
         self.calls += len(seeds)
         out = []
         for s in answer["samples"]:
             out.append(Generation(tuple(s["tokens"]), s["drafted"], s["accepted"], s["forwards"]))
         return out
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        (g,) = self.generate_many(prompt_ids, max_new_tokens, [seed])
+    def note(self, g: Generation) -> None:
         self.last_counters = {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
         if self.mode != "plain":
             self.last_forwards = g.forwards or 0
-        return list(g.tokens)
-
-    def target_law(self, context: Sequence[int]) -> list[float]:
-        return list(self.sampling.law(list(gm.last_logits(list(context)))))
 
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.workers.get(self.mode)
         return {
             "pipeline": self.mode,
-            "openvino_genai": None if w is None else w.identity.get("openvino_genai"),
+            "openvino_genai": _WORKERS.identity(self.mode, "openvino_genai"),
             "num_assistant_tokens": self.draft_tokens,
             "precision": "f32 (INFERENCE_PRECISION_HINT)",
             "prefix_caching": False,

