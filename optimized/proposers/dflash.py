@@ -21,6 +21,7 @@ from ..paged_kv import QueryBatch, RowQueries, ancestor_masks
 from .selfdraft import (
     BatchedDrafter,
     BlockNet,
+    FeatureCache,
     Features,
     LawTable,
     OwnHeadWeights,
@@ -32,7 +33,7 @@ from .selfdraft import (
 )
 
 
-class DFlash(LawTable, BatchedDrafter):
+class DFlash(LawTable, FeatureCache, BatchedDrafter):
     reads_features = True
 
     def __init__(self, net: DFlashNet, target: TinyTransformer, at: Placement) -> None:
@@ -48,17 +49,6 @@ class DFlash(LawTable, BatchedDrafter):
         self.features = Features(fused_layers(target))
         # block rows see each other: every bit of the block region set
         self._all = ancestor_masks([-1] + list(range(self.B)))[-1:]  # bits 0..B: the block region
-
-    def admit(self, rid: Hashable, prompt: Sequence[int]) -> None:
-        self.cache.admit(rid)
-        self.features.admit(rid)
-
-    def release(self, rid: Hashable) -> None:
-        self.cache.release(rid)
-        self.features.release(rid)
-
-    def observe(self, rid: Hashable, hidden: list[torch.Tensor]) -> None:
-        self.features.add(rid, hidden)
 
     def begin(self, rids: Sequence[Hashable], contexts: Sequence[Sequence[int]]) -> torch.Tensor:
         rows, xs = [], []

@@ -29,6 +29,7 @@ from ..paged_kv import QueryBatch, chain_rows
 from .selfdraft import (
     BatchedDrafter,
     BlockNet,
+    FeatureCache,
     Features,
     Node,
     Placement,
@@ -39,7 +40,7 @@ from .selfdraft import (
 )
 
 
-class FeatureDraft(BatchedDrafter):
+class FeatureDraft(FeatureCache, BatchedDrafter):
     """A feature-level autoregressive draft (module doc)."""
 
     reads_features = True
@@ -64,17 +65,6 @@ class FeatureDraft(BatchedDrafter):
         self._rids: list[Hashable] = []
         self._tree: StepTrees | None = None
         self._out: dict[tuple[int, int], torch.Tensor] = {}
-
-    def admit(self, rid: Hashable, prompt: Sequence[int]) -> None:
-        self.cache.admit(rid)
-        self.features.admit(rid)
-
-    def release(self, rid: Hashable) -> None:
-        self.cache.release(rid)
-        self.features.release(rid)
-
-    def observe(self, rid: Hashable, hidden: list[torch.Tensor]) -> None:
-        self.features.add(rid, hidden)
 
     def _inputs(self, feats: torch.Tensor, tokens: Sequence[int]) -> torch.Tensor:
         return torch.cat([feats, self.embed[list(tokens)]], -1) @ self.fc

@@ -169,6 +169,26 @@ class LawTable:
         self._laws = None
 
 
+class FeatureCache:
+    """For drafters that keep their own paged KV cache (``cache``) and a store of the target's
+    features (``features``): a request is admitted to and released from both, and the loop's
+    commits feed the store."""
+
+    cache: PagedKVCache
+    features: Features
+
+    def admit(self, rid: Hashable, prompt: Sequence[int]) -> None:
+        self.cache.admit(rid)
+        self.features.admit(rid)
+
+    def release(self, rid: Hashable) -> None:
+        self.cache.release(rid)
+        self.features.release(rid)
+
+    def observe(self, rid: Hashable, hidden: list[torch.Tensor]) -> None:
+        self.features.add(rid, hidden)
+
+
 class OwnHeadWeights:
     """A draft network's own head (EAGLE-3, DFlash) in the engine's dtype."""
 

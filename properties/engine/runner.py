@@ -8,9 +8,10 @@ engine's checked capabilities (:mod:`.capabilities`), never by looking names up.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -164,6 +165,20 @@ class CaseRunner:
         string; reference/sampling.py), else None."""
         return None if self._ender is None else self._ender.end(seq)
 
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Around a call of the engine's ``what`` that reads laws: what it raises is the contract
+        violation it is (``exception``), except the audit's own faults and the user's (passed
+        on) and a law whose cut cannot be pinned down (a usage error naming the case)."""
+        try:
+            yield
+        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
+            raise
+        except AmbiguousLawError as e:
+            raise _ambiguous(e, self.case) from e
+        except Exception as e:
+            raise EngineViolation("exception", f"{what} raised {type(e).__name__}: {e}", self.case) from e
+
     def law(self, prefix: Seq) -> np.ndarray:
         """The target's next-token law after the prompt and ``prefix`` (a read-only array of V
         probabilities summing to 1), checked and memoized; one-hot at the ending token once
@@ -177,18 +192,12 @@ class CaseRunner:
         if row is not None:
             return row
         context = list(self.case.prompt + prefix)
-        try:
+        with self.reading("target_law"):
             if self._with_prompt:  # optional keyword: parameters whose law needs the prompt
                 law_of: Any = self.engine.target_law
                 got = law_of(context, prompt_len=len(self.case.prompt))
             else:
                 got = self.engine.target_law(context)
-        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
-            raise
-        except AmbiguousLawError as e:
-            raise _ambiguous(e, self.case) from e
-        except Exception as e:
-            raise EngineViolation("exception", f"target_law raised {type(e).__name__}: {e}", self.case) from e
         row = self._checked_law(got, context)
         self._keep(prefix, row)
         return row
@@ -217,14 +226,8 @@ class CaseRunner:
         if not callable(alone) or self.end(prefix) is not None:
             return self.law(prefix)
         context = list(self.case.prompt + prefix)
-        try:
+        with self.reading("law_alone"):
             got = alone(context, prompt_len=len(self.case.prompt)) if self._with_prompt else alone(context)
-        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
-            raise
-        except AmbiguousLawError as e:
-            raise _ambiguous(e, self.case) from e
-        except Exception as e:
-            raise EngineViolation("exception", f"law_alone raised {type(e).__name__}: {e}", self.case) from e
         return self._checked_law(got, context)
 
     def _keep(self, prefix: Seq, row: np.ndarray) -> None:
@@ -281,19 +284,11 @@ class CaseRunner:
             for d in range(m):
                 out[d] = self.law(seq[:d])
             return out
-        try:
+        with self.reading("target_laws_along"):
             if takes_prompt_len(along):
                 rows = along(list(self.case.prompt), list(seq[:m]), prompt_len=len(self.case.prompt))
             else:
                 rows = along(list(self.case.prompt), list(seq[:m]))
-        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
-            raise
-        except AmbiguousLawError as e:
-            raise _ambiguous(e, self.case) from e
-        except Exception as e:
-            raise EngineViolation(
-                "exception", f"target_laws_along raised {type(e).__name__}: {e}", self.case
-            ) from e
         return self._checked_laws(rows, m, "target_laws_along", seq, checked)
 
     def draft_laws_along(self, seq: Seq, checked: bool = True) -> np.ndarray | None:
@@ -305,17 +300,11 @@ class CaseRunner:
         m = self.horizon(seq)
         along = getattr(self.engine, "draft_laws_along", None)  # all at once, where offered
         what = self.draft_source
-        try:
+        with self.reading(what):
             if callable(along):
                 rows = along(list(self.case.prompt), list(seq[:m]))
             else:
                 rows = [as_rows(draft(list(self.case.prompt + seq[:d]))) for d in range(m)]
-        except (EngineViolation, EngineUnavailable, WorkerFault, UsageError):
-            raise
-        except AmbiguousLawError as e:
-            raise _ambiguous(e, self.case) from e
-        except Exception as e:
-            raise EngineViolation("exception", f"{what} raised {type(e).__name__}: {e}", self.case) from e
         return self._checked_laws(rows, m, what, seq, checked)
 
     @property
@@ -371,20 +360,12 @@ class CaseRunner:
             need = [p for p in need if self.end(p) is None]  # after the end the law is known
         if not need:
             return
-        try:
+        with self.reading("target_laws"):
             contexts = [list(self.case.prompt + p) for p in need]
             if takes_prompt_len(many):  # its own keyword (a family's laws need the prompt's end)
                 rows = many(contexts, prompt_len=len(self.case.prompt))
             else:
                 rows = many(contexts)
-        except (EngineUnavailable, WorkerFault, UsageError):
-            raise
-        except AmbiguousLawError as e:
-            raise _ambiguous(e, self.case) from e
-        except Exception as e:
-            raise EngineViolation(
-                "exception", f"target_laws raised {type(e).__name__}: {e}", self.case
-            ) from e
         for p, row in zip(need, rows):
             self._keep(p, self._checked_law(row, list(self.case.prompt + p)))
 
