@@ -151,18 +151,25 @@ def _vllm_modules() -> dict[str, Any]:
     return adapter._load()
 
 
-def vllm_v1(x, dp, tp, device: str) -> Peer:
-    peer = Peer("token", "vllm V1 rejection_sample", "from logits: includes its softmax")
+def _vllm_module(peer: Peer, name: str) -> Any:
+    """vLLM's module ``name`` loaded from its files, or None with ``peer.why`` saying why not."""
     peer.why = _installed("vllm")
     if peer.why:
+        return None
+    try:
+        return _vllm_modules()[name]
+    except Exception as e:
+        peer.why = f"its files did not load ({type(e).__name__}: {str(e)[:120]})"
+        return None
+
+
+def vllm_v1(x, dp, tp, device: str) -> Peer:
+    peer = Peer("token", "vllm V1 rejection_sample", "from logits: includes its softmax")
+    rs = _vllm_module(peer, "vllm.v1.sample.rejection_sampler")
+    if rs is None:
         return peer
     from types import SimpleNamespace
 
-    try:
-        rs = _vllm_modules()["vllm.v1.sample.rejection_sampler"]
-    except Exception as e:
-        peer.why = f"its files did not load ({type(e).__name__}: {str(e)[:120]})"
-        return peer
     B, K = x.shape
     V = tp.shape[-1]
     ids = x.to(torch.int32).reshape(-1).contiguous()
@@ -183,13 +190,8 @@ def vllm_v1(x, dp, tp, device: str) -> Peer:
 def vllm_mrv2(x, dp, tp, device: str, block_verification: bool) -> Peer:
     rule = "block" if block_verification else "token"
     peer = Peer(rule, f"vllm MRV2 rejection_sample{' [block]' if block_verification else ''}", "from logits")
-    peer.why = _installed("vllm")
-    if peer.why:
-        return peer
-    try:
-        utils = _vllm_modules()["vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"]
-    except Exception as e:
-        peer.why = f"its files did not load ({type(e).__name__}: {str(e)[:120]})"
+    utils = _vllm_module(peer, "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils")
+    if utils is None:
         return peer
     B, K = x.shape
     V = tp.shape[-1]

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from specproof.properties.cli import audit, findings, llamacpp, serving, tools
+from specproof.properties.cli.common import check_outputs
 from specproof.properties.verdicts import EXIT_TABLE, USAGE_ERROR
 from specproof.reference.errors import NotFoundError, SpecproofInputError, UsageError
 
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help
         return USAGE_ERROR if e.code not in (0, None) else 0
     try:
+        check_outputs(args, *getattr(args, "outputs", ()))  # before anything runs
         return int(args.func(args))
     except (UsageError, SpecproofInputError, NotFoundError) as e:
         print(f"specproof {args.command}: {e}", file=sys.stderr)

@@ -18,6 +18,7 @@ from specproof.properties.audit.config import MAIN_JOB_GUARD, AuditConfig
 from specproof.properties.cli.common import (
     TvIn,
     add_flags,
+    add_outputs,
     add_progress,
     built,
     check_outputs,
@@ -611,8 +612,7 @@ def add_robustness_parser(sub: Any) -> argparse.ArgumentParser:
         help="with no TARGET: only these backend groups (default: all but optimized on a CPU)",
     )
     r.add_argument("--timeout", type=float, default=30.0, help="seconds before an input counts as a hang")
-    r.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    r.add_argument("--json", metavar="PATH", help="write every outcome as JSON")
+    add_outputs(r, markdown="write the table as Markdown", json="write every outcome as JSON")
     r.set_defaults(func=cmd_robustness)
     return r
 
@@ -624,7 +624,6 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     from specproof.properties.audit.robustness import robustness, table
     from specproof.properties.conformance.backends import all_backends
 
-    check_outputs(args, "markdown", "json")
     if args.target:
         if args.kind is None:
             raise UsageError("TARGET needs a kind: specproof robustness chain|tree TARGET")

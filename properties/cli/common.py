@@ -171,6 +171,14 @@ def add_progress(parser: argparse.ArgumentParser, default: str = "auto") -> None
     )
 
 
+def add_outputs(g: argparse.ArgumentParser, markdown: str, json: str) -> None:
+    """``--markdown PATH`` and ``--json PATH`` with their help texts; :func:`main` checks both
+    are writable before the command runs."""
+    g.add_argument("--markdown", metavar="PATH", help=markdown)
+    g.add_argument("--json", metavar="PATH", help=json)
+    g.set_defaults(outputs=("markdown", "json"))
+
+
 def check_outputs(args: argparse.Namespace, *options: str) -> None:
     """Refuse unwritable output paths before anything runs (``options``: attribute names such as
     ``json``, ``report``, ``markdown``); a report's ending must name its format."""

@@ -14,8 +14,8 @@ from typing import Any
 
 from specproof.properties.cli.common import (
     TvIn,
+    add_outputs,
     add_progress,
-    check_outputs,
     progress_bar,
     progress_lines,
     show_progress,
@@ -64,8 +64,7 @@ def add_llamacpp_parser(sub: Any) -> None:
     g.add_argument(
         "--traffic", metavar="PATH", help="tokens: where to write the recorded traffic (JSON lines)"
     )
-    g.add_argument("--markdown", metavar="PATH", help="table: write it as Markdown")
-    g.add_argument("--json", metavar="PATH", help="table: write every audit as JSON")
+    add_outputs(g, markdown="table: write it as Markdown", json="table: write every audit as JSON")
     add_progress(g)
     g.set_defaults(func=cmd_llamacpp)
 
@@ -74,7 +73,6 @@ def cmd_llamacpp(args: argparse.Namespace) -> int:
     """build: exit 0 with the folder; table: 0 when every verdict is the expected one."""
     from specproof.properties.servers import llamacpp
 
-    check_outputs(args, "markdown", "json")
     if args.action == "build":
         print(llamacpp.ensure_built(progress=lambda m: print(m, file=sys.stderr, flush=True)))
         return 0

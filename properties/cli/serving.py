@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from specproof.properties.cli.common import (
+    add_outputs,
     add_progress,
-    check_outputs,
     progress_lines,
     write_json_to,
     write_text,
@@ -82,8 +82,7 @@ def add_vllm_parser(sub: Any) -> None:
     g.add_argument("method", nargs="?", help="serve: one of " + ", ".join(_vllm_methods()))
     g.add_argument("--only", action="append", metavar="NAME", help="table: only this configuration")
     g.add_argument("--samples", type=int, help="table: fixed samples per case (default 192)")
-    g.add_argument("--markdown", metavar="PATH", help="table: write it as Markdown")
-    g.add_argument("--json", metavar="PATH", help="table: write every audit as JSON")
+    add_outputs(g, markdown="table: write it as Markdown", json="table: write every audit as JSON")
     g.add_argument(
         "--fix",
         action="append",
@@ -111,7 +110,6 @@ def cmd_vllm(args: argparse.Namespace) -> int:
         from specproof.properties.engine.audit import EngineAuditConfig
         from specproof.properties.measure import vllm_suite
 
-        check_outputs(args, "markdown", "json")
         config = EngineAuditConfig(alpha=1e-4, samples=args.samples or 192, seed=3)
         results = vllm_suite.table(config, args.only, progress_lines(args.progress))
         text = vllm_suite.markdown(results, config)

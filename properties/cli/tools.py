@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from specproof.properties.cli.common import (
+    add_outputs,
     add_progress,
     check_outputs,
     counter,
@@ -27,8 +28,7 @@ from specproof.reference.rules import RULES
 
 def add_matrix_parser(sub: Any) -> None:
     m = sub.add_parser("matrix", help="the exactness matrix, proposal process x rule (exact arithmetic)")
-    m.add_argument("--json", metavar="PATH", help="write the cells as JSON")
-    m.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
+    add_outputs(m, markdown="write the table as Markdown", json="write the cells as JSON")
     m.add_argument("--instances", type=int, default=16, help="seeded instances per process (default 16)")
     m.add_argument("--seed", type=int, default=0, help="seed of the instance draw (default 0)")
     m.add_argument("--rule", action="append", choices=list(RULES), help="only this rule (repeatable)")
@@ -52,7 +52,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     """Exit 0 when every cell agrees with what its rule declares, 1 when some cell disagrees."""
     from specproof.properties.oracle.matrix import LOSSY, exactness_matrix, markdown
 
-    check_outputs(args, "json", "markdown")
     if args.params:
         return cmd_params_matrix(args)
     cells = exactness_matrix(
@@ -152,15 +151,14 @@ def add_rule_parser(sub: Any) -> None:
     )
     r.add_argument("--no-shrink", action="store_true", help="report the smallest lossy seeded instance")
     r.add_argument("--note", metavar="PATH", help="write the proof-note skeleton (Markdown)")
-    r.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    r.add_argument("--markdown", metavar="PATH", help="write the matrix row as Markdown")
+    add_outputs(r, markdown="write the matrix row as Markdown", json="write the report as JSON")
     r.set_defaults(func=cmd_rule)
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
     from specproof.properties.oracle.rule_report import DECLARABLE, load_rule, loader_line, rule_report
 
-    check_outputs(args, "note", "json", "markdown")
+    check_outputs(args, "note")
     unknown = sorted(set(args.exact_for or ()) - DECLARABLE)
     if unknown:
         known = ", ".join(sorted(DECLARABLE))
@@ -238,8 +236,7 @@ def add_calibrate_parser(sub: Any) -> None:
         help="--engine: only the rows of this engine (repeatable), e.g. alternative.sampling_params",
     )
     _add_endpoint_axes(c)
-    c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    c.add_argument("--json", metavar="PATH", help="write the measurements as JSON")
+    add_outputs(c, markdown="write the table as Markdown", json="write the measurements as JSON")
     add_progress(c)
     c.set_defaults(func=cmd_calibrate)
 
@@ -275,7 +272,6 @@ def _add_endpoint_axes(c: Any) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from specproof.properties.measure.calibrations import calibrate, chosen
 
-    check_outputs(args, "markdown", "json")
     chosen(args)  # a misplaced flag is refused before anything runs
     table, doc = calibrate(args, progress_lines(args.progress) or (lambda s: None))
     write_json_to(args.json, doc)
@@ -299,8 +295,7 @@ def add_bench_parser(sub: Any) -> None:
         "endpoint: the endpoint audit's sampling against a plain load generator on llama-server; "
         "shard: the engine audit's sampling on 1 and 2 local Ray workers, needs specproof[ray])",
     )
-    be.add_argument("--markdown", metavar="PATH", help="write the tables as Markdown")
-    be.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
+    add_outputs(be, markdown="write the tables as Markdown", json="write every measurement as JSON")
     add_progress(be, default="on")
     be.set_defaults(func=cmd_bench)
 
@@ -308,7 +303,6 @@ def add_bench_parser(sub: Any) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from specproof.properties.bench import kernels as bench
 
-    check_outputs(args, "markdown", "json")
     rows = bench.run(
         args.quick,
         tuple(args.section or ("cpu", "audit", "gpu")),
@@ -458,8 +452,7 @@ def add_conform_parser(sub: Any) -> None:
     )
     c.add_argument("--shrink-seconds", type=float, default=10.0, help="witness shrinking per lossy verdict")
     c.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
-    c.add_argument("--markdown", metavar="PATH", help="write the table as Markdown")
-    c.add_argument("--json", metavar="PATH", help="write every row as JSON")
+    add_outputs(c, markdown="write the table as Markdown", json="write every row as JSON")
     add_progress(c)
     c.set_defaults(func=cmd_conform)
 
@@ -467,7 +460,6 @@ def add_conform_parser(sub: Any) -> None:
 def cmd_conform(args: argparse.Namespace) -> int:
     from specproof.properties.audit.conform import run
 
-    check_outputs(args, "markdown", "json")
     if not args.budget_seconds > 0:
         raise UsageError(f"--budget-seconds must be positive, got {args.budget_seconds}")
     report = run(
