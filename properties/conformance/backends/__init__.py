@@ -16,7 +16,7 @@ import functools
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,37 +73,21 @@ class _Registry(dict[tuple[str, str], Backend]):
             _FILLING.append(True)
             ensure_registered()
 
-    def __getitem__(self, key: tuple[str, str]) -> Backend:
-        self._fill()
-        return super().__getitem__(key)
 
-    def get(self, key: tuple[str, str], default: Any = None) -> Any:
-        self._fill()
-        return super().get(key, default)
+def _filled(name: str) -> Callable[..., Any]:
+    """The dict method ``name``, run after the registry's first fill."""
+    method = getattr(dict, name)
 
-    def __contains__(self, key: object) -> bool:
+    def run(self: _Registry, *args: Any) -> Any:
         self._fill()
-        return super().__contains__(key)
+        return method(self, *args)
 
-    def __iter__(self) -> Iterator[tuple[str, str]]:
-        self._fill()
-        return super().__iter__()
+    run.__name__ = name
+    return run
 
-    def __len__(self) -> int:
-        self._fill()
-        return super().__len__()
 
-    def values(self) -> Any:
-        self._fill()
-        return super().values()
-
-    def items(self) -> Any:
-        self._fill()
-        return super().items()
-
-    def keys(self) -> Any:
-        self._fill()
-        return super().keys()
+for _read in ("__getitem__", "get", "__contains__", "__iter__", "__len__", "values", "items", "keys"):
+    setattr(_Registry, _read, _filled(_read))
 
 
 _FILLING: list[bool] = []  # set once the lazy part of the registry has been asked for
