@@ -21,7 +21,7 @@ from specproof.properties.audit.sequences import SequenceTest, check_runs
 from specproof.properties.e2e import mismatch
 from specproof.properties.e2e.exact_law import drafts_per_step
 from specproof.properties.e2e.results import SampledCheck
-from specproof.reference.decode import decode
+from specproof.reference.decode import Decoded, decode
 from specproof.reference.processes import Process
 from specproof.reference.proposers import Proposer
 from specproof.reference.rules import RULES
@@ -50,20 +50,26 @@ def iid_closed_form(proposer: Proposer, proc: Process, rule: str, alpha: float) 
     return closed_form(alpha, chain_k) if chain_k and rule == "token" else None
 
 
+def _decode(
+    proposer: Proposer,
+    proc: Process,
+    rule: str,
+    dep: mismatch.Deployment,
+    steps: int,
+    rng: np.random.Generator,
+    until: int | None = None,
+) -> Decoded:
+    """``steps`` steps of the reference loop after :data:`SAMPLED_PROMPT` (stopping at ``until``
+    tokens when given): ``dep``'s drafter verified by its 16-token model."""
+    args = (dep.big, dep.big_drafter, proc, rule, proposer.shape, SAMPLED_PROMPT, steps, rng)
+    return decode(*args, until=until)
+
+
 def sampled_check(
     proposer: Proposer, proc: Process, rule: str, dep: mismatch.Deployment, steps: int, seed: int
 ) -> SampledCheck:
     """``steps`` steps of the reference loop: ``dep``'s drafter verified by its 16-token model."""
-    out = decode(
-        dep.big,
-        dep.big_drafter,
-        proc,
-        rule,
-        proposer.shape,
-        SAMPLED_PROMPT,
-        steps,
-        np.random.default_rng(seed),
-    )
+    out = _decode(proposer, proc, rule, dep, steps, np.random.default_rng(seed))
     alpha = mean_alpha(out.overlaps)
     return SampledCheck(
         vocab=dep.big.vocab,
@@ -99,17 +105,7 @@ def statistical_check(
     ``law_model`` (the verifier, or the original target of a moved baseline)."""
 
     def one(r: int) -> tuple[int, ...]:
-        o = decode(
-            dep.big,
-            dep.big_drafter,
-            proc,
-            rule,
-            proposer.shape,
-            SAMPLED_PROMPT,
-            STAT_HORIZON,
-            np.random.default_rng([seed, r]),
-            until=STAT_HORIZON,
-        )
+        o = _decode(proposer, proc, rule, dep, STAT_HORIZON, np.random.default_rng([seed, r]), STAT_HORIZON)
         return tuple(o.tokens[len(SAMPLED_PROMPT) :])
 
     return against_target_law(one, rule, law_model, runs)
