@@ -271,6 +271,11 @@ def _child(backend_fn: Any, inputs: list[Malformed], start: int, conn: Any) -> N
     conn.close()
 
 
+def _lost(m: Malformed, status: str, detail: str) -> Outcome:
+    """The outcome of an input whose child never answered: it ``crashed`` or ``hung``."""
+    return Outcome(m.name, m.what, status, detail, m.edge)
+
+
 def robustness(
     backend: Backend, target: str | None = None, timeout: float = 30.0, process: str | None = None
 ) -> RobustnessResult:
@@ -300,15 +305,7 @@ def robustness(
                         if code is not None and code < 0
                         else f"exit {code}"
                     )
-                    result.outcomes.append(
-                        Outcome(
-                            inputs[i].name,
-                            inputs[i].what,
-                            "crashed",
-                            f"the process died ({why})",
-                            inputs[i].edge,
-                        )
-                    )
+                    result.outcomes.append(_lost(inputs[i], "crashed", f"the process died ({why})"))
                     i += 1
                     break
                 m = inputs[j]
@@ -317,15 +314,7 @@ def robustness(
             else:
                 proc.kill()
                 proc.join(5)
-                result.outcomes.append(
-                    Outcome(
-                        inputs[i].name,
-                        inputs[i].what,
-                        "hung",
-                        f"no answer within {timeout:g} s",
-                        inputs[i].edge,
-                    )
-                )
+                result.outcomes.append(_lost(inputs[i], "hung", f"no answer within {timeout:g} s"))
                 i += 1
                 break
         else:

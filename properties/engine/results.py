@@ -255,22 +255,18 @@ class EngineAuditResult:
         idle = [f"{r.case.name} ({r.speculation.idle})" for r in self.cases if r.speculation.idle]
         if idle:
             lines.append(f"    speculation not tested in: {', '.join(idle)}")
-        if self.reports.status != CheckStatus.NOT_OFFERED:
-            lines.append(f"  {self.reports.line()}")
-        if self.control is not None:
-            lines.append(f"  {self.control.line()}")
-        if self.streaming.status != CheckStatus.NOT_OFFERED or self.streaming.why:
-            lines.append(f"  {self.streaming.line()}")
-        if self.acceptance is not None:
-            lines.append(f"  {self.acceptance.line()}")
-        if self.axis_acceptance is not None:
-            lines.append(f"  {self.axis_acceptance.line()}")
-        if self.metrics.status != CheckStatus.NOT_OFFERED or self.metrics.why:
-            lines.append(f"  {self.metrics.line()}")
-        if self.load is not None:
-            lines += [f"  {line}" for line in self.load.lines()]
-        if self.completions is not None:
-            lines += [f"  {line}" for line in self.completions.lines()]
+        said = lambda c: c.status != CheckStatus.NOT_OFFERED or bool(c.why)  # noqa: E731
+        checks = (
+            self.reports if self.reports.status != CheckStatus.NOT_OFFERED else None,
+            self.control,
+            self.streaming if said(self.streaming) else None,
+            self.acceptance,
+            self.axis_acceptance,
+            self.metrics if said(self.metrics) else None,
+        )
+        lines += [f"  {check.line()}" for check in checks if check is not None]
+        for axis in (self.load, self.completions):
+            lines += [f"  {line}" for line in (axis.lines() if axis is not None else [])]
         lines += [f"  {rep.line()}" for rep in self.plugins.values()]
         c = self.config
         lines.append(
