@@ -119,6 +119,38 @@ def test_both_paths_agree_at_a_vocabulary_read_row_by_row_with_ties():
         assert np.allclose(getattr(a, name), getattr(b, name), atol=1e-12), name
 
 
+def test_both_paths_agree_where_the_laws_are_read_through_their_head():
+    """Peaked laws (a language model's shape: a few ids hold the mass, the rest lie below
+    exp(-12)) are read through their head (transform.Head): tokens inside and outside it, ties
+    inside it (the token's and not) and in the tail, a row with no tail, and the draft's law,
+    against the TokenLaw path, exactly up to rounding; a negative or NaN entry is still refused."""
+    from specproof.properties.tokens import transform
+
+    rng = np.random.default_rng(12)
+    V, m = 4096, 40  # the first block: 32 rows (transform.BLOCK_BYTES)
+    P = np.exp(rng.normal(0.0, 6.0, size=(m, V)) - 30.0)  # a log-normal spread, most ids tiny
+    P[:, :8] = rng.random((m, 8)) + 0.5  # the head: eight ids near 1/8 each
+    P[1, 3] = P[1, 5]  # a tie in the head, the token's below
+    P[2, 100:140] = P[2, 99]  # a run of equal tail entries, the token among them
+    P[4] = 1.0  # no tail: every id in the head (its block read densely or not, the same)
+    P /= P.sum(axis=1, keepdims=True)
+    x = _draw(rng, P)
+    x[1], x[2], x[3] = 5, 120, 3000  # tied in the head; tied in the tail; outside the head
+    v = rng.random(m)
+    Q = _laws(rng, m, V, zeros=False)
+    rows = transform.BLOCK_BYTES // (8 * V)
+    assert transform.Head.of(P[:rows], P[:rows].sum(axis=1)) is not None  # the block goes through it
+    a = observe_dense(P, x, v, Q)
+    b = observe([TokenLaw.dense(p) for p in P], x, v, list(Q))
+    for name in ("u", "u_id", "p_first", "surprisal", "expected_surprisal", "q", "expected_q"):
+        assert np.allclose(getattr(a, name), getattr(b, name), rtol=1e-12, atol=1e-12), name
+    for bad in (-1e-9, np.nan):
+        B = P.copy()
+        B[6, 2000] = bad
+        with pytest.raises(SpecproofInputError, match="row 6"):
+            observe_dense(B, x, v)
+
+
 def test_a_token_outside_the_top_n_falls_in_the_tail_cell():
     law = TokenLaw.top({4: 0.5, 9: 0.2}, vocab=100)
     assert law.tail == pytest.approx(0.3) and law.cell(4) == 0 and law.cell(9) == 1 and law.cell(50) == 2

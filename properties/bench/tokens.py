@@ -2,7 +2,8 @@
 vocabularies, and its peak memory.
 
 **Overhead.** For V = 512, 32,768 and 151,936, with and without ``target_laws_along``, the narrow
-engine of :mod:`specproof.properties.engine.narrow` (one prompt, T = 1, M = 64):
+engine of :mod:`specproof.properties.engine.narrow` (one prompt, T = 1, M = 64), and with laws
+along the path at twice its logit scale (laws as sharp as a chat model's, :data:`LAWS`):
 
 * *generation alone*: the samples' ``generate`` calls, timed;
 * *under the audit*: the engine audit's sample stage on the same seeds (a fixed plan of that many
@@ -39,6 +40,10 @@ OVERHEAD = ((512, 400), (32768, 40), (151936, 12))
 #: gives the run of median overhead with the range of all (one run's overhead moved by a third
 #: between runs on this machine; --quick runs once)
 REPEATS = 3
+#: how the laws are read and how sharp they are: (``target_laws_along`` offered, the narrow model's
+#: logit scale); 16 gives laws of about 6 to 7 nats at the large vocabularies, 32 about 2 to 2.7,
+#: as sharp as a chat model's, whose laws the scoring reads through their head
+LAWS = ((True, 16.0), (False, 16.0), (True, 32.0))
 #: (V, M) of the whole audits at the default plan
 WHOLE = ((4096, 32), (151936, 256))
 #: the engine calls the audit makes, timed apart
@@ -69,7 +74,9 @@ def _timed(engine: Any, spent: dict[str, float]) -> Any:
     return engine
 
 
-def overhead_row(vocab: int, samples: int, teacher_forcing: bool, tokens: int = 64) -> dict[str, Any]:
+def overhead_row(
+    vocab: int, samples: int, teacher_forcing: bool, tokens: int = 64, scale: float = 16.0
+) -> dict[str, Any]:
     """One configuration of the overhead table (module docstring), in this process."""
     from dataclasses import replace
 
@@ -77,7 +84,7 @@ def overhead_row(vocab: int, samples: int, teacher_forcing: bool, tokens: int = 
     from specproof.properties.engine.narrow import narrow_spec
     from specproof.properties.engine.runner import sample_seed
 
-    spec = narrow_spec(vocab, tokens, teacher_forcing, temperatures=(1.0,))
+    spec = narrow_spec(vocab, tokens, teacher_forcing, temperatures=(1.0,), scale=scale)
     config = EngineAuditConfig(samples=samples, looks=1, report_samples=0, test="tokens", seed=3)
     alone: dict[str, float] = {}
     engine = _timed(spec.build(spec.samplings[0]), alone)
@@ -104,6 +111,7 @@ def overhead_row(vocab: int, samples: int, teacher_forcing: bool, tokens: int = 
         "tokens": tokens,
         "samples": samples,
         "teacher_forcing": teacher_forcing,
+        "scale": scale,
         "scored_tokens": n,
         "verdict": audit.result.verdict.value,
         "generation_alone_ms_per_token": 1e3 * alone.get("generate", 0.0) / n,
@@ -148,13 +156,13 @@ def run(quick: bool, report: Callable[[str], None]) -> list[Row]:
     report("token test: the audit's own cost beside the engine's (narrow engine, M = 64)")
     for vocab, samples in OVERHEAD:
         n = max(4, samples // 4) if quick else samples
-        for tf in (True, False):
+        for tf, scale in LAWS:
             runs = sorted(
-                (_apart(overhead_row, vocab, n, tf) for _ in range(1 if quick else REPEATS)),
+                (_apart(overhead_row, vocab, n, tf, 64, scale) for _ in range(1 if quick else REPEATS)),
                 key=lambda x: x["overhead"],
             )
             r = dict(runs[len(runs) // 2], overheads=[x["overhead"] for x in runs])
-            how = "laws along" if tf else "per position"
+            how = ("laws along" if tf else "per position") + (", sharp laws" if scale != 16.0 else "")
             report(
                 f"  V={vocab:>7,} {how:13s} generation {r['generation_ms_per_token']:.3f} ms/token, "
                 f"law reads "

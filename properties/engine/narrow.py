@@ -5,7 +5,7 @@ tokens``, tests/test_real_vocab.py).
 The model: each position's hidden state is ``tanh`` of a decayed sum of the embeddings of the
 last :data:`WINDOW` tokens (width ``d``, 32 by default), its logits ``h W + b`` over ``V`` ids,
 scaled so that its laws are about as sharp as a language model's (entropy about 4 nats at
-V = 4,096, 7 at V = 151,936).
+V = 4,096, 7 at V = 151,936; ``scale`` 32 makes them as sharp as a chat model's, about 2).
 A forward at one position costs what a real model's output layer costs per unit of width: a
 ``d x V`` product and a softmax over ``V``. The draft model is the same network with its output
 matrix perturbed. Decoding drafts ``k`` tokens a step from the draft, verifies them in one
@@ -204,21 +204,25 @@ def narrow_spec(
     width: int = 32,
     prompts: Sequence[Sequence[int]] = ((3, 1, 4),),
     temperatures: Sequence[float] = (1.0, 0.7),
+    scale: float = 16.0,
 ) -> Any:
     """The :class:`~specproof.properties.engine.contract.EngineSpec` of the narrow engine at
-    ``vocab`` ids, ``tokens`` new tokens a sample (one case per prompt and temperature)."""
+    ``vocab`` ids, ``tokens`` new tokens a sample (one case per prompt and temperature).
+    ``scale``: the logits' spread; 32 makes laws as sharp as a chat model's (about 2 nats at
+    V = 32,768, 2.7 at 151,936), the default 16 about 6 and 7."""
     from specproof.properties.engine.contract import EngineSpec, Sampling
 
     kind = NarrowSpeculative if teacher_forcing else NarrowPerPosition
-    target = NarrowLM(vocab, width)
+    target = NarrowLM(vocab, width, scale=scale)
     draft = target.perturbed(0.2, seed=1)
 
     def build(sampling: Sampling) -> NarrowPerPosition:
         return kind(target, draft, temperature=sampling.temperature)
 
     how = "laws along a path in one forward" if teacher_forcing else "one law a position"
+    sharp = "" if scale == 16.0 else f"[scale={scale:g}]"
     return EngineSpec(
-        f"narrow[V={vocab}]" + ("" if teacher_forcing else "[per-position]"),
+        f"narrow[V={vocab}]" + ("" if teacher_forcing else "[per-position]") + sharp,
         "user",
         f"a narrow model (width {width}) decoded by token-level speculative sampling; {how}",
         build,
