@@ -217,6 +217,22 @@ def _read_rows(
     first position whose token has probability 0 (None: none), or :class:`RowNotALaw` for the
     first row before it that is not a law."""
     m, V = P.shape
+    with np.errstate(divide="ignore", invalid="ignore"):  # zeros and rows that are not laws: read as such
+        return _read_blocks(P, Q, x, v, eos, out, rows, weights)
+
+
+def _read_blocks(
+    P: np.ndarray,
+    Q: np.ndarray | None,
+    x: np.ndarray,
+    v: np.ndarray,
+    eos: int | None,
+    out: Observations,
+    rows: int,
+    weights: np.ndarray | None,
+) -> int | None:
+    """:func:`_read_rows`'s loop over the blocks, under its error state."""
+    m, V = P.shape
     for a in range(0, m, rows):
         b = min(m, a + rows)
         B = P[a:b].astype(np.float64, copy=False)
@@ -242,7 +258,7 @@ def _read_rows(
                 smaller = np.einsum("ij,ij->i", B, np.arange(V) < xb[:, None])
             out.u_id[sl] = smaller / s + v[a:stop] * px  # type: ignore[index]
             out.p_first[sl] = B.max(axis=1) / s
-            out.surprisal[sl] = _clip(px)
+            out.surprisal[sl] = np.minimum(-np.log(px), SURPRISAL_CLIP)  # px > 0 before the stop
             out.expected_surprisal[sl] = expected[:k]
             if out.p_eos is not None:
                 out.p_eos[sl] = B[:, eos] / s
@@ -300,8 +316,7 @@ class Head:
         clip times the rest of the mass."""
         k = len(self.least)
         p = self.vals / s[self.rows]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inside = np.bincount(self.rows, weights=-p * np.log(p), minlength=k)
+        inside = np.bincount(self.rows, weights=-p * np.log(p), minlength=k)  # p > 0 where s > 0
         mass = np.bincount(self.rows, weights=p, minlength=k)
         return inside + SURPRISAL_CLIP * np.maximum(0.0, 1.0 - mass)
 
@@ -338,10 +353,9 @@ def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
     log s - SURPRISAL_CLIP)``. A negative or NaN entry makes its row's value NaN (the caller's
     check of the rows reads it so)."""
     c = np.log(s)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        L = np.log(B)
-        np.maximum(L, (c - SURPRISAL_CLIP)[:, None], out=L)
-        return c - _rowdot(B, L) / s
+    L = np.log(B)
+    np.maximum(L, (c - SURPRISAL_CLIP)[:, None], out=L)
+    return c - _rowdot(B, L) / s
 
 
 def _rowdot(A: np.ndarray, B: np.ndarray) -> np.ndarray:
