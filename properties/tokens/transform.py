@@ -218,62 +218,47 @@ def _read_rows(
     first row before it that is not a law."""
     m, V = P.shape
     with np.errstate(divide="ignore", invalid="ignore"):  # zeros and rows that are not laws: read as such
-        return _read_blocks(P, Q, x, v, eos, out, rows, weights)
-
-
-def _read_blocks(
-    P: np.ndarray,
-    Q: np.ndarray | None,
-    x: np.ndarray,
-    v: np.ndarray,
-    eos: int | None,
-    out: Observations,
-    rows: int,
-    weights: np.ndarray | None,
-) -> int | None:
-    """:func:`_read_rows`'s loop over the blocks, under its error state."""
-    m, V = P.shape
-    for a in range(0, m, rows):
-        b = min(m, a + rows)
-        B = P[a:b].astype(np.float64, copy=False)
-        xb = x[a:b]
-        r = np.arange(b - a)
-        s = np.einsum("ij->i", B)
-        head = Head.of(B, s)
-        expected = _expected_clipped(B, s) if head is None else head.expected(s)
-        _rows_checked(B, "laws", a, expected if head is None else None, s)
-        raw = B[r, xb]
-        zero = np.flatnonzero(raw <= 0)
-        stop = b if not len(zero) else a + int(zero[0])
-        if stop > a:
-            k = stop - a
-            B, xb, r, s, raw = B[:k], xb[:k], r[:k], s[:k], raw[:k]
-            above = _likelier(B, s, raw, xb, None if head is None else head.first(k))
-            px = raw / s
-            sl = slice(a, stop)
-            out.u[sl] = above / s + v[a:stop] * px
-            if V >= PREFIX_LOOP:  # the smaller ids' mass: each row's own prefix summed
-                smaller = np.fromiter((B[j, : xb[j]].sum() for j in range(k)), np.float64, k)
-            else:  # at small V one masked pass costs less than a call per row
-                smaller = np.einsum("ij,ij->i", B, np.arange(V) < xb[:, None])
-            out.u_id[sl] = smaller / s + v[a:stop] * px  # type: ignore[index]
-            out.p_first[sl] = B.max(axis=1) / s
-            out.surprisal[sl] = np.minimum(-np.log(px), SURPRISAL_CLIP)  # px > 0 before the stop
-            out.expected_surprisal[sl] = expected[:k]
-            if out.p_eos is not None:
-                out.p_eos[sl] = B[:, eos] / s
-            if weights is not None:  # the ids statistic (.tilt): the factor and the laws' mass
-                out.ids_log[sl] = np.log(weights[xb]) - np.log((B @ weights) / s)  # type: ignore[index]
-                inv = 1.0 / s  # one row (a large V) as a scaled add: a one-row product is slower
-                out.ids_mass += B[0] * inv[0] if len(B) == 1 else inv @ B
-            if Q is not None:
-                D = Q[a:stop].astype(np.float64, copy=False)
-                sq = _rows_checked(D, "drafts", a)
-                out.q[sl] = D[r, xb] / sq  # type: ignore[index]
-                out.expected_q[sl] = _rowdot(B, D) / (s * sq)  # type: ignore[index]
-        if stop < b:
-            return stop
-    return None
+        for a in range(0, m, rows):
+            b = min(m, a + rows)
+            B = P[a:b].astype(np.float64, copy=False)
+            xb = x[a:b]
+            r = np.arange(b - a)
+            s = np.einsum("ij->i", B)
+            head = Head.of(B, s)
+            expected = _expected_clipped(B, s) if head is None else head.expected(s)
+            _rows_checked(B, "laws", a, expected if head is None else None, s)
+            raw = B[r, xb]
+            zero = np.flatnonzero(raw <= 0)
+            stop = b if not len(zero) else a + int(zero[0])
+            if stop > a:
+                k = stop - a
+                B, xb, r, s, raw = B[:k], xb[:k], r[:k], s[:k], raw[:k]
+                above = _likelier(B, s, raw, xb, None if head is None else head.first(k))
+                px = raw / s
+                sl = slice(a, stop)
+                out.u[sl] = above / s + v[a:stop] * px
+                if V >= PREFIX_LOOP:  # the smaller ids' mass: each row's own prefix summed
+                    smaller = np.fromiter((B[j, : xb[j]].sum() for j in range(k)), np.float64, k)
+                else:  # at small V one masked pass costs less than a call per row
+                    smaller = np.einsum("ij,ij->i", B, np.arange(V) < xb[:, None])
+                out.u_id[sl] = smaller / s + v[a:stop] * px  # type: ignore[index]
+                out.p_first[sl] = B.max(axis=1) / s
+                out.surprisal[sl] = np.minimum(-np.log(px), SURPRISAL_CLIP)  # px > 0 before the stop
+                out.expected_surprisal[sl] = expected[:k]
+                if out.p_eos is not None:
+                    out.p_eos[sl] = B[:, eos] / s
+                if weights is not None:  # the ids statistic (.tilt): the factor and the laws' mass
+                    out.ids_log[sl] = np.log(weights[xb]) - np.log((B @ weights) / s)  # type: ignore[index]
+                    inv = 1.0 / s  # one row (a large V) as a scaled add: a one-row product is slower
+                    out.ids_mass += B[0] * inv[0] if len(B) == 1 else inv @ B
+                if Q is not None:
+                    D = Q[a:stop].astype(np.float64, copy=False)
+                    sq = _rows_checked(D, "drafts", a)
+                    out.q[sl] = D[r, xb] / sq  # type: ignore[index]
+                    out.expected_q[sl] = _rowdot(B, D) / (s * sq)  # type: ignore[index]
+            if stop < b:
+                return stop
+        return None
 
 
 #: an id of probability below ``exp(-SURPRISAL_CLIP)`` adds ``SURPRISAL_CLIP`` times its probability
