@@ -22,17 +22,20 @@ from .kernels.multi_draft import multi_draft_kernel, multi_draft_level_kernel
 
 
 def launch(
-    t: TreeLaunch, shapes: list[tuple[int, ...]], without_replacement: bool, u: tuple, how: tuple
+    t: TreeLaunch,
+    passes: int,
+    without_replacement: bool,
+    ua: torch.Tensor,
+    uf: torch.Tensor,
+    block: int,
+    path: str,
+    chunk: int | None,
 ) -> None:
-    """Run mss or rrs on the prepared trees ``t`` (``shapes``: each row's parents), uniforms
-    ``u = (u_accept, u_final)``, ``how = (block, path, chunk)``: path "row" (one program per
-    row), "split" (one launch per full-row pass of the walk, each row's pass spread over
-    ``chunk``-sized programs) or "auto" (split on a GPU when V >= 8192)."""
+    """Run mss or rrs on the prepared trees ``t``, ``ua``/``uf`` their uniforms on the kernel's
+    device, ``path`` chosen: "row" (one program per row) or "split" (``passes`` launches, one per
+    full-row pass of the walk, each row's pass spread over ``chunk``-sized programs)."""
     device = t.target.device
-    path = choose_path(how[1], t.V)
-    block = block_size(how[0])
     q = t.draft if t.draft is not None else t.target  # never read without HAS_Q
-    ua, uf = f64(u[0], device), f64(u[1], device)
     if path == "row":
         scratch = torch.empty(2, t.B, t.V, dtype=torch.float64, device=device)
         multi_draft_kernel[(t.B,)](
@@ -41,8 +44,7 @@ def launch(
             **LAUNCH,
         )  # fmt: skip
         return
-    chunk, C, CB = chunking(t.V, t.target.element_size(), block, how[2])
-    passes = max(multi_draft_passes(s) for s in shapes)
+    chunk, C, CB = chunking(t.V, t.target.element_size(), block, chunk)
     state = torch.empty(t.B, 4, dtype=torch.int64, device=device)
     hx = torch.empty(t.B, t.NB, dtype=torch.int64, device=device)
     hz = torch.empty(t.B, t.NB, dtype=torch.float64, device=device)
@@ -58,12 +60,12 @@ def launch(
         )  # fmt: skip
 
 
-Verdict = tuple[torch.Tensor, torch.Tensor]  # (accepted_nodes [B, N], next_token [B])
+Accepted = tuple[torch.Tensor, torch.Tensor]  # (accepted_nodes [B, N], next_token [B])
 
 
-def multi_draft_rule(without_replacement: bool, name: str) -> Callable[..., Verdict]:
-    """The rule ``name``, drafts drawn with replacement (mss) or without (rrs): its ``path``
-    and ``chunk`` as :func:`launch` says."""
+def multi_draft_rule(without_replacement: bool, name: str) -> Callable[..., Accepted]:
+    """The rule ``name``, drafts drawn with replacement (mss) or without (rrs). ``path``: "row",
+    "split" or "auto" (split on a GPU when V >= 8192), as :func:`launch` says."""
 
     def rule(
         parents: torch.Tensor,
@@ -75,11 +77,14 @@ def multi_draft_rule(without_replacement: bool, name: str) -> Callable[..., Verd
         block: int | None = None,
         path: str = "auto",
         chunk: int | None = None,
-    ) -> Verdict:
+    ) -> Accepted:
         u = {"u_accept": (u_accept, "node"), "u_final": (u_final, "row")}
         t = prepare(parents, tokens, draft_probs, target_probs, u)
         if t.B:
-            launch(t, tree_shapes(parents), without_replacement, (u_accept, u_final), (block, path, chunk))
+            device = t.target.device
+            passes = max(multi_draft_passes(s) for s in tree_shapes(parents))
+            ua, uf = f64(u_accept, device), f64(u_final, device)
+            launch(t, passes, without_replacement, ua, uf, block_size(block), choose_path(path, t.V), chunk)
         return t.accepted, t.next_token
 
     rule.__name__ = rule.__qualname__ = name

@@ -145,16 +145,16 @@ class StandInTier:
     still running."""
 
     def __init__(self, script: Path) -> None:
-        self.script, self.pool = script, venvs.WorkerPool()
+        self.script, self.pool = script, venvs.WorkerPool(self._start)
         self.started: list[venvs.JsonLinesWorker] = []
         self.alive_at_build: list[tuple[str, list[str]]] = []
 
-    def worker(self, mode: str) -> venvs.JsonLinesWorker:
-        def make() -> venvs.JsonLinesWorker:
-            self.started.append(_worker(self.script, mode))
-            return self.started[-1]
+    def _start(self, mode: str) -> venvs.JsonLinesWorker:
+        self.started.append(_worker(self.script, mode))
+        return self.started[-1]
 
-        w: venvs.JsonLinesWorker = self.pool.get(mode, make)
+    def worker(self, mode: str) -> venvs.JsonLinesWorker:
+        w: venvs.JsonLinesWorker = self.pool.get(mode)
         return w
 
     def build(self, mode: str, sampling: Sampling) -> StandInEngine:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from specproof.reference.errors import ArgumentTypeError, InternalError, SpecproofError
+from specproof.reference.errors import ArgumentTypeError, SpecproofError
 
 #: worker logs kept per folder (the newest; older ones are removed when a worker starts)
 KEEP_LOGS = 64
@@ -214,19 +214,16 @@ class WorkerPool:
     worker may still take a core (mistral.rs's runner spins while it waits); an engine's spec
     closes its adapter's pool when its audit ends (``EngineSpec.close``)."""
 
-    def __init__(self, start: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, start: Callable[[Any], Any]) -> None:
         self.workers: dict[Any, JsonLinesWorker] = {}
-        self.start = start
+        self.start = start  # start(key): a new worker for key
         atexit.register(self.close)
 
-    def get(self, key: Any, make: Callable[[], Any] | None = None) -> Any:
-        """The live worker of ``key``, started by ``make()`` (else by the pool's ``start(key)``)
-        where there is none (or it died)."""
+    def get(self, key: Any) -> Any:
+        """The live worker of ``key``, started by ``start(key)`` where there is none (or it died)."""
         w = self.workers.get(key)
         if w is None or w.proc.poll() is not None:
-            if make is None and self.start is None:
-                raise InternalError("WorkerPool.get: no way to start a worker was given")
-            w = self.workers[key] = make() if make is not None else self.start(key)  # type: ignore[misc]
+            w = self.workers[key] = self.start(key)
         return w
 
     def identity(self, key: Any, field: str) -> Any:

@@ -36,7 +36,8 @@ PROMPTS = ((1, 2, 3, 1, 2, 3, 1, 2),)
 TOKENS = 6
 K5 = Sampling(1.0, top_k=5)
 FIXED = ("expand", "topk")
-_WORKERS = venvs.WorkerPool()  # by (method, fixes), kept until each audit's end (close_workers)
+#: by (method, fixes), kept until each audit's end (close_workers)
+_WORKERS = venvs.WorkerPool(lambda key: vllm_cpu.LLMWorker(*key))
 
 
 def available() -> tuple[bool, str]:
@@ -50,7 +51,7 @@ def _worker(method: str, fixes: tuple[str, ...]) -> vllm_cpu.LLMWorker:
     key = (method, fixes)
     if method != "plain":
         _WORKERS.close(keep=lambda k: k[0] == "plain" or k == key)
-    worker: vllm_cpu.LLMWorker = _WORKERS.get(key, lambda: vllm_cpu.LLMWorker(method, fixes))
+    worker: vllm_cpu.LLMWorker = _WORKERS.get(key)
     return worker
 
 
