@@ -100,14 +100,12 @@ def test_ties_are_ordered_by_id_on_both_paths():
     assert np.allclose(observe([TokenLaw.dense(p) for p in P], [0, 1, 2, 3], v).u, u)
 
 
-def test_both_paths_agree_at_a_vocabulary_read_row_by_row_with_ties():
-    """Above PREFIX_LOOP the dense path sums each row's smaller ids apart and reads ties only
-    where a block has one: laws with runs of equal probabilities (ties of the token and not),
-    against the TokenLaw path, exactly up to rounding."""
-    from specproof.properties.tokens import transform
-
+def test_both_paths_agree_at_a_large_vocabulary_with_ties():
+    """Laws with runs of equal probabilities (ties of the token and not) at V = 4,096, against the
+    TokenLaw path, exactly up to rounding: the smaller ids of equal probability come before the
+    token in the test's order."""
     rng = np.random.default_rng(11)
-    V = transform.PREFIX_LOOP * 2
+    V = 4096
     P = np.repeat(rng.random((6, V // 64)), 64, axis=1)  # every probability 64 times
     P[3] = rng.random(V)  # a row without ties
     P /= P.sum(axis=1, keepdims=True)
@@ -121,10 +119,11 @@ def test_both_paths_agree_at_a_vocabulary_read_row_by_row_with_ties():
 
 def test_both_paths_agree_where_the_laws_are_read_through_their_head():
     """Peaked laws (a language model's shape: a few ids hold the mass, the rest lie below
-    exp(-12)) are read through their head (transform.Head): tokens inside and outside it, ties
-    inside it (the token's and not) and in the tail, a row with no tail, and the draft's law,
-    against the TokenLaw path, exactly up to rounding; a negative or NaN entry is still refused."""
-    from specproof.properties.tokens import transform
+    exp(-12)) have the logarithms of their head alone taken (transform.HEAD_SHARE): tokens inside
+    and outside it, ties inside it (the token's and not) and in the tail, a row with no tail, and
+    the draft's law, against the TokenLaw path, exactly up to rounding; a negative or NaN entry is
+    still refused."""
+    from specproof.properties.tokens import scan, transform
 
     rng = np.random.default_rng(12)
     V, m = 4096, 40  # the first block: 32 rows (transform.BLOCK_BYTES)
@@ -139,7 +138,7 @@ def test_both_paths_agree_where_the_laws_are_read_through_their_head():
     v = rng.random(m)
     Q = _laws(rng, m, V, zeros=False)
     rows = transform.BLOCK_BYTES // (8 * V)
-    assert transform.Head.of(P[:rows], P[:rows].sum(axis=1)) is not None  # the block goes through it
+    assert (P[:rows] >= scan.HEAD).mean() <= transform.HEAD_SHARE  # the block goes through its head
     a = observe_dense(P, x, v, Q)
     b = observe([TokenLaw.dense(p) for p in P], x, v, list(Q))
     for name in ("u", "u_id", "p_first", "surprisal", "expected_surprisal", "q", "expected_q"):
@@ -149,6 +148,72 @@ def test_both_paths_agree_where_the_laws_are_read_through_their_head():
         B[6, 2000] = bad
         with pytest.raises(SpecproofInputError, match="row 6"):
             observe_dense(B, x, v)
+
+
+def test_the_compiled_passes_give_what_their_plain_loops_give():
+    """The dense scoring's passes (tokens/scan.py) compiled and run as the plain Python they are
+    written in, on one block: broad and peaked rows, ties, a zero, weights, the draft's laws, the
+    logarithms given and taken in the pass. Counts equal; sums equal up to their order
+    (rtol 1e-12)."""
+    from specproof.properties.tokens import scan
+
+    rng = np.random.default_rng(21)
+    k, V = 6, 96
+    B = np.exp(rng.normal(0.0, 5.0, size=(k, V)) - 12.0)
+    B[1, :4] = 50.0  # a peaked row: four ids hold the mass
+    B[2, 10:20] = B[2, 30]  # a run of ties, the token among them
+    B[3, 7] = 0.0
+    B /= B.sum(axis=1, keepdims=True)
+    x = np.array([5, 2, 15, 7, 0, V - 1])
+    w, D = rng.random(V) + 0.5, _laws(rng, k, V, zeros=False)
+    s = B.sum(axis=1)
+    floor = np.log(s) - 12.0
+    with np.errstate(divide="ignore"):
+        L = np.log(B)
+    K = scan.kernels()
+    got: list[np.ndarray] = []
+    for run in (K, scan):  # compiled, then plain
+        st, dt, e1, e2, mass = np.empty((k, 8)), np.empty((k, 4)), np.empty(k), np.empty(k), np.zeros(V)
+        run.rows(B, x, w, st)
+        run.clipped(B, L, s, floor, e1)
+        run.clipped(B, np.zeros((0, 0)), s, floor, e2)
+        run.gathered(B, 1.0 / s, mass)
+        run.drafts(B, D, x, dt)
+        got.append(np.concatenate([st.ravel(), dt.ravel(), e1, e2, mass]))
+    assert np.allclose(got[0], got[1], rtol=1e-12, atol=0)
+    assert got[0][scan.TIES + 8 * 2] == 10 - 5  # row 2's token at 15: five equal ids before it
+    assert np.allclose(got[0][-2 * k - V : -k - V], got[0][-k - V : -V], rtol=1e-12)  # both logs
+
+
+def test_the_dense_scoring_refuses_what_it_cannot_index():
+    """The passes read without bounds: tokens, uniforms, drafts, end of sequence and weights are
+    checked against the laws' shape first, each error naming its argument."""
+    P = np.full((3, 4), 0.25)
+    v = np.full(3, 0.5)
+    bad = [
+        (dict(tokens=[0, 4, 1]), "tokens"),
+        (dict(tokens=[0, -1, 1]), "tokens"),
+        (dict(tokens=[0, 1]), "tokens"),
+        (dict(v=np.full(2, 0.5)), "v"),
+        (dict(drafts=np.full((3, 5), 0.2)), "drafts"),
+        (dict(eos=4), "eos"),
+        (dict(weights=np.ones(3)), "weights"),
+    ]
+    for change, name in bad:
+        args = dict(laws=P, tokens=[0, 1, 2], v=v) | change
+        with pytest.raises(SpecproofInputError, match=f"^{name}:"):
+            observe_dense(**args)
+
+
+def test_the_dense_scoring_reads_up_to_the_impossible_token():
+    """A token of probability 0 ends the sample's reading: its row is checked (a row that is not
+    a law there is refused), the rows after it are not read."""
+    P = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5], [np.nan, 1.0, 0.0]])
+    obs = observe_dense(P, [1, 0, 1], np.full(3, 0.5))
+    assert obs.impossible == 1 and len(obs.u) == 1
+    P[1] = [0.0, 0.6, 0.6]
+    with pytest.raises(SpecproofInputError, match="row 1"):
+        observe_dense(P, [1, 0, 1], np.full(3, 0.5))
 
 
 def test_a_token_outside_the_top_n_falls_in_the_tail_cell():

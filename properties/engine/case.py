@@ -5,6 +5,7 @@ its law tests, its counters). Data only: nothing here samples or tests.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,7 @@ class EngineCase:
         """Completions a request on the completions axis (None: not asked)."""
         return self.at("completions")
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         prompt = " ".join(map(str, self.prompt))
         where = "".join(suffix for _, _, suffix, _ in self.places)

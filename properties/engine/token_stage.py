@@ -21,6 +21,7 @@ from specproof.properties.engine.contract import Generation, Seq
 from specproof.properties.engine.runner import CaseRunner, EngineViolation
 from specproof.properties.tokens import power
 from specproof.properties.tokens.case import Sample, TokenCase, TokenTest
+from specproof.properties.tokens.streams import uniforms
 from specproof.properties.tokens.transform import Observations, RowNotALaw
 
 
@@ -68,9 +69,11 @@ class ForcingCheck:
     def position(seed: int, key: tuple[int, ...], length: int) -> int | None:
         """Where a path of ``length`` laws keyed ``key`` is checked (drawn from the seed and the
         key alone: fixed by the plan), or None on the samples left unchecked."""
-        rng = np.random.default_rng([abs(int(seed)), *key, 0x7EAC])
-        if rng.random() >= FORCING_SHARE:
+        k = [abs(int(seed)), *key, 0x7EAC]
+        if uniforms(k, 1)[0] >= FORCING_SHARE:  # numpy's default_rng(k).random(), cheaper
             return None
+        rng = np.random.default_rng(k)
+        rng.random()  # the draw just read: the position is the generator's next
         return int(rng.integers(length))
 
     def differs(self, along: np.ndarray, alone: np.ndarray) -> float | None:

@@ -21,15 +21,17 @@ laws (one pass per position, no sort: O(M V)).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from specproof.properties.tokens import scan
 from specproof.properties.tokens.law import TokenLaw
+from specproof.properties.tokens.scratch import scratch
+from specproof.properties.tokens.streams import uniforms
 from specproof.properties.tokens.tilt import sparse_factors
-from specproof.reference.errors import SpecproofInputError
+from specproof.reference.errors import ShapeError, SpecproofInputError
 
 #: surprisal is clipped at this many nats (a bounded statistic: its betting stays valid)
 SURPRISAL_CLIP = 12.0
@@ -70,8 +72,7 @@ class Observations:
 def seeded_uniforms(seed: int, case: int, sample: int, n: int) -> np.ndarray:
     """The auxiliary uniforms ``v`` of a sample's ``n`` tokens: a function of the audit's seed, the
     case and the sample's index alone (never of who drew it, or when)."""
-    ss = np.random.SeedSequence([abs(int(seed)), int(case), int(sample), 0x70A1])
-    return np.random.default_rng(ss).random(n)
+    return uniforms([abs(int(seed)), int(case), int(sample), 0x70A1], n)  # numpy's default_rng(key).random(n)
 
 
 def _clip(p: np.ndarray) -> np.ndarray:
@@ -127,8 +128,6 @@ def observe(
 #: bytes of laws scored at once by :func:`observe_dense`: a block of rows small enough to stay in
 #: the processor's cache while every statistic is read from it
 BLOCK_BYTES = 1 << 21
-#: the vocabulary from which :func:`observe_dense` sums each row's prefix apart (below it, a mask)
-PREFIX_LOOP = 2048
 
 
 class RowNotALaw(SpecproofInputError):
@@ -145,21 +144,13 @@ class RowNotALaw(SpecproofInputError):
 ROW_TOLERANCE = 1e-6
 
 
-def _rows_checked(
-    B: np.ndarray, which: str, first: int, values: np.ndarray | None = None, s: np.ndarray | None = None
-) -> np.ndarray:
-    """The row sums of a block (``s`` where the caller has them), each checked to be a law's: the
-    sum within :data:`ROW_TOLERANCE` of 1 (a NaN or infinite entry makes it NaN or infinite), and
-    no negative entry: read from ``values``, a per-row reduction that is NaN where an entry is
-    negative or NaN (the expected surprisal), else from the rows' minima."""
-    s = np.einsum("ij->i", B) if s is None else s
-    ok = np.abs(s - 1.0) <= ROW_TOLERANCE
-    ok &= ~np.isnan(values) if values is not None else B.min(axis=1) >= 0
-    bad = np.flatnonzero(~ok)
+def _check_rows(B: np.ndarray, which: str, first: int, s: np.ndarray, negative: np.ndarray) -> None:
+    """Each row a law's: its sum ``s`` within :data:`ROW_TOLERANCE` of 1 (a NaN or infinite entry
+    makes it NaN or infinite) and no negative entry (``negative`` counts them)."""
+    bad = np.flatnonzero(~((np.abs(s - 1.0) <= ROW_TOLERANCE) & (negative == 0)))
     if len(bad):
         r = int(bad[0])
         raise RowNotALaw(which, first + r, float(s[r]), float(B[r].min()))
-    return s
 
 
 def observe_dense(
@@ -172,11 +163,10 @@ def observe_dense(
 ) -> Observations:
     """:func:`observe` for laws given as a dense ``[M, V]`` array (each row a law, checked here and
     normalized by its sum: :class:`RowNotALaw` names a row that is not one), read in blocks of
-    rows of about :data:`BLOCK_BYTES` so that each block is read from the cache by every
-    statistic: its sum (the check, with the expected surprisal, which is NaN where an entry is
-    negative or NaN), the token's probability, the mass of the likelier ids, the largest
-    probability, and the expected clipped surprisal.
-    The laws' own dtype is kept until a block is read (float32 laws are not copied whole)."""
+    rows of about :data:`BLOCK_BYTES`, each row read once for every statistic by the compiled
+    passes of :mod:`.scan`. The rows are read up to the first whose token has probability 0 (the
+    sample's end: :attr:`Observations.impossible`); that row is checked, the rows after it are not
+    read. The laws' own dtype is kept until a block is read (float32 laws are not copied whole)."""
     P = np.asarray(laws)
     if P.dtype.kind != "f":
         P = P.astype(np.float64)
@@ -187,6 +177,7 @@ def observe_dense(
         Q = np.asarray(drafts)
         if Q.dtype.kind != "f":
             Q = Q.astype(np.float64)
+    _check_shapes(P, x, v, Q, eos, weights)
     out = Observations(np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m))
     if Q is not None:
         out.q, out.expected_q = np.zeros(m), np.zeros(m)
@@ -196,161 +187,113 @@ def observe_dense(
     if weights is not None:
         out.ids_log, out.ids_seen, out.ids_mass = np.zeros(m), x, np.zeros(V)
     rows = max(1, BLOCK_BYTES // (8 * max(1, V)))
-    stop = _read_rows(P, Q, x, v, eos, out, rows, weights)
-    if stop is not None:
-        out.impossible = stop
-        return _cut(out, stop)
+    for a in range(0, m, rows):
+        stop = _read_block(P, Q, x, v, eos, out, a, min(m, a + rows), weights)
+        if stop is not None:
+            out.impossible = stop
+            return _cut(out, stop)
     return out
 
 
-def _read_rows(
+def _check_shapes(
+    P: np.ndarray, x: np.ndarray, v: np.ndarray, Q: np.ndarray | None, eos: int | None, w: np.ndarray | None
+) -> None:
+    """What :func:`observe_dense`'s passes index, checked first (they read without bounds)."""
+    if P.ndim != 2:
+        raise ShapeError("laws", f"must be [M, V], got shape {P.shape}")
+    m, V = P.shape
+    if x.shape != (m,):
+        raise ShapeError("tokens", f"must be one token per law ({m}), got shape {x.shape}")
+    if m and (x.min() < 0 or x.max() >= V):
+        raise SpecproofInputError("tokens", f"must be ids in [0, {V}), got {x.min()} to {x.max()}")
+    if len(v) < m:
+        raise ShapeError("v", f"must have a uniform per token ({m}), got {len(v)}")
+    if Q is not None and Q.shape != P.shape:
+        raise ShapeError("drafts", f"must be shaped as the laws {P.shape}, got {Q.shape}")
+    if eos is not None and not 0 <= eos < V:
+        raise SpecproofInputError("eos", f"must be an id in [0, {V}), got {eos}")
+    if w is not None and len(w) < V:
+        raise ShapeError("weights", f"must have a weight per id ({V}), got {len(w)}")
+
+
+#: a block of laws has the logarithms of its entries above :data:`.scan.HEAD` taken one by one when
+#: at most this share of its entries lie there (a language model's peaked laws); above it, numpy
+#: takes the logarithm of the whole block at once, faster
+HEAD_SHARE = 1 / 20
+
+
+def _block(A: np.ndarray, a: int, b: int, name: str) -> np.ndarray:
+    """Rows ``a`` to ``b`` of ``A`` as C-contiguous float64: a view where they are, else copied
+    into the scratch kept for ``name``."""
+    rows = A[a:b]
+    if rows.dtype == np.float64 and rows.flags.c_contiguous:
+        return rows
+    out = scratch(name, rows.shape)
+    np.copyto(out, rows)
+    return out
+
+
+def _read_block(
     P: np.ndarray,
     Q: np.ndarray | None,
     x: np.ndarray,
     v: np.ndarray,
     eos: int | None,
     out: Observations,
-    rows: int,
-    weights: np.ndarray | None = None,
+    a: int,
+    b: int,
+    weights: np.ndarray | None,
 ) -> int | None:
-    """:func:`observe_dense`'s reading of the rows into ``out``, ``rows`` at a time, in order: the
-    first position whose token has probability 0 (None: none), or :class:`RowNotALaw` for the
-    first row before it that is not a law."""
-    m, V = P.shape
-    with np.errstate(divide="ignore", invalid="ignore"):  # zeros and rows that are not laws: read as such
-        for a in range(0, m, rows):
-            b = min(m, a + rows)
-            B = P[a:b].astype(np.float64, copy=False)
-            xb = x[a:b]
-            r = np.arange(b - a)
-            s = np.einsum("ij->i", B)
-            head = Head.of(B, s)
-            expected = _expected_clipped(B, s) if head is None else head.expected(s)
-            _rows_checked(B, "laws", a, expected if head is None else None, s)
-            raw = B[r, xb]
-            zero = np.flatnonzero(raw <= 0)
-            stop = b if not len(zero) else a + int(zero[0])
-            if stop > a:
-                k = stop - a
-                B, xb, r, s, raw = B[:k], xb[:k], r[:k], s[:k], raw[:k]
-                above = _likelier(B, s, raw, xb, None if head is None else head.first(k))
-                px = raw / s
-                sl = slice(a, stop)
-                out.u[sl] = above / s + v[a:stop] * px
-                if V >= PREFIX_LOOP:  # the smaller ids' mass: each row's own prefix summed
-                    smaller = np.fromiter((B[j, : xb[j]].sum() for j in range(k)), np.float64, k)
-                else:  # at small V one masked pass costs less than a call per row
-                    smaller = np.einsum("ij,ij->i", B, np.arange(V) < xb[:, None])
-                out.u_id[sl] = smaller / s + v[a:stop] * px  # type: ignore[index]
-                out.p_first[sl] = B.max(axis=1) / s
-                out.surprisal[sl] = np.minimum(-np.log(px), SURPRISAL_CLIP)  # px > 0 before the stop
-                out.expected_surprisal[sl] = expected[:k]
-                if out.p_eos is not None:
-                    out.p_eos[sl] = B[:, eos] / s
-                if weights is not None:  # the ids statistic (.tilt): the factor and the laws' mass
-                    out.ids_log[sl] = np.log(weights[xb]) - np.log((B @ weights) / s)  # type: ignore[index]
-                    inv = 1.0 / s  # one row (a large V) as a scaled add: a one-row product is slower
-                    out.ids_mass += B[0] * inv[0] if len(B) == 1 else inv @ B
-                if Q is not None:
-                    D = Q[a:stop].astype(np.float64, copy=False)
-                    sq = _rows_checked(D, "drafts", a)
-                    out.q[sl] = D[r, xb] / sq  # type: ignore[index]
-                    out.expected_q[sl] = _rowdot(B, D) / (s * sq)  # type: ignore[index]
-            if stop < b:
-                return stop
-        return None
+    """:func:`observe_dense`'s reading of rows ``a`` to ``b`` into ``out``: the first position
+    whose token has probability 0 (None: none), or :class:`RowNotALaw` for the first row up to
+    it that is not a law."""
+    K = scan.kernels()
+    B, xb = _block(P, a, b, "laws"), x[a:b]
+    st = np.empty((b - a, 8))
+    K.rows(B, xb, weights if weights is not None else _NO_WEIGHTS, st)
+    raw = st[:, scan.RAW]
+    zero = np.flatnonzero(raw <= 0)
+    k = len(raw) if not len(zero) else int(zero[0])
+    seen = min(len(raw), k + 1)  # the row of the impossible token is checked too
+    _check_rows(B, "laws", a, st[:seen, scan.SUM], st[:seen, scan.NEGATIVE])
+    if k:
+        B, xb, st, raw = B[:k], xb[:k], st[:k], raw[:k]
+        s = st[:, scan.SUM]
+        ls = np.log(s)
+        floor = ls - SURPRISAL_CLIP
+        logs = _NO_ROWS  # the logarithms taken in the pass, of the head alone
+        if st[:, scan.IN_HEAD].sum() > HEAD_SHARE * B.size:
+            with np.errstate(divide="ignore"):  # a zero's logarithm: the floor replaces it
+                logs = np.log(B, out=scratch("logs", B.shape))
+        acc = np.empty(k)
+        K.clipped(B, logs, s, floor, acc)
+        px = raw / s
+        sl = slice(a, a + k)
+        vk = v[sl]
+        out.u[sl] = (st[:, scan.ABOVE] + raw * st[:, scan.TIES]) / s + vk * px
+        out.u_id[sl] = st[:, scan.SMALLER] / s + vk * px  # type: ignore[index]
+        out.p_first[sl] = B.max(axis=1) / s
+        out.surprisal[sl] = np.minimum(-np.log(px), SURPRISAL_CLIP)  # px > 0 before the stop
+        out.expected_surprisal[sl] = ls - acc / s
+        if out.p_eos is not None:
+            out.p_eos[sl] = B[:, eos] / s
+        if weights is not None:  # the ids statistic (.tilt): the factor and the laws' mass
+            out.ids_log[sl] = np.log(weights[xb]) - np.log(st[:, scan.WEIGHTED] / s)  # type: ignore[index]
+            K.gathered(B, 1.0 / s, out.ids_mass)
+        if Q is not None:
+            D = _block(Q, a, a + k, "drafts")
+            dt = np.empty((k, 4))
+            K.drafts(B, D, xb, dt)
+            sq = dt[:, scan.D_SUM]
+            _check_rows(D, "drafts", a, sq, dt[:, scan.D_NEGATIVE])
+            out.q[sl] = dt[:, scan.D_TOKEN] / sq  # type: ignore[index]
+            out.expected_q[sl] = dt[:, scan.D_DOT] / (s * sq)  # type: ignore[index]
+    return a + k if a + k < b else None
 
 
-#: an id of probability below ``exp(-SURPRISAL_CLIP)`` adds ``SURPRISAL_CLIP`` times its probability
-#: to the expected clipped surprisal: no logarithm is needed for it
-HEAD = math.exp(-SURPRISAL_CLIP)
-#: a block of laws is read through its head (:class:`Head`) when at most this share of its entries
-#: lie in it; above it, dense passes over the whole rows cost less
-HEAD_SHARE = 1 / 20
-
-
-@dataclass
-class Head:
-    """The entries of a block of laws ``B`` (rows normalized by ``s``) whose probability is at least
-    :data:`HEAD`: row ``rows[i]``, value ``vals[i]``, rows ascending. Where a law's mass sits on few
-    ids (a language model's, at any vocabulary), every statistic but the sums and the smaller ids'
-    mass is read from them alone: the expected clipped surprisal needs the logarithm of no other
-    entry, and an id likelier than a token in the head is in the head."""
-
-    rows: np.ndarray
-    vals: np.ndarray
-    least: np.ndarray  # each row's threshold, s * HEAD
-
-    @staticmethod
-    def of(B: np.ndarray, s: np.ndarray) -> Head | None:
-        """The block's head, or None where more than :data:`HEAD_SHARE` of its entries are in it."""
-        least = s * HEAD
-        mask = B >= least[:, None]
-        if np.count_nonzero(mask) > HEAD_SHARE * mask.size:
-            return None
-        at = np.flatnonzero(mask)  # a 2-d nonzero costs ten times as much
-        return Head(at // B.shape[1], B.reshape(-1)[at], least)
-
-    def first(self, k: int) -> Head:
-        """The head of the block's first ``k`` rows."""
-        keep = self.rows < k
-        return Head(self.rows[keep], self.vals[keep], self.least[:k])
-
-    def expected(self, s: np.ndarray) -> np.ndarray:
-        """``sum_i p_i min(-log p_i, SURPRISAL_CLIP)`` per row: the head's ``-p log p`` and the
-        clip times the rest of the mass."""
-        k = len(self.least)
-        p = self.vals / s[self.rows]
-        inside = np.bincount(self.rows, weights=-p * np.log(p), minlength=k)  # p > 0 where s > 0
-        mass = np.bincount(self.rows, weights=p, minlength=k)
-        return inside + SURPRISAL_CLIP * np.maximum(0.0, 1.0 - mass)
-
-
-def _likelier(B: np.ndarray, s: np.ndarray, raw: np.ndarray, x: np.ndarray, head: Head | None) -> np.ndarray:
-    """Each row's mass of the ids before the token's in the test's order: the likelier ids, then
-    the ids of equal probability smaller than the token's (``raw``: the token's entry, ``x`` its
-    id). Through ``head`` where given: a row whose token lies outside it is read whole."""
-    k = len(raw)
-    ties: np.ndarray | None
-    if head is not None:
-        at = raw[head.rows]
-        above = np.bincount(head.rows, weights=np.where(head.vals > at, head.vals, 0.0), minlength=k)
-        ties = np.bincount(head.rows, weights=head.vals == at, minlength=k)
-        for j in np.flatnonzero(raw < head.least):  # the token outside the head: its row read whole
-            above[j] = B[j][B[j] > raw[j]].sum()
-            ties[j] = np.count_nonzero(B[j] == raw[j])
-    else:
-        if B.shape[1] >= PREFIX_LOOP:  # a row at a time: a compress costs less than a masked product
-            above = np.fromiter((B[j][B[j] > raw[j]].sum() for j in range(k)), np.float64, k)
-        else:
-            above = np.einsum("ij,ij->i", B, B > raw[:, None])
-        equal = B == raw[:, None]
-        ties = np.count_nonzero(equal, axis=1) if np.count_nonzero(equal) > k else None
-    if ties is not None:  # a tie besides the token itself: the smaller ids of equal probability first
-        for j in np.flatnonzero(ties > 1):
-            above[j] += raw[j] * np.count_nonzero(B[j, : x[j]] == raw[j])
-    return above
-
-
-def _expected_clipped(B: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """``sum_i p_i min(-log p_i, SURPRISAL_CLIP)`` for each row of ``B`` normalized by ``s``
-    (``p = B / s``; an id of probability 0 contributes 0), as ``log s - sum_i p_i max(log B_i,
-    log s - SURPRISAL_CLIP)``. A negative or NaN entry makes its row's value NaN (the caller's
-    check of the rows reads it so)."""
-    c = np.log(s)
-    L = np.log(B)
-    np.maximum(L, (c - SURPRISAL_CLIP)[:, None], out=L)
-    return c - _rowdot(B, L) / s
-
-
-def _rowdot(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Each row of ``A`` dotted with the same row of ``B``: numpy's vector dot where it has one
-    (SIMD products with a pairwise sum, about 40 % less time than ``einsum`` at V = 32,768), else
-    ``einsum``. Either sums in its own order: the last bits differ, no more."""
-    return _VECDOT(A, B) if _VECDOT is not None else np.einsum("ij,ij->i", A, B)
-
-
-_VECDOT = getattr(np, "vecdot", None)
+#: what the passes are given for weights or logarithms they are not to read
+_NO_WEIGHTS = np.zeros(0)
+_NO_ROWS = np.zeros((0, 0))
 
 
 def joined(parts: Sequence[Observations]) -> Observations:
