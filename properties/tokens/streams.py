@@ -147,3 +147,9 @@ def uniforms(key: Sequence[int], n: int) -> np.ndarray:
     out = np.empty(n)
     _kernels().doubles(words(key), out)
     return out
+
+
+def warm() -> None:
+    """Compile (or load from the cache) the draws once: their first use's cost paid here."""
+    seed_state([0])
+    uniforms([0], 1)
