@@ -4,11 +4,12 @@ row in one pass that numpy would spread over a dozen (:func:`.transform.observe_
 numpy reads a row once per statistic: its sum, its largest entry, the mass above the token, the
 ties, the smaller ids' mass, the ``ids`` weights' product, the draft's products. Each pass costs
 little, but together they were most of the audit's own work at large vocabularies, and at small
-ones the calls themselves were. These loops read each row once (twice where the expected clipped
-surprisal needs the row's sum first) and are compiled by numba on first use, then kept in its
-cache. The logarithm of a whole row stays numpy's (vectorised, about five times faster than a
-compiled scalar loop); where a law's mass sits on few ids, the loop takes the logarithm of those
-alone.
+ones the calls themselves were. These loops read each row once for everything that needs only
+the token, once more for what needs the row's sum first (the expected clipped surprisal, the
+laws' mass per id), and the draft's rows in a pass of their own; numba compiles them on first use
+and keeps them in its cache. The logarithm of a whole row stays numpy's (vectorised, about five
+times faster than a compiled scalar loop); where a law's mass sits on few ids, the loop takes the
+logarithm of those alone.
 
 The loops are plain Python: :func:`kernels` returns them compiled, and they compute the same
 numbers run as they are (tests/test_tokens.py runs both). Sums are vectorised (``reassoc``): they

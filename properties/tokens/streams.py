@@ -3,8 +3,8 @@
 Every sample's seed, its auxiliary uniforms and the forcing check's draw are functions of a key of
 integers (the audit's seed, the case, the sample's index, a tag) through numpy's ``SeedSequence``
 and ``PCG64``: ``default_rng(key).random(n)``. Building those two objects costs 10 to 20 us each
-call, more with the engine's data in the cache, and three a sample were a fifth of the audit's own
-work at V = 512. This module computes the same numbers, compiled, to the last bit:
+call, more with the engine's data in the cache, and three a sample were a large share of the
+audit's own work at V = 512. This module computes the same numbers, compiled, to the last bit:
 
 * the key's 32-bit words (an integer's words low first, at least one; a negative one refused);
 * ``SeedSequence``'s pool: each word hashed with a multiplier that moves at every use, the four
