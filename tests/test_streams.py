@@ -61,3 +61,39 @@ def test_the_audits_draws_are_what_numpy_gave():
 def test_a_negative_key_is_refused():
     with pytest.raises(SpecproofInputError, match="^key:"):
         streams.words([1, -2])
+
+
+def test_a_module_is_compiled_once_whatever_threads_ask_at_once(tmp_path, monkeypatch):
+    """jit.compiled under eight threads' first calls at once: one namespace, the helper rebound
+    once (a dispatcher of the plain function, not of a dispatcher), the results right."""
+    import importlib
+    import sys
+    import threading
+
+    from specproof.properties.tokens import jit
+
+    (tmp_path / "jit_probe_module.py").write_text(
+        "def g(x):\n    return x + 1\n\n\ndef f(x):\n    return g(x) * 2\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("jit_probe_module")
+    plain_g = mod.g
+    got: list[object] = []
+    barrier = threading.Barrier(8)
+
+    def ask() -> None:
+        barrier.wait()
+        got.append(jit.compiled("jit_probe_module", ("f",), ("g",)))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(got) == 8 and all(ns is got[0] for ns in got)
+        assert mod.g.py_func is plain_g  # rebound once
+        assert got[0].f(3) == 8
+    finally:
+        jit._DONE.pop("jit_probe_module", None)
+        sys.modules.pop("jit_probe_module", None)

@@ -8,10 +8,13 @@ the user's cache where that is read-only), so a later process loads it instead o
 from __future__ import annotations
 
 import sys
+import threading
 from types import SimpleNamespace
 from typing import Any
 
 _DONE: dict[str, SimpleNamespace] = {}
+#: one compile at a time: two threads' first draws would rebind a module's helpers twice
+_LOCK = threading.Lock()
 
 
 def compiled(
@@ -22,7 +25,12 @@ def compiled(
     that a compiled function calls them compiled (the plain functions then call them compiled too,
     with the same results)."""
     done = _DONE.get(module)
-    if done is None:
+    if done is not None:
+        return done
+    with _LOCK:
+        done = _DONE.get(module)
+        if done is not None:
+            return done
         import numba
 
         jit = numba.njit(cache=True, nogil=True, **options)
